@@ -1,0 +1,46 @@
+//! The seam between the engine and an isolation technology.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+
+use crate::{Language, Limits, OutputSink, Result, RunOutcome};
+
+/// A runner a backend can use for one language.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RunnerInfo {
+    pub language: Language,
+    /// The Docker image, or the host interpreter's path for the native jail.
+    pub image: String,
+    /// The interpreter's version as it reports it.
+    pub version: String,
+}
+
+/// A validated run, ready for a backend.
+#[derive(Debug, Clone)]
+pub struct Job {
+    /// Unique id of this run (used for cgroup and container names).
+    pub run_id: String,
+    pub language: Language,
+    pub code: String,
+    pub stdin: Vec<u8>,
+    pub env: BTreeMap<String, String>,
+    pub limits: Limits,
+    /// The host directory mounted read-write at `/data`; it exists.
+    pub workspace: PathBuf,
+}
+
+/// An isolation technology: runs one job at a time per call, concurrently across calls.
+#[async_trait]
+pub trait Backend: Send + Sync {
+    /// Short name (`native`, `docker`).
+    fn name(&self) -> &'static str;
+
+    /// The languages this backend can run now.
+    fn runners(&self) -> Vec<RunnerInfo>;
+
+    /// Runs the job to its end, passing output to `sink` as it comes. Errors are faults of the backend, never of
+    /// the code: a program that fails, times out or runs out of memory is a normal [`RunOutcome`].
+    async fn run(&self, job: Job, sink: &dyn OutputSink) -> Result<RunOutcome>;
+}

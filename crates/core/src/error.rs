@@ -1,0 +1,46 @@
+//! The error type of sandlot-core. Each variant names what was wrong and where.
+
+use std::path::PathBuf;
+
+/// Result with the core [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Everything that can stop the engine from producing a [`crate::RunOutcome`].
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An argument of the request is missing or invalid; `field` names it as the caller spelled it.
+    #[error("invalid {field}: {message}")]
+    InvalidArgument { field: &'static str, message: String },
+
+    /// No runner is installed for the language.
+    #[error("no runner for language {language}; available: {}", available.join(", "))]
+    NoRunner { language: String, available: Vec<String> },
+
+    /// A path inside a conversation is malformed, escapes it, or goes through a symlink.
+    #[error("invalid path {path:?}: {message}")]
+    InvalidPath { path: String, message: String },
+
+    /// The file does not exist in the conversation (or is not a regular file).
+    #[error("file not found: {path}")]
+    FileNotFound { path: String },
+
+    /// A filesystem operation on the host failed.
+    #[error("{action} {}: {source}", path.display())]
+    Io { action: &'static str, path: PathBuf, source: std::io::Error },
+
+    /// The backend could not run the job (not the code failing: that is a normal outcome).
+    #[error("backend {backend}: {message}")]
+    Backend { backend: &'static str, message: String },
+}
+
+impl Error {
+    /// Builds an [`Error::InvalidArgument`].
+    pub fn invalid(field: &'static str, message: impl Into<String>) -> Self {
+        Self::InvalidArgument { field, message: message.into() }
+    }
+
+    /// Builds an [`Error::Io`] for `action` on `path`.
+    pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Self::Io { action, path: path.into(), source }
+    }
+}

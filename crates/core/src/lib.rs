@@ -1,0 +1,29 @@
+//! sandlot-core: everything about a run that does not depend on how it is isolated or how it was asked for.
+//!
+//! A face (CLI, MCP, REST) builds a [`RunRequest`] and hands it to the [`Engine`], which validates it, prepares the
+//! conversation's workspace, and drives a [`Backend`] (the native jail, Docker, ...) to produce a [`RunOutcome`].
+//! No HTTP, no MCP and no `unsafe` live here.
+
+mod backend;
+mod conversation_id;
+mod engine;
+mod error;
+mod language;
+mod limits;
+mod outcome;
+mod output;
+mod request;
+mod signer;
+mod workspaces;
+
+pub use backend::{Backend, Job, RunnerInfo};
+pub use conversation_id::ConversationId;
+pub use engine::{Engine, EngineConfig, RunReport};
+pub use error::{Error, Result};
+pub use language::Language;
+pub use limits::Limits;
+pub use outcome::{RunOutcome, Termination};
+pub use output::{CapturedStream, OutputChunk, OutputSink, Stream};
+pub use request::RunRequest;
+pub use signer::Signer;
+pub use workspaces::{FileEntry, FileListing, Workspaces};

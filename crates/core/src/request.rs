@@ -1,0 +1,21 @@
+//! What a caller asks the engine to run.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// One request to run code, as it arrives from a face. The engine validates every field.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunRequest {
+    /// The conversation whose `/data` the run sees; validated as a [`crate::ConversationId`].
+    pub conversation_id: String,
+    /// A language name or alias; parsed as a [`crate::Language`].
+    pub language: String,
+    /// The source code.
+    pub code: String,
+    /// Bytes fed to the program's standard input (empty: immediate end of file).
+    pub stdin: Vec<u8>,
+    /// Extra environment variables for the program.
+    pub env: BTreeMap<String, String>,
+    /// Deadline; the engine's default when absent, never more than its ceiling.
+    pub timeout: Option<Duration>,
+}

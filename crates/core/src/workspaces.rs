@@ -1,0 +1,304 @@
+//! Conversation directories on the host: creation, listing and safe reads.
+//!
+//! Layout: `<root>/<conversationId>/files` is what a run sees at `/data`. Everything here walks and opens with
+//! file descriptors and `O_NOFOLLOW`/`RESOLVE_BENEATH`, so a symlink a sandboxed program planted is never followed
+//! out of the conversation, even if the tree changes while it is read.
+
+use std::ffi::CStr;
+use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags};
+
+use crate::{ConversationId, Error, Result};
+
+/// Deepest directory nesting that listing descends into.
+const MAX_DEPTH: usize = 64;
+
+/// A regular file in a conversation.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FileEntry {
+    /// Path relative to `/data`, with `/` separators.
+    pub path: String,
+    pub size: u64,
+}
+
+/// The files of a conversation, sorted by path.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FileListing {
+    pub files: Vec<FileEntry>,
+    /// More files exist than were listed.
+    pub truncated: bool,
+}
+
+/// The root under which every conversation's directory lives.
+#[derive(Debug, Clone)]
+pub struct Workspaces {
+    root: PathBuf,
+}
+
+impl Workspaces {
+    /// Workspaces under `root` (created on first use).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `<root>/<id>/files`, whether or not it exists.
+    pub fn files_dir(&self, id: &ConversationId) -> PathBuf {
+        self.root.join(id.as_str()).join("files")
+    }
+
+    /// Creates the conversation's files directory if needed and returns it.
+    pub fn prepare(&self, id: &ConversationId) -> Result<PathBuf> {
+        let dir = self.files_dir(id);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io("create conversation directory", &dir, e))?;
+        Ok(dir)
+    }
+
+    fn open_files_dir(&self, id: &ConversationId) -> Result<Option<OwnedFd>> {
+        let dir = self.files_dir(id);
+        match rustix::fs::open(
+            &dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => Ok(Some(fd)),
+            Err(rustix::io::Errno::NOENT) => Ok(None),
+            Err(e) => Err(Error::io("open conversation directory", &dir, e.into())),
+        }
+    }
+
+    /// Every regular file under the conversation's directory (symlinks and special files are skipped, never
+    /// followed), at most `max_entries` of them.
+    pub fn list(&self, id: &ConversationId, max_entries: usize) -> Result<FileListing> {
+        let mut listing = FileListing::default();
+        let Some(root) = self.open_files_dir(id)? else {
+            return Ok(listing);
+        };
+        walk(root.as_fd(), "", 0, &mut |path, size| {
+            if listing.files.len() == max_entries {
+                listing.truncated = true;
+                return false;
+            }
+            listing.files.push(FileEntry { path: path.to_owned(), size });
+            true
+        })
+        .map_err(|e| Error::io("list conversation directory", self.files_dir(id), e))?;
+        listing.files.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(listing)
+    }
+
+    /// Total bytes and number of regular files in the conversation's directory.
+    pub fn usage(&self, id: &ConversationId) -> Result<(u64, u64)> {
+        let (mut bytes, mut files) = (0u64, 0u64);
+        if let Some(root) = self.open_files_dir(id)? {
+            walk(root.as_fd(), "", 0, &mut |_, size| {
+                bytes += size;
+                files += 1;
+                true
+            })
+            .map_err(|e| Error::io("measure conversation directory", self.files_dir(id), e))?;
+        }
+        Ok((bytes, files))
+    }
+
+    /// Opens a regular file of the conversation for reading. `path` is relative to `/data`; it must not be
+    /// absolute, contain `..`, empty or `.` segments, or pass through any symlink.
+    pub fn open(&self, id: &ConversationId, path: &str) -> Result<File> {
+        validate_relative_path(path)?;
+        let not_found = || Error::FileNotFound { path: path.to_owned() };
+        let root = self.open_files_dir(id)?.ok_or_else(not_found)?;
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY;
+        let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        let fd = match rustix::fs::openat2(&root, path, flags, Mode::empty(), resolve) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => return Err(not_found()),
+            Err(rustix::io::Errno::LOOP | rustix::io::Errno::XDEV) => {
+                return Err(Error::InvalidPath { path: path.to_owned(), message: "goes through a symlink".into() });
+            }
+            Err(e) => return Err(Error::io("open file", self.files_dir(id).join(path), e.into())),
+        };
+        let stat =
+            rustix::fs::fstat(&fd).map_err(|e| Error::io("stat file", self.files_dir(id).join(path), e.into()))?;
+        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+            return Err(not_found());
+        }
+        Ok(File::from(fd))
+    }
+}
+
+/// Checks the shape of a path relative to a conversation's `/data`.
+pub(crate) fn validate_relative_path(path: &str) -> Result<()> {
+    let invalid = |message: &str| Err(Error::InvalidPath { path: path.to_owned(), message: message.to_owned() });
+    if path.is_empty() {
+        return invalid("is empty");
+    }
+    if path.len() > 4096 {
+        return invalid("is longer than 4096 bytes");
+    }
+    if path.starts_with('/') {
+        return invalid("is absolute");
+    }
+    if path.contains('\0') {
+        return invalid("contains a NUL byte");
+    }
+    for segment in path.split('/') {
+        match segment {
+            "" => return invalid("has an empty segment"),
+            "." | ".." => return invalid("has a '.' or '..' segment"),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Visits every regular file under `dir` as (relative path, size) without following symlinks; the visitor returns
+/// false to stop.
+fn walk(
+    dir: BorrowedFd<'_>,
+    prefix: &str,
+    depth: usize,
+    visit: &mut dyn FnMut(&str, u64) -> bool,
+) -> std::io::Result<bool> {
+    if depth > MAX_DEPTH {
+        return Ok(true);
+    }
+    let mut entries = Dir::read_from(dir)?;
+    while let Some(entry) = entries.next() {
+        let entry = entry?;
+        let name: &CStr = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        let Ok(name_str) = name.to_str() else {
+            continue; // not UTF-8: cannot be named in a URL
+        };
+        let path = if prefix.is_empty() { name_str.to_owned() } else { format!("{prefix}/{name_str}") };
+        let stat = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) => stat,
+            Err(rustix::io::Errno::NOENT) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::RegularFile => {
+                if !visit(&path, stat.st_size as u64) {
+                    return Ok(false);
+                }
+            }
+            FileType::Directory => {
+                let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                let sub = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+                    Ok(sub) => sub,
+                    Err(rustix::io::Errno::NOENT | rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => continue,
+                    Err(e) => return Err(e.into()),
+                };
+                if !walk(sub.as_fd(), &path, depth + 1, visit)? {
+                    return Ok(false);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+
+    fn setup() -> (tempfile::TempDir, Workspaces, ConversationId, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = Workspaces::new(tmp.path());
+        let id = ConversationId::parse("conv").unwrap();
+        let dir = ws.prepare(&id).unwrap();
+        (tmp, ws, id, dir)
+    }
+
+    #[test]
+    fn lists_files_recursively_and_skips_symlinks() {
+        let (_tmp, ws, id, dir) = setup();
+        std::fs::write(dir.join("b.txt"), "bb").unwrap();
+        std::fs::create_dir_all(dir.join("sub/deeper")).unwrap();
+        std::fs::write(dir.join("sub/deeper/a name.txt"), "a").unwrap();
+        symlink("/etc/passwd", dir.join("leak")).unwrap();
+        symlink("/etc", dir.join("etc-dir")).unwrap();
+        let listing = ws.list(&id, 1000).unwrap();
+        assert_eq!(
+            listing,
+            FileListing {
+                files: vec![
+                    FileEntry { path: "b.txt".into(), size: 2 },
+                    FileEntry { path: "sub/deeper/a name.txt".into(), size: 1 },
+                ],
+                truncated: false,
+            }
+        );
+        assert_eq!(ws.usage(&id).unwrap(), (3, 2));
+    }
+
+    #[test]
+    fn listing_stops_at_the_cap_with_a_flag() {
+        let (_tmp, ws, id, dir) = setup();
+        for i in 0..5 {
+            std::fs::write(dir.join(format!("f{i}")), "x").unwrap();
+        }
+        let listing = ws.list(&id, 3).unwrap();
+        assert_eq!(listing.files.len(), 3);
+        assert!(listing.truncated);
+    }
+
+    #[test]
+    fn missing_conversation_lists_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = Workspaces::new(tmp.path());
+        let id = ConversationId::parse("never").unwrap();
+        assert_eq!(ws.list(&id, 10).unwrap(), FileListing::default());
+    }
+
+    #[test]
+    fn open_reads_files_but_never_through_symlinks() {
+        let (_tmp, ws, id, dir) = setup();
+        std::fs::create_dir(dir.join("d")).unwrap();
+        std::fs::write(dir.join("d/ok.txt"), "hello").unwrap();
+        symlink("/etc/passwd", dir.join("leak")).unwrap();
+        symlink("/etc", dir.join("etcdir")).unwrap();
+        symlink("d", dir.join("inner")).unwrap();
+        let mut text = String::new();
+        ws.open(&id, "d/ok.txt").unwrap().read_to_string(&mut text).unwrap();
+        assert_eq!(text, "hello");
+        for path in ["leak", "etcdir/passwd", "inner/ok.txt"] {
+            let err = ws.open(&id, path).unwrap_err();
+            assert!(matches!(err, Error::InvalidPath { .. }), "{path}: {err}");
+        }
+        assert!(matches!(ws.open(&id, "d").unwrap_err(), Error::FileNotFound { .. }));
+        assert!(matches!(ws.open(&id, "nope").unwrap_err(), Error::FileNotFound { .. }));
+    }
+
+    #[test]
+    fn malformed_paths_are_rejected_before_any_lookup() {
+        let (_tmp, ws, id, _dir) = setup();
+        let cases = [
+            ("", "is empty"),
+            ("/etc/passwd", "is absolute"),
+            ("../x", "has a '.' or '..' segment"),
+            ("a/../../x", "has a '.' or '..' segment"),
+            ("a//b", "has an empty segment"),
+            ("a\0b", "contains a NUL byte"),
+        ];
+        for (path, message) in cases {
+            match ws.open(&id, path).unwrap_err() {
+                Error::InvalidPath { message: m, .. } => assert_eq!(m, message, "{path:?}"),
+                other => panic!("{path:?}: {other}"),
+            }
+        }
+    }
+}
