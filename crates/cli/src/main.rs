@@ -1,1 +1,32 @@
-fn main() {}
+//! The `sandlot` binary: `run`, `runners`, `doctor` (and, later, `serve` and `stdio`), plus the hidden jail init
+//! that the native backend starts by re-executing this binary.
+
+mod cli;
+mod commands;
+
+use std::ffi::OsStr;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    // The jail init must start before anything else (no runtime, no threads): check for it by hand.
+    let mut args = std::env::args_os();
+    if args.nth(1).as_deref() == Some(OsStr::new(sandlot_jail::INIT_SUBCOMMAND)) {
+        let report_fd = args.next().and_then(|a| a.to_str().and_then(|s| s.parse().ok())).unwrap_or(-1);
+        sandlot_jail::init::run_main(report_fd);
+    }
+    let cli = cli::Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SANDLOT_LOG").unwrap_or_else(|_| "warn".into()))
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("sandlot: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(commands::dispatch(cli))
+}

@@ -26,4 +26,4 @@ pub use outcome::{RunOutcome, Termination};
 pub use output::{CapturedStream, OutputChunk, OutputSink, Stream};
 pub use request::RunRequest;
 pub use signer::Signer;
-pub use workspaces::{FileEntry, FileListing, Workspaces};
+pub use workspaces::{FileEntry, FileListing, Workspaces, directory_usage};

@@ -96,16 +96,12 @@ impl Workspaces {
 
     /// Total bytes and number of regular files in the conversation's directory.
     pub fn usage(&self, id: &ConversationId) -> Result<(u64, u64)> {
-        let (mut bytes, mut files) = (0u64, 0u64);
-        if let Some(root) = self.open_files_dir(id)? {
-            walk(root.as_fd(), "", 0, &mut |_, size| {
-                bytes += size;
-                files += 1;
-                true
-            })
-            .map_err(|e| Error::io("measure conversation directory", self.files_dir(id), e))?;
+        let dir = self.files_dir(id);
+        match directory_usage(&dir) {
+            Ok(usage) => Ok(usage),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((0, 0)),
+            Err(e) => Err(Error::io("measure conversation directory", dir, e)),
         }
-        Ok((bytes, files))
     }
 
     /// Opens a regular file of the conversation for reading. `path` is relative to `/data`; it must not be
@@ -131,6 +127,19 @@ impl Workspaces {
         }
         Ok(File::from(fd))
     }
+}
+
+/// Total bytes and number of regular files under `dir`, without following symlinks.
+pub fn directory_usage(dir: &Path) -> std::io::Result<(u64, u64)> {
+    let root =
+        rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+    let (mut bytes, mut files) = (0u64, 0u64);
+    walk(root.as_fd(), "", 0, &mut |_, size| {
+        bytes += size;
+        files += 1;
+        true
+    })?;
+    Ok((bytes, files))
 }
 
 /// Checks the shape of a path relative to a conversation's `/data`.

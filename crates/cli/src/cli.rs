@@ -1,0 +1,115 @@
+//! The command line: every option also reads an environment variable (DESIGN.md's configuration table).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use sandlot_core::{EngineConfig, Limits};
+
+/// Run untrusted code for AI agents in a Linux-namespace sandbox.
+#[derive(Debug, Parser)]
+#[command(name = "sandlot", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run code from a file or standard input in the sandbox; exits with the program's exit code
+    /// (124 on timeout, 128+N on signal N, 137 out of memory).
+    Run(RunArgs),
+    /// List the languages this host can run, with the interpreter and its version.
+    Runners(RunnersArgs),
+    /// Report each isolation layer on this host and run a probe; exits non-zero when the jail cannot run.
+    Doctor(SandboxArgs),
+}
+
+/// Options shared by every command that runs code.
+#[derive(Debug, Clone, Args)]
+pub struct SandboxArgs {
+    /// Directory holding the conversations (`<root>/<id>/files` is `/data`).
+    #[arg(long = "root", env = "SANDBOX_ROOT", default_value = "./sandlot-data")]
+    pub root: PathBuf,
+    /// Default deadline of a run, in seconds.
+    #[arg(long, env = "SANDLOT_TIMEOUT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout_secs: u64,
+    /// Longest deadline a run may ask for, in seconds.
+    #[arg(long, env = "SANDLOT_MAX_TIMEOUT_SECS", default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_timeout_secs: u64,
+    /// Memory per run, in MiB (no swap).
+    #[arg(long, env = "SANDLOT_MEMORY_MB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(16..))]
+    pub memory_mb: u64,
+    /// CPU quota per run, in cores.
+    #[arg(long, env = "SANDLOT_CPUS", default_value_t = 0.5, value_parser = parse_cpus)]
+    pub cpus: f64,
+    /// Processes and threads per run.
+    #[arg(long, env = "SANDLOT_PIDS", default_value_t = 64, value_parser = clap::value_parser!(u64).range(4..))]
+    pub pids: u64,
+    /// Bytes kept per output stream; the rest is dropped and the result marked truncated.
+    #[arg(long, env = "SANDLOT_MAX_OUTPUT_BYTES", default_value_t = 1024 * 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_output_bytes: u64,
+    /// Size of each run's private /tmp, in MiB.
+    #[arg(long, env = "SANDLOT_TMP_MB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub tmp_mb: u64,
+    /// Space a conversation's /data may hold, in MiB.
+    #[arg(long, env = "SANDLOT_DISK_MB", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    pub disk_mb: u64,
+    /// Host uid (and gid) sandboxes run as when sandlot runs as root. Never 0.
+    #[arg(long, env = "SANDLOT_SANDBOX_UID", default_value_t = 900_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub sandbox_uid: u32,
+}
+
+fn parse_cpus(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(cpus) if cpus.is_finite() && (0.01..=1024.0).contains(&cpus) => Ok(cpus),
+        _ => Err(format!("{text:?} is not a number of cores between 0.01 and 1024")),
+    }
+}
+
+impl SandboxArgs {
+    /// The engine configuration these options describe.
+    pub fn engine_config(&self) -> EngineConfig {
+        EngineConfig {
+            limits: Limits {
+                timeout: Duration::from_secs(self.timeout_secs),
+                memory_mb: self.memory_mb,
+                cpus: self.cpus,
+                pids: self.pids,
+                max_output_bytes: self.max_output_bytes as usize,
+                tmp_mb: self.tmp_mb,
+                disk_mb: self.disk_mb,
+                ..Limits::default()
+            },
+            max_timeout: Duration::from_secs(self.max_timeout_secs),
+            ..EngineConfig::default()
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// python, typescript, javascript (node) or bash (shell).
+    #[arg(long, short)]
+    pub language: String,
+    /// Conversation whose /data the run sees.
+    #[arg(long, short, default_value = "default")]
+    pub conversation: String,
+    /// Deadline of this run, in seconds (default: --timeout-secs).
+    #[arg(long, short)]
+    pub timeout: Option<f64>,
+    /// Print the whole outcome and the file list as JSON instead of streaming the output.
+    #[arg(long)]
+    pub json: bool,
+    /// File holding the code; `-` or nothing reads standard input.
+    pub file: Option<PathBuf>,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct RunnersArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}

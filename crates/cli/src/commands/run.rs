@@ -1,0 +1,91 @@
+//! `sandlot run`: one run through the engine, output streamed live, exit code passed on.
+
+use std::io::{Read, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use sandlot_core::{Engine, Error, Language, OutputChunk, RunReport, RunRequest, Stream, Workspaces};
+
+use crate::cli::RunArgs;
+
+/// Exit code for a request sandlot refused (bad argument, no runner).
+const EXIT_USAGE: u8 = 2;
+
+pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let code = match args.file.as_deref() {
+        None => read_stdin()?,
+        Some(path) if path.as_os_str() == "-" => read_stdin()?,
+        Some(path) => std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?,
+    };
+    let timeout = match args.timeout {
+        Some(secs) if secs.is_finite() && secs > 0.0 => Some(Duration::from_secs_f64(secs)),
+        Some(secs) => anyhow::bail!("--timeout must be a positive number of seconds, not {secs}"),
+        None => None,
+    };
+    // Only the requested language's runner is looked up, without asking its version: `run` stays fast.
+    let language: Option<Language> = args.language.parse().ok();
+    let backend = super::jail_backend(&args.sandbox, language.map(|l| vec![l]), false)?;
+    let engine = Engine::new(backend, Workspaces::new(&args.sandbox.root), args.sandbox.engine_config());
+    let request = RunRequest {
+        conversation_id: args.conversation.clone(),
+        language: args.language.clone(),
+        code,
+        timeout,
+        ..RunRequest::default()
+    };
+    let stream_live = !args.json;
+    let sink = move |chunk: OutputChunk| {
+        if stream_live {
+            let _ = match chunk.stream {
+                Stream::Stdout => {
+                    std::io::stdout().lock().write_all(&chunk.data).and_then(|()| std::io::stdout().flush())
+                }
+                Stream::Stderr => std::io::stderr().lock().write_all(&chunk.data),
+            };
+        }
+    };
+    let report = match engine.run(request, &sink).await {
+        Ok(report) => report,
+        Err(e @ (Error::InvalidArgument { .. } | Error::NoRunner { .. })) => {
+            eprintln!("sandlot: {e}");
+            return Ok(ExitCode::from(EXIT_USAGE));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&json_report(&report))?);
+    } else if let Some(diagnostic) = report.outcome.termination.diagnostic(report.limits.timeout) {
+        eprintln!("sandlot: {diagnostic}");
+    }
+    if !args.json && report.outcome.truncated() {
+        eprintln!("sandlot: output truncated at {} bytes per stream", report.limits.max_output_bytes);
+    }
+    Ok(ExitCode::from((report.outcome.exit_code() & 0xff) as u8))
+}
+
+fn read_stdin() -> anyhow::Result<String> {
+    let mut code = String::new();
+    std::io::stdin().read_to_string(&mut code).context("cannot read code from standard input")?;
+    Ok(code)
+}
+
+fn json_report(report: &RunReport) -> serde_json::Value {
+    let outcome = &report.outcome;
+    serde_json::json!({
+        "runId": report.run_id,
+        "conversationId": report.conversation_id.as_str(),
+        "language": report.language,
+        "success": outcome.success(),
+        "exitCode": outcome.exit_code(),
+        "termination": outcome.termination,
+        "timedOut": outcome.termination == sandlot_core::Termination::TimedOut,
+        "stdout": outcome.stdout,
+        "stderr": outcome.stderr,
+        "stdoutTruncated": outcome.stdout_truncated,
+        "stderrTruncated": outcome.stderr_truncated,
+        "durationMs": outcome.duration.as_millis() as u64,
+        "files": report.files.files,
+        "filesTruncated": report.files.truncated,
+    })
+}

@@ -1,0 +1,31 @@
+//! `sandlot runners`: the interpreters the native backend found.
+
+use std::process::ExitCode;
+
+use crate::cli::RunnersArgs;
+
+pub fn runners(args: RunnersArgs) -> anyhow::Result<ExitCode> {
+    let runners =
+        sandlot_jail::discover_runners(&sandlot_core::Language::ALL, &sandlot_jail::RunnerOverrides::from_env(), true);
+    if args.json {
+        let list: Vec<_> = runners
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "language": r.language,
+                    "image": r.program.display().to_string(),
+                    "version": r.version,
+                    "args": r.args,
+                    "extraReadOnlyBinds": r.extra_ro_binds,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "languages": list }))?);
+    } else {
+        for r in &runners {
+            let args = if r.args.is_empty() { String::new() } else { format!(" {}", r.args.join(" ")) };
+            println!("{:<11} {:<40} {}", r.language.as_str(), format!("{}{args}", r.program.display()), r.version);
+        }
+    }
+    Ok(if runners.is_empty() { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}

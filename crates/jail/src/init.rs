@@ -1,0 +1,116 @@
+//! The init: what runs when the supervisor re-executes the sandlot binary with [`crate::INIT_SUBCOMMAND`].
+//!
+//! It is single-threaded (it starts before any runtime), which `unshare(CLONE_NEWUSER)` requires. Its steps:
+//! 1. die with the supervisor (`PR_SET_PDEATHSIG`), read the [`JailSpec`] from standard input;
+//! 2. join the run's cgroups, then, when started as root, become the dedicated unprivileged sandbox uid;
+//! 3. create a user namespace mapping that uid to the sandbox uid, then mount, pid, net, ipc, uts and cgroup
+//!    namespaces owned by it;
+//! 4. fork the sandbox's pid 1 ([`crate::pid1`]), report its pid and wait for it.
+//!
+//! Nothing is ever printed: stdout and stderr belong to the program; the init speaks through [`Report`]s.
+
+use std::convert::Infallible;
+use std::fs::File;
+use std::io::Read;
+use std::mem::ManuallyDrop;
+use std::os::fd::FromRawFd;
+
+use nix::sched::{CloneFlags, unshare};
+use nix::sys::wait::{WaitStatus, waitpid};
+use nix::unistd::{ForkResult, Gid, Uid, fork, getegid, geteuid, setgroups, setresgid, setresuid};
+
+use crate::filesystem::HostTrees;
+use crate::pid1;
+use crate::report::{Report, SetupError, Step};
+use crate::spec::JailSpec;
+
+/// Largest spec accepted (code is capped well below this by the engine).
+const MAX_SPEC_BYTES: usize = 64 * 1024 * 1024;
+
+/// Entry point of the init; never returns. `report_fd` is the descriptor number given on the command line.
+pub fn run_main(report_fd: i32) -> ! {
+    crate::report::set_report_fd(report_fd);
+    match helper() {
+        Ok(never) => match never {},
+        Err(error) => error.report_and_exit(),
+    }
+}
+
+fn die_with_parent() -> Result<(), SetupError> {
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } < 0 {
+        return Err(SetupError::new("prctl(PR_SET_PDEATHSIG)", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+fn read_spec() -> Result<JailSpec, SetupError> {
+    // SAFETY: fd 0 is the pipe the supervisor gave us; ManuallyDrop keeps it open for the program.
+    let mut stdin = ManuallyDrop::new(unsafe { File::from_raw_fd(0) });
+    let mut length = [0u8; 4];
+    stdin.read_exact(&mut length).step(|| "read spec length".into())?;
+    let length = u32::from_le_bytes(length) as usize;
+    if length > MAX_SPEC_BYTES {
+        return Err(SetupError::new("read spec", format!("spec of {length} bytes is too large")));
+    }
+    let mut bytes = vec![0u8; length];
+    stdin.read_exact(&mut bytes).step(|| "read spec".into())?;
+    serde_json::from_slice(&bytes).step(|| "parse spec".into())
+}
+
+fn write_id_maps(spec: &JailSpec, host_uid: u32, host_gid: u32) -> Result<(), SetupError> {
+    std::fs::write("/proc/self/setgroups", "deny").step(|| "write setgroups".into())?;
+    std::fs::write("/proc/self/uid_map", format!("{} {host_uid} 1\n", spec.sandbox_uid))
+        .step(|| "write uid_map".into())?;
+    std::fs::write("/proc/self/gid_map", format!("{} {host_gid} 1\n", spec.sandbox_gid)).step(|| "write gid_map".into())
+}
+
+fn helper() -> Result<Infallible, SetupError> {
+    die_with_parent()?;
+    let spec = read_spec()?;
+    for procs in &spec.cgroup_procs {
+        std::fs::write(procs, "0").step(|| format!("join cgroup {}", procs.display()))?;
+    }
+    // As root, capture the trees from outside the system dirs while every path is still reachable.
+    let trees = match spec.switch_to {
+        Some(_) => Some(HostTrees::capture(&spec)?),
+        None => None,
+    };
+    if let Some((uid, gid)) = spec.switch_to {
+        setgroups(&[]).step(|| "setgroups".into())?;
+        setresgid(Gid::from_raw(gid), Gid::from_raw(gid), Gid::from_raw(gid)).step(|| format!("setresgid {gid}"))?;
+        setresuid(Uid::from_raw(uid), Uid::from_raw(uid), Uid::from_raw(uid)).step(|| format!("setresuid {uid}"))?;
+        die_with_parent()?; // a credential change clears the parent-death signal
+        // ... and the dumpable flag, which would leave /proc/self/{uid,gid}_map owned by root and unwritable.
+        // SAFETY: prctl with integer arguments only.
+        if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) } < 0 {
+            return Err(SetupError::new("prctl(PR_SET_DUMPABLE)", std::io::Error::last_os_error()));
+        }
+    }
+    let (host_uid, host_gid) = (geteuid().as_raw(), getegid().as_raw());
+    unshare(CloneFlags::CLONE_NEWUSER).step(|| "unshare user namespace".into())?;
+    write_id_maps(&spec, host_uid, host_gid)?;
+    let namespaces = CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWNET
+        | CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWUTS
+        | CloneFlags::CLONE_NEWCGROUP;
+    unshare(namespaces).step(|| "unshare namespaces".into())?;
+    // SAFETY: this process is single-threaded, so the child may do anything after fork.
+    match unsafe { fork() }.step(|| "fork sandbox init".into())? {
+        ForkResult::Child => pid1::run(&spec, trees),
+        ForkResult::Parent { child } => {
+            Report::Started { init_pid: child.as_raw() }.send();
+            let code = loop {
+                match waitpid(child, None) {
+                    Ok(WaitStatus::Exited(_, code)) => break code,
+                    Ok(WaitStatus::Signaled(_, signal, _)) => break 128 + signal as i32,
+                    Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+                    Err(_) => break 125,
+                }
+            };
+            std::process::exit(code)
+        }
+    }
+}

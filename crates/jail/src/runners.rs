@@ -1,0 +1,198 @@
+//! Host interpreters the jail can run, found at start.
+//!
+//! The jail shows the host's system dirs read-only, so a runner is just a host program. Paths are preferred over
+//! `PATH` lookups so a fast system interpreter wins over a shim (pyenv's `python3` shim is a bash script that costs
+//! ~90 ms and cannot work inside the jail). An interpreter installed outside the system dirs (a pyenv build, say)
+//! gets its install prefix bound read-only at the same path. Each runner can be pinned with an environment
+//! variable: `SANDLOT_PYTHON`, `SANDLOT_NODE`, `SANDLOT_TYPESCRIPT` (node, tsx, deno or bun), `SANDLOT_BASH`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sandlot_core::Language;
+
+/// Directories the jail always shows; programs under them need no extra bind.
+const SYSTEM_PREFIXES: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
+
+/// A host interpreter for one language.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostRunner {
+    pub language: Language,
+    /// What is exec'd (visible at the same path in the jail).
+    pub program: PathBuf,
+    /// Arguments before the code file.
+    pub args: Vec<String>,
+    /// Install prefixes outside the system dirs, bound read-only.
+    pub extra_ro_binds: Vec<PathBuf>,
+    /// `program --version`'s first line, or empty when not probed.
+    pub version: String,
+}
+
+/// Pinned interpreter paths (from the environment, or flags).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunnerOverrides {
+    pub python: Option<PathBuf>,
+    pub node: Option<PathBuf>,
+    pub typescript: Option<PathBuf>,
+    pub bash: Option<PathBuf>,
+}
+
+impl RunnerOverrides {
+    /// Reads `SANDLOT_PYTHON`, `SANDLOT_NODE`, `SANDLOT_TYPESCRIPT` and `SANDLOT_BASH`.
+    pub fn from_env() -> Self {
+        let get = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+        Self {
+            python: get("SANDLOT_PYTHON"),
+            node: get("SANDLOT_NODE"),
+            typescript: get("SANDLOT_TYPESCRIPT"),
+            bash: get("SANDLOT_BASH"),
+        }
+    }
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+fn search_path(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join(name)).find(|p| is_executable(p))
+}
+
+/// The first executable among `candidates`, then `name` on `PATH`.
+fn find(candidates: &[&str], name: &str) -> Option<PathBuf> {
+    candidates.iter().map(PathBuf::from).find(|p| is_executable(p)).or_else(|| search_path(name))
+}
+
+fn under_system_dirs(path: &Path) -> bool {
+    SYSTEM_PREFIXES.iter().any(|prefix| path.starts_with(prefix))
+}
+
+/// The prefix to bind for a program outside the system dirs: the parent of its `bin` directory.
+fn install_prefix(program: &Path) -> Option<PathBuf> {
+    let real = std::fs::canonicalize(program).ok()?;
+    if under_system_dirs(&real) {
+        return None;
+    }
+    let bin = real.parent()?;
+    Some(if bin.file_name().is_some_and(|n| n == "bin") { bin.parent()?.to_path_buf() } else { bin.to_path_buf() })
+}
+
+/// Runs `program args` and returns its first line of output.
+fn first_line(program: &Path, args: &[&str]) -> Option<String> {
+    let output = Command::new(program).args(args).env("NO_COLOR", "1").output().ok()?;
+    let text = if output.stdout.is_empty() { output.stderr } else { output.stdout };
+    String::from_utf8_lossy(&text).lines().next().map(|l| l.trim().to_owned())
+}
+
+/// Resolves a pyenv-style shim to the interpreter it would run.
+fn resolve_python(program: PathBuf) -> PathBuf {
+    let is_shim = std::fs::read(&program).is_ok_and(|bytes| bytes.starts_with(b"#!"));
+    if !is_shim {
+        return program;
+    }
+    first_line(&program, &["-c", "import sys; print(sys.executable)"]).map(PathBuf::from).unwrap_or(program)
+}
+
+/// Node's major and minor version, from `node --version` (`v22.6.0`).
+fn node_version(node: &Path) -> Option<(u32, u32)> {
+    let line = first_line(node, &["--version"])?;
+    let mut parts = line.trim_start_matches('v').split('.');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+fn runner(language: Language, program: PathBuf, args: &[&str]) -> HostRunner {
+    let extra_ro_binds = install_prefix(&program).into_iter().collect();
+    HostRunner {
+        language,
+        program,
+        args: args.iter().map(|a| a.to_string()).collect(),
+        extra_ro_binds,
+        version: String::new(),
+    }
+}
+
+/// The TypeScript runner for a program chosen by name (`node`, `tsx`, `deno`, `bun`).
+fn typescript_runner(program: PathBuf) -> Option<HostRunner> {
+    let name = program.file_name()?.to_string_lossy().into_owned();
+    let args: &[&str] = match name.as_str() {
+        "deno" => &["run", "--allow-all", "--no-prompt", "--quiet"],
+        "bun" => &["run"],
+        "tsx" => &[],
+        _ => {
+            // Node strips types natively from 22.6 behind a flag, and by default from 23.6.
+            let version = node_version(&program)?;
+            if version >= (23, 6) {
+                &["--disable-warning=ExperimentalWarning"]
+            } else if version >= (22, 6) {
+                &["--experimental-strip-types", "--disable-warning=ExperimentalWarning"]
+            } else {
+                return None;
+            }
+        }
+    };
+    Some(runner(Language::TypeScript, program, args))
+}
+
+fn discover_one(language: Language, overrides: &RunnerOverrides) -> Option<HostRunner> {
+    match language {
+        Language::Python => {
+            let program = overrides
+                .python
+                .clone()
+                .or_else(|| find(&["/usr/bin/python3", "/usr/local/bin/python3"], "python3"))?;
+            Some(runner(language, resolve_python(program), &[]))
+        }
+        Language::JavaScript => {
+            let program = overrides.node.clone().or_else(|| find(&["/usr/bin/node", "/usr/local/bin/node"], "node"))?;
+            Some(runner(language, program, &[]))
+        }
+        Language::TypeScript => {
+            if let Some(program) = overrides.typescript.clone() {
+                return typescript_runner(program);
+            }
+            let node = overrides.node.clone().or_else(|| find(&["/usr/bin/node", "/usr/local/bin/node"], "node"));
+            node.and_then(typescript_runner).or_else(|| {
+                ["deno", "bun", "tsx"].iter().find_map(|name| search_path(name).and_then(typescript_runner))
+            })
+        }
+        Language::Bash => {
+            let program = overrides.bash.clone().or_else(|| find(&["/bin/bash", "/usr/bin/bash"], "bash"))?;
+            Some(runner(language, program, &[]))
+        }
+    }
+}
+
+/// Finds the runners for `languages` on this host; with `probe_versions`, asks each for its version.
+pub fn discover_runners(languages: &[Language], overrides: &RunnerOverrides, probe_versions: bool) -> Vec<HostRunner> {
+    let mut runners: Vec<HostRunner> = languages.iter().filter_map(|l| discover_one(*l, overrides)).collect();
+    if probe_versions {
+        for runner in &mut runners {
+            runner.version = first_line(&runner.program, &["--version"]).unwrap_or_default();
+        }
+    }
+    runners
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_programs_need_no_bind_and_others_bind_their_prefix() {
+        assert_eq!(install_prefix(Path::new("/bin/sh")), None);
+        let tmp = tempfile::tempdir().unwrap();
+        let bin = tmp.path().join("opt/tool/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::write(bin.join("tool"), "").unwrap();
+        let expected = std::fs::canonicalize(tmp.path().join("opt/tool")).unwrap();
+        assert_eq!(install_prefix(&bin.join("tool")), Some(expected));
+    }
+
+    #[test]
+    fn bash_is_found_with_its_version() {
+        let runners = discover_runners(&[Language::Bash], &RunnerOverrides::default(), true);
+        assert_eq!(runners.len(), 1);
+        assert!(runners[0].version.contains("bash"), "{:?}", runners[0]);
+    }
+}

@@ -1,0 +1,48 @@
+//! What the supervisor tells the init: everything needed to build one sandbox, serialised as JSON.
+//!
+//! Wire format on the init's standard input: a little-endian `u32` length, the JSON of [`JailSpec`], then the bytes
+//! of the program's own standard input until end of file.
+
+use std::path::PathBuf;
+
+/// The sandbox to build and the program to run in it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct JailSpec {
+    /// Interpreter to exec (an absolute path that is visible inside the jail).
+    pub program: PathBuf,
+    /// Its arguments, not counting argv[0].
+    pub args: Vec<String>,
+    /// Where the code is written inside the jail (under `/tmp`).
+    pub code_path: PathBuf,
+    pub code: String,
+    /// The whole environment of the program.
+    pub env: Vec<(String, String)>,
+    /// Host directory mounted read-write at `/data`.
+    pub workspace: PathBuf,
+    /// Host directories mounted read-only at the same path (interpreter prefixes outside the system dirs).
+    pub extra_ro_binds: Vec<PathBuf>,
+    /// `cgroup.procs` files the init joins (writes `0` to) before anything else.
+    pub cgroup_procs: Vec<PathBuf>,
+    /// Host uid/gid the init switches to before creating namespaces (only when started as root).
+    pub switch_to: Option<(u32, u32)>,
+    /// Uid and gid of the program inside the sandbox.
+    pub sandbox_uid: u32,
+    pub sandbox_gid: u32,
+    pub hostname: String,
+    pub tmp_mb: u64,
+    pub rlimits: RlimitSpec,
+    /// Apply Landlock when the kernel has it.
+    pub landlock: bool,
+}
+
+/// Per-process rlimits set on the program; `None` leaves the limit as inherited.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RlimitSpec {
+    pub open_files: u64,
+    pub file_size_bytes: u64,
+    pub cpu_seconds: u64,
+    /// Processes per user in the sandbox's user namespace (the fallback for a pids cgroup).
+    pub processes: Option<u64>,
+    /// Data segment bytes (the fallback for a memory cgroup).
+    pub data_bytes: Option<u64>,
+}

@@ -1,0 +1,357 @@
+//! The supervisor: the native [`Backend`]. It lives in the server (or `sandlot run`), starts one init per run,
+//! and owns everything that must hold even if the sandbox misbehaves: limits, the deadline, the disk quota,
+//! output caps and the final kill.
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use sandlot_core::{
+    Backend, CapturedStream, Job, Language, OutputChunk, OutputSink, RunOutcome, RunnerInfo, Stream, Termination,
+};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+
+use crate::cgroup::{CgroupSupport, RunCgroup};
+use crate::report::Report;
+use crate::runners::{HostRunner, RunnerOverrides, discover_runners};
+use crate::spec::{JailSpec, RlimitSpec};
+use crate::{Error, Result};
+
+/// The hidden subcommand that makes the sandlot binary act as the init.
+pub const INIT_SUBCOMMAND: &str = "__jail-init";
+
+/// Uid and gid inside the sandbox.
+const SANDBOX_ID: u32 = 1000;
+/// How often `/data` is measured against its quota while a run goes on.
+const DISK_CHECK_INTERVAL: Duration = Duration::from_millis(250);
+/// How long output may keep flowing after the init is gone (it cannot: everything died with pid 1).
+const DRAIN_GRACE: Duration = Duration::from_secs(5);
+
+/// How the native backend is set up.
+#[derive(Debug, Clone)]
+pub struct JailConfig {
+    /// The sandlot binary, re-executed as the init.
+    pub init_program: PathBuf,
+    /// Host uid and gid the sandbox runs as when the server is root (never root itself).
+    pub sandbox_host_uid: u32,
+    pub sandbox_host_gid: u32,
+    /// Languages to look for runners for.
+    pub languages: Vec<Language>,
+    pub overrides: RunnerOverrides,
+    /// Ask each interpreter its version at start (costs an exec each).
+    pub probe_versions: bool,
+}
+
+impl JailConfig {
+    /// Every language, this binary as the init, uid/gid 900000 on the host when root.
+    pub fn new(init_program: PathBuf) -> Self {
+        Self {
+            init_program,
+            sandbox_host_uid: 900_000,
+            sandbox_host_gid: 900_000,
+            languages: Language::ALL.to_vec(),
+            overrides: RunnerOverrides::from_env(),
+            probe_versions: true,
+        }
+    }
+}
+
+/// The native Linux backend.
+pub struct JailBackend {
+    config: JailConfig,
+    runners: Vec<HostRunner>,
+    cgroups: CgroupSupport,
+    root: bool,
+}
+
+impl JailBackend {
+    /// Finds runners and cgroup support on this host.
+    pub fn new(config: JailConfig) -> Self {
+        let runners = discover_runners(&config.languages, &config.overrides, config.probe_versions);
+        Self { config, runners, cgroups: CgroupSupport::detect(), root: nix::unistd::geteuid().is_root() }
+    }
+
+    /// The runners found.
+    pub fn host_runners(&self) -> &[HostRunner] {
+        &self.runners
+    }
+
+    /// The cgroup support found.
+    pub fn cgroups(&self) -> &CgroupSupport {
+        &self.cgroups
+    }
+
+    fn spec(&self, job: &Job, runner: &HostRunner, cgroup: Option<&RunCgroup>) -> JailSpec {
+        let code_path = PathBuf::from(format!("/tmp/main.{}", job.language.file_extension()));
+        let mut env: BTreeMap<String, String> = [
+            ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+            ("HOME", "/tmp"),
+            ("TMPDIR", "/tmp"),
+            ("USER", "sandbox"),
+            ("LANG", "C.UTF-8"),
+            ("PYTHONUNBUFFERED", "1"),
+            ("PYTHONDONTWRITEBYTECODE", "1"),
+            ("NO_COLOR", "1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        env.extend(job.env.clone());
+        let mut args = runner.args.clone();
+        args.push(code_path.to_string_lossy().into_owned());
+        let limits = &job.limits;
+        JailSpec {
+            program: runner.program.clone(),
+            args,
+            code_path,
+            code: job.code.clone(),
+            env: env.into_iter().collect(),
+            workspace: job.workspace.clone(),
+            extra_ro_binds: runner.extra_ro_binds.clone(),
+            cgroup_procs: cgroup.map(RunCgroup::procs_files).unwrap_or_default(),
+            switch_to: self.root.then_some((self.config.sandbox_host_uid, self.config.sandbox_host_gid)),
+            sandbox_uid: SANDBOX_ID,
+            sandbox_gid: SANDBOX_ID,
+            hostname: "sandlot".into(),
+            tmp_mb: limits.tmp_mb,
+            rlimits: RlimitSpec {
+                open_files: limits.open_files,
+                file_size_bytes: limits.disk_mb * 1024 * 1024,
+                cpu_seconds: limits.timeout.as_secs() + 1,
+                processes: cgroup.is_none().then_some(limits.pids),
+                data_bytes: cgroup.is_none().then_some(limits.memory_mb * 1024 * 1024),
+            },
+            landlock: true,
+        }
+    }
+}
+
+/// How the waiting ended.
+enum Ending {
+    Exited(std::process::ExitStatus),
+    TimedOut,
+    DiskQuota,
+}
+
+#[async_trait]
+impl Backend for JailBackend {
+    fn name(&self) -> &'static str {
+        "native"
+    }
+
+    fn runners(&self) -> Vec<RunnerInfo> {
+        self.runners
+            .iter()
+            .map(|r| RunnerInfo {
+                language: r.language,
+                image: r.program.display().to_string(),
+                version: r.version.clone(),
+            })
+            .collect()
+    }
+
+    async fn run(&self, job: Job, sink: &dyn OutputSink) -> sandlot_core::Result<RunOutcome> {
+        let runner =
+            self.runners.iter().find(|r| r.language == job.language).ok_or_else(|| sandlot_core::Error::NoRunner {
+                language: job.language.to_string(),
+                available: self.runners.iter().map(|r| r.language.to_string()).collect(),
+            })?;
+        if self.root {
+            let (uid, gid) = (self.config.sandbox_host_uid, self.config.sandbox_host_gid);
+            nix::unistd::chown(&job.workspace, Some(uid.into()), Some(gid.into()))
+                .map_err(|e| Error::io(format!("chown {}", job.workspace.display()), e.into()))?;
+        }
+        std::fs::set_permissions(&job.workspace, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .map_err(|e| Error::io(format!("chmod {}", job.workspace.display()), e))?;
+        let cgroup = self
+            .cgroups
+            .create(&job.run_id, &job.limits)
+            .map_err(|e| Error::io(format!("create cgroup for run {}", job.run_id), e))?;
+        let spec = self.spec(&job, runner, cgroup.as_ref());
+        let result = self.execute(&spec, &job, sink, cgroup.as_ref()).await;
+        let oom = cgroup.as_ref().is_some_and(RunCgroup::oom_killed);
+        if let Some(cgroup) = cgroup {
+            cgroup.remove().await;
+        }
+        let (ending, reports, stdout, stderr, duration) = result?;
+        let termination = match ending {
+            Ending::TimedOut => Termination::TimedOut,
+            Ending::DiskQuota => Termination::DiskQuotaExceeded,
+            Ending::Exited(status) => {
+                let last = reports.iter().rev().find(|r| !matches!(r, Report::Started { .. }));
+                match last {
+                    Some(Report::Exited { code }) => Termination::Exited { code: *code },
+                    Some(Report::Signaled { signal }) if oom && *signal == libc::SIGKILL => Termination::OutOfMemory,
+                    Some(Report::Signaled { signal }) if *signal == libc::SIGXFSZ => Termination::DiskQuotaExceeded,
+                    Some(Report::Signaled { signal }) => Termination::Signaled { signal: *signal },
+                    Some(Report::SetupFailed { step, error }) => {
+                        return Err(Error::Setup { step: step.clone(), message: error.clone() }.into());
+                    }
+                    _ if oom => Termination::OutOfMemory,
+                    _ => return Err(Error::NoReport { status: status.to_string() }.into()),
+                }
+            }
+        };
+        Ok(RunOutcome {
+            termination,
+            stdout_truncated: stdout.truncated(),
+            stderr_truncated: stderr.truncated(),
+            stdout: stdout.into_text(),
+            stderr: stderr.into_text(),
+            duration,
+        })
+    }
+}
+
+type Execution = (Ending, Vec<Report>, CapturedStream, CapturedStream, Duration);
+
+impl JailBackend {
+    async fn execute(
+        &self,
+        spec: &JailSpec,
+        job: &Job,
+        sink: &dyn OutputSink,
+        cgroup: Option<&RunCgroup>,
+    ) -> Result<Execution> {
+        let (report_reader, report_writer) = std::io::pipe().map_err(|e| Error::io("create report pipe", e))?;
+        let report_fd = report_writer.as_raw_fd();
+        let mut command = tokio::process::Command::new(&self.config.init_program);
+        command
+            .arg(INIT_SUBCOMMAND)
+            .arg(report_fd.to_string())
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        // SAFETY: the closure runs between fork and exec and only calls fcntl, which is async-signal-safe; it
+        // clears close-on-exec on the report pipe in this child alone.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::fcntl(report_fd, libc::F_SETFD, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let started = Instant::now();
+        let mut child =
+            command.spawn().map_err(|e| Error::io(format!("start {}", self.config.init_program.display()), e))?;
+        drop(report_writer);
+        let reports = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(report_reader))
+            .map_err(|e| Error::io("watch report pipe", e))?;
+        let (Some(mut stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(Error::io("take init pipes", std::io::ErrorKind::BrokenPipe.into()));
+        };
+        let spec_json = serde_json::to_vec(spec).map_err(|e| Error::io("encode spec", e.into()))?;
+
+        let feed = async move {
+            // The program may exit without reading its input; a broken pipe then is not an error.
+            let _ = stdin.write_all(&(spec_json.len() as u32).to_le_bytes()).await;
+            let _ = stdin.write_all(&spec_json).await;
+            let _ = stdin.write_all(&job.stdin).await;
+        };
+        let init_pid = AtomicI32::new(0);
+        let read_reports = async {
+            let mut lines = BufReader::new(reports).lines();
+            let mut all = Vec::new();
+            while let Ok(Some(line)) = lines.next_line().await {
+                match serde_json::from_str::<Report>(&line) {
+                    Ok(report) => {
+                        if let Report::Started { init_pid: pid } = report {
+                            init_pid.store(pid, Ordering::SeqCst);
+                        }
+                        all.push(report);
+                    }
+                    Err(e) => tracing::warn!(%e, line, "unreadable report from the jail init"),
+                }
+            }
+            all
+        };
+        let cap = job.limits.max_output_bytes;
+        let read_stdout = read_capped(stdout, Stream::Stdout, cap, sink);
+        let read_stderr = read_capped(stderr, Stream::Stderr, cap, sink);
+        let quota = job.limits.disk_mb * 1024 * 1024;
+        let wait = async {
+            let ending = tokio::select! {
+                status = child.wait() => match status {
+                    Ok(status) => return Ok(Ending::Exited(status)),
+                    Err(e) => return Err(Error::io("wait for jail init", e)),
+                },
+                () = tokio::time::sleep(job.limits.timeout) => Ending::TimedOut,
+                () = watch_disk(&job.workspace, quota) => Ending::DiskQuota,
+            };
+            kill_tree(init_pid.load(Ordering::SeqCst), &mut child, cgroup);
+            child.wait().await.map_err(|e| Error::io("wait for jail init", e))?;
+            Ok(ending)
+        };
+        let everything = async { tokio::join!(feed, read_reports, read_stdout, read_stderr, wait) };
+        let backstop = job.limits.timeout + DRAIN_GRACE;
+        let ((), reports, stdout, stderr, ending) = match tokio::time::timeout(backstop, everything).await {
+            Ok(results) => results,
+            Err(_) => {
+                if let Some(cgroup) = cgroup {
+                    cgroup.kill_all();
+                }
+                return Err(Error::io("jail did not finish after its deadline", std::io::ErrorKind::TimedOut.into()));
+            }
+        };
+        Ok((ending?, reports, stdout, stderr, started.elapsed()))
+    }
+}
+
+/// SIGKILLs the sandbox's pid 1 (the kernel then kills its whole pid namespace), the init, and anything left in
+/// the run's cgroup.
+fn kill_tree(init_pid: i32, child: &mut tokio::process::Child, cgroup: Option<&RunCgroup>) {
+    if init_pid > 0 {
+        let _ = kill(Pid::from_raw(init_pid), Signal::SIGKILL);
+    }
+    let _ = child.start_kill();
+    if let Some(cgroup) = cgroup {
+        cgroup.kill_all();
+    }
+}
+
+/// Resolves when `/data` holds more than `quota` bytes.
+async fn watch_disk(workspace: &Path, quota: u64) {
+    loop {
+        tokio::time::sleep(DISK_CHECK_INTERVAL).await;
+        let dir = workspace.to_path_buf();
+        let usage = tokio::task::spawn_blocking(move || sandlot_core::directory_usage(&dir)).await;
+        if let Ok(Ok((bytes, _))) = usage
+            && bytes > quota
+        {
+            return;
+        }
+    }
+}
+
+/// Reads a stream to its end, keeping and forwarding at most `cap` bytes; the excess is read and dropped.
+async fn read_capped(
+    mut pipe: impl AsyncRead + Unpin,
+    stream: Stream,
+    cap: usize,
+    sink: &dyn OutputSink,
+) -> CapturedStream {
+    let mut captured = CapturedStream::new(cap);
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        match pipe.read(&mut buffer).await {
+            Ok(0) | Err(_) => return captured,
+            Ok(n) => {
+                let kept = captured.push(&buffer[..n]);
+                if !kept.is_empty() {
+                    sink.output(OutputChunk { stream, data: kept.to_vec() });
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,56 @@
+//! The worker: the last steps before the interpreter runs, in the order that keeps each one possible.
+//! New session (no terminal to inject into), rlimits, `/data` as working directory, every capability dropped,
+//! `no_new_privs`, Landlock, stray descriptors closed, seccomp last, then `execve`.
+
+use std::convert::Infallible;
+use std::ffi::CString;
+
+use nix::unistd::{chdir, execve, setsid};
+
+use crate::report::{SetupError, Step};
+use crate::spec::JailSpec;
+use crate::{capabilities, landlock_rules, mount_api, rlimits, seccomp};
+
+/// Runs the worker; never returns (it becomes the program, or reports why not).
+pub fn run(spec: &JailSpec) -> ! {
+    match prepare_and_exec(spec) {
+        Ok(never) => match never {},
+        Err(error) => error.report_and_exit(),
+    }
+}
+
+fn cstring(text: &str, what: &str) -> Result<CString, SetupError> {
+    CString::new(text).step(|| format!("{what} contains a NUL byte"))
+}
+
+fn prepare_and_exec(spec: &JailSpec) -> Result<Infallible, SetupError> {
+    setsid().step(|| "setsid".into())?;
+    rlimits::apply(&spec.rlimits).step(|| "setrlimit".into())?;
+    chdir("/data").step(|| "chdir /data".into())?;
+    capabilities::drop_all().step(|| "drop capabilities".into())?;
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } < 0 {
+        return Err(SetupError::new("prctl(PR_SET_NO_NEW_PRIVS)", std::io::Error::last_os_error()));
+    }
+    if spec.landlock {
+        landlock_rules::apply().step(|| "landlock".into())?;
+    }
+
+    let program = mount_api::cpath(&spec.program).step(|| "program path".into())?;
+    let mut argv = vec![cstring(&spec.program.to_string_lossy(), "program")?];
+    for arg in &spec.args {
+        argv.push(cstring(arg, "argument")?);
+    }
+    let env =
+        spec.env.iter().map(|(k, v)| cstring(&format!("{k}={v}"), "environment")).collect::<Result<Vec<_>, _>>()?;
+
+    // Every inherited descriptor but stdio (the report pipe, the mount sources) closes on exec.
+    const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
+    // SAFETY: close_range on descriptor numbers; no memory is involved.
+    if unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) } < 0 {
+        return Err(SetupError::new("close_range", std::io::Error::last_os_error()));
+    }
+    seccomp::install().step(|| "seccomp".into())?;
+    let Err(error) = execve(&program, &argv, &env);
+    Err(SetupError::new(format!("exec {}", spec.program.display()), error))
+}
