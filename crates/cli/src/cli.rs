@@ -58,6 +58,9 @@ pub struct SandboxArgs {
     /// Host uid (and gid) sandboxes run as when sandlot runs as root. Never 0.
     #[arg(long, env = "SANDLOT_SANDBOX_UID", default_value_t = 900_000, value_parser = clap::value_parser!(u32).range(1..))]
     pub sandbox_uid: u32,
+    /// Turn on `favordynmods` on the host's cgroup2 mount, which makes entering a run's cgroup ~6 ms faster.
+    #[arg(long, env = "SANDLOT_TUNE_CGROUPS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub tune_cgroups: bool,
 }
 
 fn parse_cpus(text: &str) -> Result<f64, String> {

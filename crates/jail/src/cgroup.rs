@@ -27,10 +27,14 @@ pub enum CgroupSupport {
 }
 
 impl CgroupSupport {
-    /// Looks at the host; creates sandlot's parent groups when they are usable.
-    pub fn detect() -> Self {
+    /// Looks at the host; creates sandlot's parent groups when they are usable. With `tune`, turns on the
+    /// `favordynmods` option of the cgroup2 mount (see [`favor_dynamic_modifications`]).
+    pub fn detect(tune: bool) -> Self {
         if !nix::unistd::geteuid().is_root() {
             return Self::Unavailable { reason: "not running as root".into() };
+        }
+        if tune && let Err(e) = favor_dynamic_modifications() {
+            tracing::warn!("cannot enable favordynmods on the cgroup2 mount (each run pays ~6 ms more): {e}");
         }
         let root = Path::new(CGROUP_ROOT);
         if let Ok(controllers) = std::fs::read_to_string(root.join("cgroup.controllers")) {
@@ -114,6 +118,43 @@ impl CgroupSupport {
         };
         Ok(Some(group))
     }
+}
+
+/// The cgroup2 mount point and its superblock options, from `/proc/self/mountinfo`.
+fn cgroup2_mount() -> Option<(PathBuf, String)> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mountinfo.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let mut right = right.split_whitespace();
+        if right.next()? != "cgroup2" {
+            return None;
+        }
+        let options = right.nth(1)?.to_owned();
+        let mount_point = left.split_whitespace().nth(4)?;
+        mount_point.starts_with(CGROUP_ROOT).then(|| (PathBuf::from(mount_point), options))
+    })
+}
+
+/// Whether the cgroup2 mount has `favordynmods` (None: no cgroup2 mount).
+pub fn favordynmods_enabled() -> Option<bool> {
+    cgroup2_mount().map(|(_, options)| options.split(',').any(|o| o == "favordynmods"))
+}
+
+/// Moving a process into a cgroup takes a global lock whose writer waits for an RCU grace period: about 6 ms on
+/// our machines, on every run, for v1 and v2 alike. The cgroup2 mount option `favordynmods` (Linux 6.0+) makes
+/// that lock favour writers: the move then costs ~0.1 ms, at the price of slightly costlier fork and exit. The
+/// lock is global, so the option on the cgroup2 mount helps v1 hierarchies too. This remounts the cgroup2 mount
+/// with its current options plus `favordynmods`; it is a no-op when the option is already on.
+pub fn favor_dynamic_modifications() -> std::io::Result<()> {
+    let Some((mount_point, options)) = cgroup2_mount() else { return Ok(()) };
+    if options.split(',').any(|o| o == "favordynmods") {
+        return Ok(());
+    }
+    let kept: Vec<&str> = options.split(',').filter(|o| *o != "rw" && *o != "ro").collect();
+    let data = if kept.is_empty() { "favordynmods".to_owned() } else { format!("{},favordynmods", kept.join(",")) };
+    nix::mount::mount(None::<&str>, &mount_point, None::<&str>, nix::mount::MsFlags::MS_REMOUNT, Some(data.as_str()))?;
+    tracing::info!(mount = %mount_point.display(), "enabled favordynmods on the cgroup2 mount");
+    Ok(())
 }
 
 fn write(dir: &Path, file: &str, value: &str) -> std::io::Result<()> {

@@ -87,7 +87,9 @@ fn first_line(program: &Path, args: &[&str]) -> Option<String> {
 
 /// Resolves a pyenv-style shim to the interpreter it would run.
 fn resolve_python(program: PathBuf) -> PathBuf {
-    let is_shim = std::fs::read(&program).is_ok_and(|bytes| bytes.starts_with(b"#!"));
+    let mut magic = [0u8; 2];
+    let is_shim = std::fs::File::open(&program).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic)).is_ok()
+        && &magic == b"#!";
     if !is_shim {
         return program;
     }

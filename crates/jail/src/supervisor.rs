@@ -46,6 +46,8 @@ pub struct JailConfig {
     pub overrides: RunnerOverrides,
     /// Ask each interpreter its version at start (costs an exec each).
     pub probe_versions: bool,
+    /// Turn on `favordynmods` on the cgroup2 mount (6 ms less per run; see `cgroup::favor_dynamic_modifications`).
+    pub tune_cgroups: bool,
 }
 
 impl JailConfig {
@@ -58,6 +60,7 @@ impl JailConfig {
             languages: Language::ALL.to_vec(),
             overrides: RunnerOverrides::from_env(),
             probe_versions: true,
+            tune_cgroups: true,
         }
     }
 }
@@ -74,7 +77,8 @@ impl JailBackend {
     /// Finds runners and cgroup support on this host.
     pub fn new(config: JailConfig) -> Self {
         let runners = discover_runners(&config.languages, &config.overrides, config.probe_versions);
-        Self { config, runners, cgroups: CgroupSupport::detect(), root: nix::unistd::geteuid().is_root() }
+        let cgroups = CgroupSupport::detect(config.tune_cgroups);
+        Self { config, runners, cgroups, root: nix::unistd::geteuid().is_root() }
     }
 
     /// The runners found.
@@ -157,6 +161,7 @@ impl Backend for JailBackend {
     }
 
     async fn run(&self, job: Job, sink: &dyn OutputSink) -> sandlot_core::Result<RunOutcome> {
+        tracing::debug!(run_id = job.run_id, "jail run requested");
         let runner =
             self.runners.iter().find(|r| r.language == job.language).ok_or_else(|| sandlot_core::Error::NoRunner {
                 language: job.language.to_string(),
@@ -173,11 +178,13 @@ impl Backend for JailBackend {
             .cgroups
             .create(&job.run_id, &job.limits)
             .map_err(|e| Error::io(format!("create cgroup for run {}", job.run_id), e))?;
+        tracing::debug!(run_id = job.run_id, "cgroup ready");
         let spec = self.spec(&job, runner, cgroup.as_ref());
         let result = self.execute(&spec, &job, sink, cgroup.as_ref()).await;
         let oom = cgroup.as_ref().is_some_and(RunCgroup::oom_killed);
         if let Some(cgroup) = cgroup {
             cgroup.remove().await;
+            tracing::debug!(run_id = job.run_id, "cgroup removed");
         }
         let (ending, reports, stdout, stderr, duration) = result?;
         let termination = match ending {
@@ -266,6 +273,7 @@ impl JailBackend {
             while let Ok(Some(line)) = lines.next_line().await {
                 match serde_json::from_str::<Report>(&line) {
                     Ok(report) => {
+                        tracing::debug!(run_id = job.run_id, ?report, elapsed_us = started.elapsed().as_micros() as u64, "jail report");
                         if let Report::Started { init_pid: pid } = report {
                             init_pid.store(pid, Ordering::SeqCst);
                         }
@@ -304,6 +312,7 @@ impl JailBackend {
                 return Err(Error::io("jail did not finish after its deadline", std::io::ErrorKind::TimedOut.into()));
             }
         };
+        tracing::debug!(run_id = job.run_id, elapsed_us = started.elapsed().as_micros() as u64, "jail finished");
         Ok((ending?, reports, stdout, stderr, started.elapsed()))
     }
 }

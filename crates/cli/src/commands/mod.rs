@@ -35,6 +35,7 @@ pub fn jail_backend(
     config.sandbox_host_uid = sandbox.sandbox_uid;
     config.sandbox_host_gid = sandbox.sandbox_uid;
     config.probe_versions = probe_versions;
+    config.tune_cgroups = sandbox.tune_cgroups;
     if let Some(languages) = languages {
         config.languages = languages;
     }
