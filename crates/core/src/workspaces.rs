@@ -178,8 +178,7 @@ fn walk(
     if depth > MAX_DEPTH {
         return Ok(true);
     }
-    let mut entries = Dir::read_from(dir)?;
-    while let Some(entry) = entries.next() {
+    for entry in Dir::read_from(dir)? {
         let entry = entry?;
         let name: &CStr = entry.file_name();
         if name == c"." || name == c".." {
@@ -195,11 +194,8 @@ fn walk(
             Err(e) => return Err(e.into()),
         };
         match FileType::from_raw_mode(stat.st_mode) {
-            FileType::RegularFile => {
-                if !visit(&path, stat.st_size as u64) {
-                    return Ok(false);
-                }
-            }
+            FileType::RegularFile if !visit(&path, stat.st_size as u64) => return Ok(false),
+            FileType::RegularFile => {}
             FileType::Directory => {
                 let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
                 let sub = match rustix::fs::openat(dir, name, flags, Mode::empty()) {

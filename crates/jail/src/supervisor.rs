@@ -30,6 +30,8 @@ pub const INIT_SUBCOMMAND: &str = "__jail-init";
 const SANDBOX_ID: u32 = 1000;
 /// How often `/data` is measured against its quota while a run goes on.
 const DISK_CHECK_INTERVAL: Duration = Duration::from_millis(250);
+/// How long the init may take to reap the sandbox after its pid 1 was killed.
+const KILL_GRACE: Duration = Duration::from_secs(5);
 /// How long output may keep flowing after the init is gone (it cannot: everything died with pid 1).
 const DRAIN_GRACE: Duration = Duration::from_secs(5);
 
@@ -187,12 +189,19 @@ impl Backend for JailBackend {
             tracing::debug!(run_id = job.run_id, "cgroup removed");
         }
         let (ending, reports, stdout, stderr, duration) = result?;
+        // A program killed by RLIMIT_FSIZE (the quota as the largest file) shows as SIGXFSZ, or, when a shell ran
+        // it, as the shell's exit code 128+SIGXFSZ with /data at its quota.
+        let quota_bytes = job.limits.disk_mb * 1024 * 1024;
+        let data_full = || sandlot_core::directory_usage(&job.workspace).is_ok_and(|(bytes, _)| bytes >= quota_bytes);
         let termination = match ending {
             Ending::TimedOut => Termination::TimedOut,
             Ending::DiskQuota => Termination::DiskQuotaExceeded,
             Ending::Exited(status) => {
                 let last = reports.iter().rev().find(|r| !matches!(r, Report::Started { .. }));
                 match last {
+                    Some(Report::Exited { code }) if *code == 128 + libc::SIGXFSZ && data_full() => {
+                        Termination::DiskQuotaExceeded
+                    }
                     Some(Report::Exited { code }) => Termination::Exited { code: *code },
                     Some(Report::Signaled { signal }) if oom && *signal == libc::SIGKILL => Termination::OutOfMemory,
                     Some(Report::Signaled { signal }) if *signal == libc::SIGXFSZ => Termination::DiskQuotaExceeded,
@@ -273,7 +282,12 @@ impl JailBackend {
             while let Ok(Some(line)) = lines.next_line().await {
                 match serde_json::from_str::<Report>(&line) {
                     Ok(report) => {
-                        tracing::debug!(run_id = job.run_id, ?report, elapsed_us = started.elapsed().as_micros() as u64, "jail report");
+                        tracing::debug!(
+                            run_id = job.run_id,
+                            ?report,
+                            elapsed_us = started.elapsed().as_micros() as u64,
+                            "jail report"
+                        );
                         if let Report::Started { init_pid: pid } = report {
                             init_pid.store(pid, Ordering::SeqCst);
                         }
@@ -297,12 +311,20 @@ impl JailBackend {
                 () = tokio::time::sleep(job.limits.timeout) => Ending::TimedOut,
                 () = watch_disk(&job.workspace, quota) => Ending::DiskQuota,
             };
-            kill_tree(init_pid.load(Ordering::SeqCst), &mut child, cgroup);
-            child.wait().await.map_err(|e| Error::io("wait for jail init", e))?;
+            kill_tree(init_pid.load(Ordering::SeqCst), &mut child);
+            if tokio::time::timeout(KILL_GRACE, child.wait()).await.is_err() {
+                // Should not happen; make sure nothing survives anyway.
+                tracing::warn!(run_id = job.run_id, "jail init still alive after killing pid 1");
+                let _ = child.start_kill();
+                if let Some(cgroup) = cgroup {
+                    cgroup.kill_all();
+                }
+                child.wait().await.map_err(|e| Error::io("wait for jail init", e))?;
+            }
             Ok(ending)
         };
         let everything = async { tokio::join!(feed, read_reports, read_stdout, read_stderr, wait) };
-        let backstop = job.limits.timeout + DRAIN_GRACE;
+        let backstop = job.limits.timeout + KILL_GRACE + DRAIN_GRACE;
         let ((), reports, stdout, stderr, ending) = match tokio::time::timeout(backstop, everything).await {
             Ok(results) => results,
             Err(_) => {
@@ -317,15 +339,14 @@ impl JailBackend {
     }
 }
 
-/// SIGKILLs the sandbox's pid 1 (the kernel then kills its whole pid namespace), the init, and anything left in
-/// the run's cgroup.
-fn kill_tree(init_pid: i32, child: &mut tokio::process::Child, cgroup: Option<&RunCgroup>) {
+/// SIGKILLs the sandbox's pid 1: the kernel then kills everything in its pid namespace, and the init (its parent)
+/// reaps it and exits, so when the init is gone nothing of the run is left, not even a zombie. Before pid 1 is
+/// known, the init itself is killed (pid 1 dies with it through its parent-death signal).
+fn kill_tree(init_pid: i32, child: &mut tokio::process::Child) {
     if init_pid > 0 {
         let _ = kill(Pid::from_raw(init_pid), Signal::SIGKILL);
-    }
-    let _ = child.start_kill();
-    if let Some(cgroup) = cgroup {
-        cgroup.kill_all();
+    } else {
+        let _ = child.start_kill();
     }
 }
 

@@ -1,0 +1,442 @@
+//! Attack tests: each one tries, from inside the sandbox, to break one isolation promise, and asserts it holds.
+//! See docs/security.md for the layer behind each.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod common;
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{Sandbox, check, check_eq, describe, processes_of_uid};
+use libtest_mimic::Failed;
+use sandlot_core::{ConversationId, Error as CoreError, Language, Termination};
+
+fn main() {
+    common::main(vec![
+        ("host_only_files_are_invisible", host_only_files_are_invisible),
+        ("system_dirs_and_root_are_read_only", system_dirs_and_root_are_read_only),
+        ("host_processes_are_invisible_and_unkillable", host_processes_are_invisible_and_unkillable),
+        ("network_is_loopback_only", network_is_loopback_only),
+        ("fork_bomb_is_contained", fork_bomb_is_contained),
+        ("memory_bomb_is_killed_as_out_of_memory", memory_bomb_is_killed_as_out_of_memory),
+        ("setsid_double_fork_dies_at_the_deadline", setsid_double_fork_dies_at_the_deadline),
+        ("background_children_die_with_the_program", background_children_die_with_the_program),
+        ("output_flood_is_capped_and_server_memory_stays_flat", output_flood_is_capped_and_server_memory_stays_flat),
+        ("filling_tmp_stops_at_its_size", filling_tmp_stops_at_its_size),
+        ("filling_data_with_many_files_hits_the_quota", filling_data_with_many_files_hits_the_quota),
+        ("one_huge_file_in_data_hits_the_quota", one_huge_file_in_data_hits_the_quota),
+        ("dangerous_syscalls_are_refused", dangerous_syscalls_are_refused),
+        ("namespace_and_mount_tools_fail", namespace_and_mount_tools_fail),
+        ("x32_syscalls_kill_the_process", x32_syscalls_kill_the_process),
+        ("no_capabilities_and_no_new_privileges", no_capabilities_and_no_new_privileges),
+        ("symlinks_in_data_are_never_followed_by_the_server", symlinks_in_data_are_never_followed_by_the_server),
+        ("conversations_cannot_see_each_other", conversations_cannot_see_each_other),
+        ("server_environment_does_not_leak", server_environment_does_not_leak),
+        ("sandbox_never_runs_as_host_root", sandbox_never_runs_as_host_root),
+    ]);
+}
+
+fn python(sandbox: &Sandbox, code: &str) -> sandlot_core::RunReport {
+    sandbox.run("attack", Language::Python, code)
+}
+
+fn host_only_files_are_invisible() -> Result<(), Failed> {
+    let secret_dir = tempfile::tempdir()?;
+    let secret = secret_dir.path().join("secret.txt");
+    std::fs::write(&secret, "host secret")?;
+    let sandbox = Sandbox::new(|_| {});
+    let code = format!(
+        r#"
+import os
+for path in [{secret:?}, "/etc/shadow", "/etc/hostname", "/root/.bashrc", "/home", "/work", "/var/log", "/sys/kernel", "/boot"]:
+    try:
+        with open(path) as f:
+            print(path, "READ", f.read().strip())
+    except Exception as e:
+        print(path, type(e).__name__)
+print(sorted(os.listdir("/")))
+print(sorted(os.listdir("/etc")))
+"#
+    );
+    let report = python(&sandbox, &code);
+    let expected = format!(
+        "{secret} FileNotFoundError\n/etc/shadow FileNotFoundError\n/etc/hostname READ sandlot\n/root/.bashrc FileNotFoundError\n\
+         /home FileNotFoundError\n/work FileNotFoundError\n/var/log FileNotFoundError\n/sys/kernel FileNotFoundError\n\
+         /boot FileNotFoundError\n\
+         ['bin', 'data', 'dev', 'etc', 'lib', 'lib64', 'proc', 'root', 'sbin', 'tmp', 'usr']\n\
+         ['alternatives', 'group', 'hostname', 'hosts', 'ld.so.cache', 'ld.so.conf', 'ld.so.conf.d', 'localtime', 'nsswitch.conf', 'passwd', 'resolv.conf', 'ssl']\n",
+        secret = secret.display()
+    );
+    check_eq(report.outcome.stdout.as_str(), expected.as_str(), "what the sandbox sees")
+}
+
+fn system_dirs_and_root_are_read_only() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let marker = format!("sandlot-attack-{}", std::process::id());
+    let code = format!(
+        r#"
+import errno
+for d in ["/usr/bin", "/usr/lib", "/etc", "/", "/bin", "/lib", "/root", "/dev", "/proc/sys/kernel", "/tmp", "/data"]:
+    path = d.rstrip("/") + "/{marker}"
+    try:
+        with open(path, "w") as f:
+            f.write("x")
+        print(d, "WROTE")
+    except OSError as e:
+        refused = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT)
+        print(d, "refused" if e.errno in refused else errno.errorcode[e.errno])
+try:
+    open("/proc/sys/kernel/hostname", "w").write("pwned")
+    print("proc/sys WROTE")
+except OSError:
+    print("proc/sys refused")
+"#
+    );
+    let report = python(&sandbox, &code);
+    let expected = "/usr/bin refused\n/usr/lib refused\n/etc refused\n/ refused\n/bin refused\n/lib refused\n/root refused\n\
+                    /dev refused\n/proc/sys/kernel refused\n/tmp WROTE\n/data WROTE\nproc/sys refused\n";
+    check_eq(report.outcome.stdout.as_str(), expected, "writes")?;
+    for dir in ["/usr/bin", "/usr/lib", "/etc", "/", "/root"] {
+        let path = std::path::Path::new(dir).join(&marker);
+        check(!path.exists(), || format!("{} appeared on the host", path.display()))?;
+    }
+    check(sandbox.data_dir("attack").join(&marker).exists(), || "the /data write did not reach the host".into())
+}
+
+fn host_processes_are_invisible_and_unkillable() -> Result<(), Failed> {
+    let mut victim = Command::new("sleep").arg("300").spawn()?;
+    let sandbox = Sandbox::new(|_| {});
+    let code = format!(
+        "ls /proc | grep -cE '^[0-9]+$'\nkill -9 {pid} 2>/dev/null && echo KILLED-HOST || echo no-such-process\nkill -9 1 2>/dev/null && echo KILLED-INIT || echo init-refused\nkill -9 -1\necho still-here",
+        pid = victim.id()
+    );
+    let report = sandbox.run("attack", Language::Bash, &code);
+    let alive = victim.try_wait()?.is_none();
+    victim.kill()?;
+    victim.wait()?;
+    check(alive, || "the host process was killed from the sandbox".into())?;
+    // `kill -9 -1` reaches every process of the sandbox but its init and the caller: the shell goes on.
+    check_eq(report.outcome.termination.clone(), Termination::Exited { code: 0 }, "termination")?;
+    let lines: Vec<&str> = report.outcome.stdout.lines().collect();
+    let visible: u32 = lines.first().and_then(|l| l.parse().ok()).unwrap_or(999);
+    check(visible <= 4, || format!("the sandbox sees {visible} processes:\n{}", describe(&report)))?;
+    check_eq(&lines[1..], &["no-such-process", "init-refused", "still-here"][..], "kill results")
+}
+
+fn network_is_loopback_only() -> Result<(), Failed> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
+    let port = listener.local_addr()?.port();
+    let sandbox = Sandbox::new(|_| {});
+    let code = format!(
+        r#"
+import socket, threading
+def attempt(label, fn):
+    try:
+        fn()
+        print(label, "CONNECTED")
+    except OSError as e:
+        print(label, type(e).__name__)
+attempt("host-loopback", lambda: socket.create_connection(("127.0.0.1", {port}), timeout=2))
+attempt("dns", lambda: socket.getaddrinfo("example.com", 80))
+print("interfaces", sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").readlines()[2:]))
+print("routes", len(open("/proc/net/route").readlines()) - 1)
+server = socket.socket(); server.bind(("127.0.0.1", 0)); server.listen(1)
+threading.Thread(target=lambda: server.accept()[0].sendall(b"hi"), daemon=True).start()
+client = socket.create_connection(server.getsockname(), timeout=2)
+print("own-loopback", client.recv(2).decode())
+"#
+    );
+    let report = python(&sandbox, &code);
+    let expected = "host-loopback ConnectionRefusedError\ndns gaierror\ninterfaces ['lo']\nroutes 0\nown-loopback hi\n";
+    check_eq(report.outcome.stdout.as_str(), expected, &format!("network probes\n{}", describe(&report)))?;
+    check(listener.accept().is_err(), || "the host listener got a connection".into())
+}
+
+/// Runs `/bin/true` on the host every 100 ms while `during` runs and returns the slowest start.
+fn slowest_host_spawn(during: impl FnOnce()) -> Duration {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    let prober = std::thread::spawn(move || {
+        let mut slowest = Duration::ZERO;
+        while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+            let start = Instant::now();
+            let _ = Command::new("/bin/true").status();
+            slowest = slowest.max(start.elapsed());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        slowest
+    });
+    during();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    prober.join().unwrap_or(Duration::MAX)
+}
+
+fn fork_bomb_is_contained() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|limits| limits.timeout = Duration::from_secs(3));
+    let mut report = None;
+    let slowest = slowest_host_spawn(|| {
+        report = Some(sandbox.run("attack", Language::Bash, "bomb() { bomb | bomb & }; bomb; sleep 30"));
+    });
+    let report = report.unwrap();
+    check_eq(report.outcome.termination.clone(), Termination::TimedOut, "termination")?;
+    check(report.outcome.stderr.contains("Resource temporarily unavailable"), || {
+        format!("the pids limit was not what stopped the bomb\n{}", describe(&report))
+    })?;
+    check(slowest < Duration::from_secs(1), || format!("the host stalled: a process took {slowest:?} to run"))?;
+    let left = processes_of_uid(common::sandbox_host_uid());
+    check(left.is_empty(), || format!("processes left after the run: {left:?}"))
+}
+
+fn memory_bomb_is_killed_as_out_of_memory() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|limits| limits.memory_mb = 64);
+    let report = python(&sandbox, "hog = 'x' * (512 * 1024 * 1024)\nprint('survived', len(hog))");
+    check_eq(report.outcome.termination.clone(), Termination::OutOfMemory, &describe(&report))?;
+    check(!report.outcome.stdout.contains("survived"), || "the allocation succeeded".into())
+}
+
+fn setsid_double_fork_dies_at_the_deadline() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|limits| limits.timeout = Duration::from_secs(2));
+    let code = "setsid bash -c 'sleep 1000 & disown' &\n( setsid sleep 999 & )\nnohup sleep 998 >/dev/null 2>&1 &\nwhile :; do :; done";
+    let report = sandbox.run("attack", Language::Bash, code);
+    check_eq(report.outcome.termination.clone(), Termination::TimedOut, "termination")?;
+    let left = processes_of_uid(common::sandbox_host_uid());
+    check(left.is_empty(), || format!("processes left after the deadline: {left:?}"))
+}
+
+fn background_children_die_with_the_program() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let report = sandbox.run("attack", Language::Bash, "( setsid sleep 1000 & )\nsleep 1000 &\ndisown\necho done");
+    check_eq(report.outcome.termination.clone(), Termination::Exited { code: 0 }, "termination")?;
+    check_eq(report.outcome.stdout.as_str(), "done\n", "stdout")?;
+    let left = processes_of_uid(common::sandbox_host_uid());
+    check(left.is_empty(), || format!("processes left after the program exited: {left:?}"))
+}
+
+fn resident_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches(" kB").parse().ok()))?
+        })
+        .unwrap_or(0)
+}
+
+fn output_flood_is_capped_and_server_memory_stays_flat() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|limits| {
+        limits.timeout = Duration::from_secs(3);
+        limits.max_output_bytes = 1024 * 1024;
+    });
+    let before = resident_kib();
+    let report = python(&sandbox, "import sys\nchunk = b'x' * 65536\nwhile True:\n    sys.stdout.buffer.write(chunk)");
+    let growth_kib = resident_kib().saturating_sub(before);
+    check_eq(report.outcome.termination.clone(), Termination::TimedOut, "termination")?;
+    check_eq(report.outcome.stdout.len(), 1024 * 1024, "kept stdout bytes")?;
+    check(report.outcome.stdout_truncated, || "stdout not marked truncated".into())?;
+    check(growth_kib < 32 * 1024, || format!("the server grew by {growth_kib} KiB while the sandbox flooded"))
+}
+
+fn filling_tmp_stops_at_its_size() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|limits| limits.tmp_mb = 16);
+    let report = sandbox.run(
+        "attack",
+        Language::Bash,
+        "dd if=/dev/zero of=/tmp/fill bs=1M count=100 2>&1; echo exit=$?; du -m /tmp/fill | cut -f1",
+    );
+    let out = &report.outcome.stdout;
+    check(out.contains("No space left on device") && out.contains("exit=1\n"), || describe(&report))?;
+    check(out.ends_with("16\n") || out.ends_with("15\n"), || {
+        format!("/tmp held more than its size\n{}", describe(&report))
+    })
+}
+
+fn filling_data_with_many_files_hits_the_quota() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|limits| {
+        limits.disk_mb = 32;
+        limits.timeout = Duration::from_secs(20);
+    });
+    let code = "import itertools\nchunk = b'x' * (4 * 1024 * 1024)\nfor i in itertools.count():\n    with open(f'/data/f{i}', 'wb') as f:\n        f.write(chunk)";
+    let report = python(&sandbox, code);
+    check_eq(report.outcome.termination.clone(), Termination::DiskQuotaExceeded, &describe(&report))?;
+    let (bytes, _) = sandlot_core::directory_usage(&sandbox.data_dir("attack"))?;
+    check(bytes < 512 * 1024 * 1024, || format!("/data grew to {bytes} bytes past a 32 MiB quota"))
+}
+
+fn one_huge_file_in_data_hits_the_quota() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|limits| limits.disk_mb = 16);
+    let report = sandbox.run("attack", Language::Bash, "dd if=/dev/zero of=/data/huge bs=1M count=64");
+    check_eq(report.outcome.termination.clone(), Termination::DiskQuotaExceeded, &describe(&report))?;
+    let size = std::fs::metadata(sandbox.data_dir("attack").join("huge"))?.len();
+    check(size <= 16 * 1024 * 1024, || format!("the file reached {size} bytes"))
+}
+
+fn dangerous_syscalls_are_refused() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let code = r#"
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+CLONE_NEWUSER, CLONE_NEWNET, SIGCHLD = 0x10000000, 0x40000000, 17
+calls = [
+    ("ptrace", 101, 16, 1, 0, 0),          # PTRACE_ATTACH to pid 1
+    ("process_vm_readv", 310, 1, 0, 0, 0),
+    ("mount", 165, 0, 0, 0, 0),
+    ("umount2", 166, 0, 0, 0, 0),
+    ("unshare", 272, CLONE_NEWUSER, 0, 0, 0),
+    ("setns", 308, 0, 0, 0, 0),
+    ("chroot", 161, 0, 0, 0, 0),
+    ("pivot_root", 155, 0, 0, 0, 0),
+    ("keyctl", 250, 0, 0, 0, 0),
+    ("add_key", 248, 0, 0, 0, 0),
+    ("bpf", 321, 0, 0, 0, 0),
+    ("perf_event_open", 298, 0, 0, 0, 0),
+    ("userfaultfd", 323, 0, 0, 0, 0),
+    ("io_uring_setup", 425, 1, 0, 0, 0),
+    ("open_tree", 428, 0, 0, 0, 0),
+    ("fsopen", 430, 0, 0, 0, 0),
+    ("init_module", 175, 0, 0, 0, 0),
+    ("kexec_load", 246, 0, 0, 0, 0),
+    ("reboot", 169, 0, 0, 0, 0),
+    ("clone(NEWUSER)", 56, CLONE_NEWUSER | SIGCHLD, 0, 0, 0),
+    ("clone(NEWNET)", 56, CLONE_NEWNET | SIGCHLD, 0, 0, 0),
+    ("clone3", 435, 0, 0, 0, 0),
+    ("socket(NETLINK)", 41, 16, 3, 0, 0),
+    ("socket(PACKET)", 41, 17, 3, 0, 0),
+    ("socket(VSOCK)", 41, 40, 1, 0, 0),
+]
+for name, nr, *args in calls:
+    ctypes.set_errno(0)
+    rc = libc.syscall(nr, *args)
+    print(name, rc, errno.errorcode.get(ctypes.get_errno(), ctypes.get_errno()))
+"#;
+    let report = python(&sandbox, code);
+    let expected: String = [
+        "ptrace",
+        "process_vm_readv",
+        "mount",
+        "umount2",
+        "unshare",
+        "setns",
+        "chroot",
+        "pivot_root",
+        "keyctl",
+        "add_key",
+        "bpf",
+        "perf_event_open",
+        "userfaultfd",
+        "io_uring_setup",
+        "open_tree",
+        "fsopen",
+        "init_module",
+        "kexec_load",
+        "reboot",
+        "clone(NEWUSER)",
+        "clone(NEWNET)",
+    ]
+    .iter()
+    .map(|name| format!("{name} -1 EPERM\n"))
+    .chain(["clone3 -1 ENOSYS\n".into()])
+    .chain(["socket(NETLINK)", "socket(PACKET)", "socket(VSOCK)"].iter().map(|n| format!("{n} -1 EAFNOSUPPORT\n")))
+    .collect();
+    check_eq(report.outcome.stdout.as_str(), expected.as_str(), &describe(&report))
+}
+
+fn namespace_and_mount_tools_fail() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let code = "unshare -r true 2>/dev/null && echo unshare-ok || echo unshare-refused\n\
+                mkdir -p /tmp/m; mount -t tmpfs none /tmp/m 2>/dev/null && echo mount-ok || echo mount-refused\n\
+                mknod /tmp/sda b 8 0 2>/dev/null && echo mknod-ok || echo mknod-refused\n\
+                chroot / true 2>/dev/null && echo chroot-ok || echo chroot-refused";
+    let report = sandbox.run("attack", Language::Bash, code);
+    check_eq(
+        report.outcome.stdout.as_str(),
+        "unshare-refused\nmount-refused\nmknod-refused\nchroot-refused\n",
+        &describe(&report),
+    )
+}
+
+fn x32_syscalls_kill_the_process() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    // getpid through the x32 ABI: the filter must not let x32 numbers alias the x86_64 ones.
+    let code = "import ctypes\nlibc = ctypes.CDLL(None)\nprint('before', flush=True)\nlibc.syscall(0x40000000 | 39)\nprint('after')";
+    let report = python(&sandbox, code);
+    check_eq(report.outcome.termination.clone(), Termination::Signaled { signal: 31 }, &describe(&report))?;
+    check_eq(report.outcome.stdout.as_str(), "before\n", "stdout")
+}
+
+fn no_capabilities_and_no_new_privileges() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let code = "grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\\t ' ' '\n\
+                awk '$5 != \"/proc\" && $5 !~ /^\\/proc\\// && $6 !~ /nosuid/ {print \"suid allowed on\", $5}' /proc/self/mountinfo";
+    let report = sandbox.run("attack", Language::Bash, code);
+    let expected = "CapInh: 0000000000000000\nCapPrm: 0000000000000000\nCapEff: 0000000000000000\nCapBnd: 0000000000000000\n\
+                    CapAmb: 0000000000000000\nNoNewPrivs: 1\nSeccomp: 2\n";
+    check_eq(report.outcome.stdout.as_str(), expected, &describe(&report))
+}
+
+fn symlinks_in_data_are_never_followed_by_the_server() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let code = "ln -s /etc/passwd /data/leak\nln -s / /data/root\nln -s /etc /data/etc\necho real > /data/real.txt";
+    let report = sandbox.run("attack", Language::Bash, code);
+    check_eq(report.outcome.termination.clone(), Termination::Exited { code: 0 }, "termination")?;
+    let names: Vec<&str> = report.files.files.iter().map(|f| f.path.as_str()).collect();
+    check_eq(names, vec!["real.txt"], "listed files")?;
+    let workspaces = sandbox.engine.workspaces();
+    let id = ConversationId::parse("attack")?;
+    for path in ["leak", "root/etc/passwd", "etc/passwd", "root/etc/shadow"] {
+        match workspaces.open(&id, path) {
+            Err(CoreError::InvalidPath { .. }) => {}
+            Ok(mut file) => {
+                let mut leaked = String::new();
+                file.read_to_string(&mut leaked)?;
+                return Err(format!("{path} was readable: {leaked:.60}").into());
+            }
+            Err(other) => return Err(format!("{path}: unexpected {other}").into()),
+        }
+    }
+    let mut text = String::new();
+    workspaces.open(&id, "real.txt")?.read_to_string(&mut text)?;
+    check_eq(text.as_str(), "real\n", "real file")
+}
+
+fn conversations_cannot_see_each_other() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let a = sandbox.run("conv-a", Language::Bash, "echo alpha-secret > /data/secret-a.txt");
+    check_eq(a.outcome.termination.clone(), Termination::Exited { code: 0 }, "first run")?;
+    let b = sandbox.run(
+        "conv-b",
+        Language::Bash,
+        "ls -A /data; ls -A /data/..; grep -rs 'alpha-[s]ecret' / --exclude-dir=proc --exclude-dir=usr || echo not-found",
+    );
+    check_eq(
+        b.outcome.stdout.as_str(),
+        "bin\ndata\ndev\netc\nlib\nlib64\nproc\nroot\nsbin\ntmp\nusr\nnot-found\n",
+        &describe(&b),
+    )
+}
+
+fn server_environment_does_not_leak() -> Result<(), Failed> {
+    // The test process runs under cargo, with CARGO_* and PATH variables of its own; none may reach the program.
+    check(std::env::vars().any(|(k, _)| k.starts_with("CARGO")), || "expected cargo's variables in the test".into())?;
+    let sandbox = Sandbox::new(|_| {});
+    let env = [("MY_SETTING".to_owned(), "42".to_owned())].into_iter().collect();
+    // The sandbox's pid 1 keeps capabilities the program lacks, so the program cannot read its memory or environ.
+    let code = "import os\nprint(sorted(os.environ.items()))\ntry:\n    open('/proc/1/environ').read()\nexcept PermissionError:\n    print('pid 1 protected')";
+    let report = sandbox.run_with("attack", Language::Python, code, Vec::new(), env);
+    let expected = "[('HOME', '/tmp'), ('LANG', 'C.UTF-8'), ('MY_SETTING', '42'), ('NO_COLOR', '1'), \
+                    ('PATH', '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'), ('PYTHONDONTWRITEBYTECODE', '1'), \
+                    ('PYTHONUNBUFFERED', '1'), ('TMPDIR', '/tmp'), ('USER', 'sandbox')]\npid 1 protected\n";
+    check_eq(report.outcome.stdout.as_str(), expected, &describe(&report))
+}
+
+fn sandbox_never_runs_as_host_root() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let report = sandbox.run("attack", Language::Bash, "id -u; cat /proc/self/uid_map | tr -s ' '; touch /data/owned");
+    let expected = format!("1000\n 1000 {} 1\n", common::sandbox_host_uid());
+    check_eq(report.outcome.stdout.as_str(), expected.as_str(), &describe(&report))?;
+    let meta = std::fs::metadata(sandbox.data_dir("attack").join("owned"))?;
+    check_eq(std::os::unix::fs::MetadataExt::uid(&meta), common::sandbox_host_uid(), "owner of a file written in /data")
+}

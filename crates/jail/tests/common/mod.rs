@@ -1,0 +1,130 @@
+//! Shared by the jail's integration tests: a harness whose binary doubles as the jail init, and a sandbox
+//! (engine + native backend over a temporary root) to run code in.
+//!
+//! These tests need root (cgroups, a dedicated sandbox uid); `scripts/test.sh` runs them as root. Without root
+//! they fail rather than skip, so a CI that lost its privileges cannot pass silently.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use libtest_mimic::{Arguments, Failed, Trial};
+use sandlot_core::{ConversationId, Engine, EngineConfig, Language, Limits, RunReport, RunRequest, Workspaces};
+use sandlot_jail::{JailBackend, JailConfig};
+
+/// The host uid the sandboxes of this test process run as: unique per process (nextest runs each test in its own
+/// process, several at once), so a test can look for leftovers of its own runs only.
+pub fn sandbox_host_uid() -> u32 {
+    910_000 + std::process::id() % 80_000
+}
+
+/// One named test.
+pub type Test = (&'static str, fn() -> Result<(), Failed>);
+
+/// Runs the tests, or acts as the jail init when re-executed by the backend.
+pub fn main(tests: Vec<Test>) -> ! {
+    let mut args = std::env::args_os();
+    if args.nth(1).as_deref() == Some(OsStr::new(sandlot_jail::INIT_SUBCOMMAND)) {
+        let fd = args.next().and_then(|a| a.to_str().and_then(|s| s.parse().ok())).unwrap_or(-1);
+        sandlot_jail::init::run_main(fd);
+    }
+    let arguments = Arguments::from_args();
+    let trials = tests.into_iter().map(|(name, test)| Trial::test(name, test)).collect();
+    libtest_mimic::run(&arguments, trials).exit()
+}
+
+/// An engine over the native backend with its own temporary conversation root.
+pub struct Sandbox {
+    pub root: tempfile::TempDir,
+    pub engine: Engine,
+    pub runtime: tokio::runtime::Runtime,
+}
+
+impl Sandbox {
+    /// A sandbox with default limits changed by `adjust`.
+    pub fn new(adjust: impl FnOnce(&mut Limits)) -> Self {
+        assert!(nix::unistd::geteuid().is_root(), "the jail tests need root (run scripts/test.sh as root)");
+        let root = tempfile::tempdir().expect("temp root");
+        let mut config = JailConfig::new(std::env::current_exe().expect("test binary"));
+        config.sandbox_host_uid = sandbox_host_uid();
+        config.sandbox_host_gid = sandbox_host_uid();
+        config.probe_versions = false;
+        let backend = Arc::new(JailBackend::new(config));
+        let mut engine_config = EngineConfig::default();
+        engine_config.limits.timeout = Duration::from_secs(10);
+        adjust(&mut engine_config.limits);
+        let engine = Engine::new(backend, Workspaces::new(root.path()), engine_config);
+        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+        Self { root, engine, runtime }
+    }
+
+    /// Runs `code` in `conversation`.
+    pub fn run(&self, conversation: &str, language: Language, code: &str) -> RunReport {
+        self.run_with(conversation, language, code, Vec::new(), BTreeMap::new())
+    }
+
+    /// Runs `code` with standard input and extra environment.
+    pub fn run_with(
+        &self,
+        conversation: &str,
+        language: Language,
+        code: &str,
+        stdin: Vec<u8>,
+        env: BTreeMap<String, String>,
+    ) -> RunReport {
+        let request = RunRequest {
+            conversation_id: conversation.into(),
+            language: language.as_str().into(),
+            code: code.into(),
+            stdin,
+            env,
+            timeout: None,
+        };
+        self.runtime.block_on(self.engine.run(request, &())).expect("run")
+    }
+
+    /// The host directory of a conversation's `/data`.
+    pub fn data_dir(&self, conversation: &str) -> PathBuf {
+        self.engine.workspaces().files_dir(&ConversationId::parse(conversation).expect("id"))
+    }
+}
+
+/// Pids of host processes running as `uid`.
+pub fn processes_of_uid(uid: u32) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else { continue };
+        let real_uid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|u| u.parse::<u32>().ok());
+        if real_uid == Some(uid) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Fails the test with a message when `condition` is false.
+pub fn check(condition: bool, message: impl FnOnce() -> String) -> Result<(), Failed> {
+    if condition { Ok(()) } else { Err(message().into()) }
+}
+
+/// Fails unless the two values are equal, showing both.
+pub fn check_eq<T: PartialEq + std::fmt::Debug>(actual: T, expected: T, what: &str) -> Result<(), Failed> {
+    check(actual == expected, || format!("{what}:\n  actual:   {actual:?}\n  expected: {expected:?}"))
+}
+
+/// The run's output for failure messages.
+pub fn describe(report: &RunReport) -> String {
+    format!(
+        "termination {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        report.outcome.termination, report.outcome.stdout, report.outcome.stderr
+    )
+}

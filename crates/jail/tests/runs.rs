@@ -1,0 +1,166 @@
+//! What the jail must do for ordinary programs: every language, stdin, exit codes, signals, deadlines, live
+//! output, files that persist across runs of a conversation, and a clear error for a missing runner.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{Sandbox, check, check_eq, describe};
+use libtest_mimic::Failed;
+use sandlot_core::{Engine, EngineConfig, Language, OutputChunk, RunRequest, Stream, Termination, Workspaces};
+use sandlot_jail::{JailBackend, JailConfig};
+
+fn main() {
+    common::main(vec![
+        ("every_language_runs", every_language_runs),
+        ("stdin_reaches_the_program", stdin_reaches_the_program),
+        ("exit_codes_are_passed_on", exit_codes_are_passed_on),
+        ("signals_are_reported", signals_are_reported),
+        ("deadline_kills_and_reports_a_timeout", deadline_kills_and_reports_a_timeout),
+        ("output_is_streamed_while_the_program_runs", output_is_streamed_while_the_program_runs),
+        ("files_persist_across_runs_of_a_conversation", files_persist_across_runs_of_a_conversation),
+        ("missing_runner_lists_the_available_ones", missing_runner_lists_the_available_ones),
+        ("invalid_requests_are_refused_before_running", invalid_requests_are_refused_before_running),
+    ]);
+}
+
+fn every_language_runs() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let cases = [
+        (Language::Python, "import sys\nprint('py', sys.version_info[0])"),
+        (Language::JavaScript, "const n = [1, 2, 3].reduce((a, b) => a + b); console.log('js', n)"),
+        (
+            Language::TypeScript,
+            "const n: number = 6;\ninterface P { x: number }\nconst p: P = { x: n };\nconsole.log('ts', p.x)",
+        ),
+        (Language::Bash, "echo bash $((2 * 3))"),
+    ];
+    let expected = ["py 3\n", "js 6\n", "ts 6\n", "bash 6\n"];
+    for ((language, code), expected) in cases.iter().zip(expected) {
+        let report = sandbox.run("langs", *language, code);
+        check(report.outcome.success(), || format!("{language}: {}", describe(&report)))?;
+        check_eq(report.outcome.stdout.as_str(), expected, language.as_str())?;
+    }
+    Ok(())
+}
+
+fn stdin_reaches_the_program() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let code = "import sys\ndata = sys.stdin.read()\nprint(len(data), data.upper())";
+    let report = sandbox.run_with("stdin", Language::Python, code, b"hello sandbox".to_vec(), Default::default());
+    check_eq(report.outcome.stdout.as_str(), "13 HELLO SANDBOX\n", &describe(&report))
+}
+
+fn exit_codes_are_passed_on() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let report = sandbox.run("codes", Language::Bash, "echo out; echo err >&2; exit 7");
+    check_eq(report.outcome.termination.clone(), Termination::Exited { code: 7 }, "termination")?;
+    check_eq((report.outcome.stdout.as_str(), report.outcome.stderr.as_str()), ("out\n", "err\n"), "streams")?;
+    let report = sandbox.run("codes", Language::Python, "raise SystemExit(3)");
+    check_eq(report.outcome.exit_code(), 3, "python exit code")
+}
+
+fn signals_are_reported() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let report = sandbox.run("signals", Language::Bash, "kill -TERM $$");
+    check_eq(report.outcome.termination.clone(), Termination::Signaled { signal: 15 }, &describe(&report))?;
+    check_eq(report.outcome.exit_code(), 143, "exit code")
+}
+
+fn deadline_kills_and_reports_a_timeout() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|limits| limits.timeout = Duration::from_millis(1500));
+    let start = Instant::now();
+    let report = sandbox.run("deadline", Language::Python, "import time\nprint('start', flush=True)\ntime.sleep(60)");
+    let elapsed = start.elapsed();
+    check_eq(report.outcome.termination.clone(), Termination::TimedOut, &describe(&report))?;
+    check_eq(report.outcome.stdout.as_str(), "start\n", "output before the deadline")?;
+    check(elapsed < Duration::from_secs(5), || format!("the run took {elapsed:?} for a 1.5 s deadline"))
+}
+
+fn output_is_streamed_while_the_program_runs() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let chunks: Arc<Mutex<Vec<(Duration, OutputChunk)>>> = Arc::default();
+    let start = Instant::now();
+    let sink = {
+        let chunks = chunks.clone();
+        move |chunk: OutputChunk| chunks.lock().unwrap().push((start.elapsed(), chunk))
+    };
+    let request = RunRequest {
+        conversation_id: "stream".into(),
+        language: "python".into(),
+        code: "import time, sys\nprint('first')\nprint('oops', file=sys.stderr)\ntime.sleep(1.5)\nprint('second')"
+            .into(),
+        ..RunRequest::default()
+    };
+    let report = sandbox.runtime.block_on(sandbox.engine.run(request, &sink))?;
+    let total = start.elapsed();
+    let chunks = chunks.lock().unwrap();
+    let first = chunks.iter().find(|(_, c)| c.stream == Stream::Stdout).ok_or("no stdout chunk")?;
+    check_eq(first.1.data.as_slice(), b"first\n".as_slice(), "first chunk")?;
+    check(first.0 + Duration::from_millis(1000) < total, || {
+        format!("the first chunk came at {:?}, the run ended at {total:?}: output was not live", first.0)
+    })?;
+    check(chunks.iter().any(|(_, c)| c.stream == Stream::Stderr && c.data == b"oops\n"), || "no stderr chunk".into())?;
+    check_eq(report.outcome.stdout.as_str(), "first\nsecond\n", "stdout")
+}
+
+fn files_persist_across_runs_of_a_conversation() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let code = "import os\nn = int(open('count').read()) if os.path.exists('count') else 0\nopen('count', 'w').write(str(n + 1))\nos.makedirs('out/deep', exist_ok=True)\nopen('out/deep/r.txt', 'w').write('x' * n)\nprint(n + 1)";
+    let first = sandbox.run("persist", Language::Python, code);
+    let second = sandbox.run("persist", Language::Python, code);
+    check_eq((first.outcome.stdout.as_str(), second.outcome.stdout.as_str()), ("1\n", "2\n"), "counts")?;
+    let files: Vec<(String, u64)> = second.files.files.iter().map(|f| (f.path.clone(), f.size)).collect();
+    check_eq(files, vec![("count".into(), 1), ("out/deep/r.txt".into(), 1)], "files after the second run")
+}
+
+fn missing_runner_lists_the_available_ones() -> Result<(), Failed> {
+    let mut config = JailConfig::new(std::env::current_exe()?);
+    config.languages = vec![Language::Python, Language::Bash];
+    config.probe_versions = false;
+    let root = tempfile::tempdir()?;
+    let engine = Engine::new(Arc::new(JailBackend::new(config)), Workspaces::new(root.path()), EngineConfig::default());
+    let request = RunRequest {
+        conversation_id: "c".into(),
+        language: "javascript".into(),
+        code: "console.log(1)".into(),
+        ..RunRequest::default()
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let error = runtime.block_on(engine.run(request, &())).unwrap_err();
+    check_eq(error.to_string().as_str(), "no runner for language javascript; available: python, bash", "error")
+}
+
+fn invalid_requests_are_refused_before_running() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let cases = [
+        ("../etc", "python", "print(1)", "invalid conversationId: must start with a letter or digit"),
+        (
+            "a/b",
+            "python",
+            "print(1)",
+            "invalid conversationId: must contain only letters, digits, '.', '_' and '-' (found '/')",
+        ),
+        (
+            "ok",
+            "cobol",
+            "x",
+            "invalid language: unknown language \"cobol\"; expected one of python, typescript, javascript, bash",
+        ),
+        ("ok", "python", "  ", "invalid code: must not be empty"),
+    ];
+    for (conversation, language, code, message) in cases {
+        let request = RunRequest {
+            conversation_id: conversation.into(),
+            language: language.into(),
+            code: code.into(),
+            ..RunRequest::default()
+        };
+        let error = sandbox.runtime.block_on(sandbox.engine.run(request, &())).unwrap_err();
+        check_eq(error.to_string().as_str(), message, conversation)?;
+    }
+    check(!sandbox.root.path().join("..").join("etc").join("files").exists(), || "a directory was created".into())
+}
