@@ -17,7 +17,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run code from a file or standard input in the sandbox; exits with the program's exit code
-    /// (124 on timeout, 128+N on signal N, 137 out of memory).
+    /// (124 on timeout, 128+N on signal N, 137 out of memory, 125 disk quota exceeded, 2 request refused).
     Run(RunArgs),
     /// List the languages this host can run, with the interpreter and its version.
     Runners(RunnersArgs),

@@ -13,8 +13,9 @@ use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags};
 
 use crate::{ConversationId, Error, Result};
 
-/// Deepest directory nesting that listing descends into.
-const MAX_DEPTH: usize = 64;
+/// Deepest directory nesting that is walked. Measuring a deeper tree is an error (so a quota is never bypassed by
+/// nesting); listing stops there.
+const MAX_DEPTH: usize = 128;
 
 /// A regular file in a conversation.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -81,7 +82,8 @@ impl Workspaces {
         let Some(root) = self.open_files_dir(id)? else {
             return Ok(listing);
         };
-        walk(root.as_fd(), "", 0, &mut |path, size| {
+        walk(root.as_fd(), Some(""), 0, Walk::List, &mut |path, size| {
+            let Some(path) = path else { return true }; // not UTF-8: cannot be named in a URL
             if listing.files.len() == max_entries {
                 listing.truncated = true;
                 return false;
@@ -129,12 +131,13 @@ impl Workspaces {
     }
 }
 
-/// Total bytes and number of regular files under `dir`, without following symlinks.
+/// Total bytes and number of regular files under `dir`, without following symlinks. Files with non-UTF-8 names
+/// count; a directory that cannot be opened or a tree nested deeper than the walk goes is an error.
 pub fn directory_usage(dir: &Path) -> std::io::Result<(u64, u64)> {
     let root =
         rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
     let (mut bytes, mut files) = (0u64, 0u64);
-    walk(root.as_fd(), "", 0, &mut |_, size| {
+    walk(root.as_fd(), Some(""), 0, Walk::Measure, &mut |_, size| {
         bytes += size;
         files += 1;
         true
@@ -167,16 +170,27 @@ pub(crate) fn validate_relative_path(path: &str) -> Result<()> {
     Ok(())
 }
 
-/// Visits every regular file under `dir` as (relative path, size) without following symlinks; the visitor returns
-/// false to stop.
+/// What a walk is for: listing skips what it cannot read; measuring fails on it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Walk {
+    List,
+    Measure,
+}
+
+/// Visits every regular file under `dir` as (relative path, size) without following symlinks; the path is `None`
+/// when a component is not UTF-8. The visitor returns false to stop.
 fn walk(
     dir: BorrowedFd<'_>,
-    prefix: &str,
+    prefix: Option<&str>,
     depth: usize,
-    visit: &mut dyn FnMut(&str, u64) -> bool,
+    mode: Walk,
+    visit: &mut dyn FnMut(Option<&str>, u64) -> bool,
 ) -> std::io::Result<bool> {
     if depth > MAX_DEPTH {
-        return Ok(true);
+        return match mode {
+            Walk::List => Ok(true),
+            Walk::Measure => Err(std::io::Error::other(format!("directories nested deeper than {MAX_DEPTH}"))),
+        };
     }
     for entry in Dir::read_from(dir)? {
         let entry = entry?;
@@ -184,26 +198,28 @@ fn walk(
         if name == c"." || name == c".." {
             continue;
         }
-        let Ok(name_str) = name.to_str() else {
-            continue; // not UTF-8: cannot be named in a URL
+        let path = match (prefix, name.to_str()) {
+            (Some(""), Ok(name)) => Some(name.to_owned()),
+            (Some(prefix), Ok(name)) => Some(format!("{prefix}/{name}")),
+            _ => None,
         };
-        let path = if prefix.is_empty() { name_str.to_owned() } else { format!("{prefix}/{name_str}") };
         let stat = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(stat) => stat,
             Err(rustix::io::Errno::NOENT) => continue,
             Err(e) => return Err(e.into()),
         };
         match FileType::from_raw_mode(stat.st_mode) {
-            FileType::RegularFile if !visit(&path, stat.st_size as u64) => return Ok(false),
+            FileType::RegularFile if !visit(path.as_deref(), stat.st_size as u64) => return Ok(false),
             FileType::RegularFile => {}
             FileType::Directory => {
                 let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
                 let sub = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
                     Ok(sub) => sub,
                     Err(rustix::io::Errno::NOENT | rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => continue,
+                    Err(rustix::io::Errno::ACCESS) if mode == Walk::List => continue,
                     Err(e) => return Err(e.into()),
                 };
-                if !walk(sub.as_fd(), &path, depth + 1, visit)? {
+                if !walk(sub.as_fd(), path.as_deref(), depth + 1, mode, visit)? {
                     return Ok(false);
                 }
             }
@@ -212,7 +228,6 @@ fn walk(
     }
     Ok(true)
 }
-
 #[cfg(test)]
 mod tests {
     use std::io::Read;
@@ -248,6 +263,26 @@ mod tests {
             }
         );
         assert_eq!(ws.usage(&id).unwrap(), (3, 2));
+    }
+
+    #[test]
+    fn usage_counts_what_listing_cannot_name() {
+        use std::os::unix::ffi::OsStrExt;
+        let (_tmp, ws, id, dir) = setup();
+        let odd = std::ffi::OsStr::from_bytes(b"caf\xe9");
+        std::fs::create_dir(dir.join(odd)).unwrap();
+        std::fs::write(dir.join(odd).join("hidden.bin"), vec![0u8; 10]).unwrap();
+        assert_eq!(ws.list(&id, 10).unwrap(), FileListing::default());
+        assert_eq!(ws.usage(&id).unwrap(), (10, 1));
+    }
+
+    #[test]
+    fn measuring_a_tree_too_deep_to_walk_is_an_error() {
+        let (_tmp, ws, id, dir) = setup();
+        let deep = (0..=MAX_DEPTH + 1).fold(dir.clone(), |path, _| path.join("d"));
+        std::fs::create_dir_all(&deep).unwrap();
+        assert!(ws.usage(&id).is_err());
+        assert_eq!(ws.list(&id, 10).unwrap(), FileListing::default());
     }
 
     #[test]

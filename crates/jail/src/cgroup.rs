@@ -96,6 +96,8 @@ impl CgroupSupport {
                 std::fs::create_dir(&dir)?;
                 write(&dir, "memory.max", &memory)?;
                 write(&dir, "memory.swap.max", "0")?;
+                // On OOM, kill the whole run rather than one process of it.
+                write(&dir, "memory.oom.group", "1")?;
                 write(&dir, "pids.max", &limits.pids.to_string())?;
                 write(&dir, "cpu.max", &format!("{quota} {CPU_PERIOD_US}"))?;
                 group

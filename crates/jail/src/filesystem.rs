@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use nix::mount::{MsFlags, mount};
 use nix::sys::stat::Mode;
 
+use crate::mount_api;
 use crate::mount_api::{
     MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, attach_tree, clone_tree, clone_tree_at,
     pivot_to_current_dir, set_mount_attributes, set_tree_attributes,
@@ -22,8 +23,15 @@ use crate::spec::JailSpec;
 /// Host directories shared read-only with every sandbox (a symlink, as on merged-/usr systems, is recreated).
 const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
 /// Host files and dirs under `/etc` that programs need to start and that hold no secrets.
-const ETC_SHARED: &[&str] =
-    &["/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/ssl", "/etc/localtime"];
+const ETC_SHARED: &[&str] = &[
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/ssl/certs",
+    "/etc/ssl/openssl.cnf",
+    "/etc/localtime",
+];
 /// Device nodes bound from the host.
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 /// Parts of `/proc` that are remounted read-only (as bubblewrap does).
@@ -192,6 +200,8 @@ pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError
     }
     let shm_options = format!("size={}m,nr_inodes=1024,mode=1777", spec.tmp_mb.min(64));
     mount_tmpfs(&staged("/dev/shm"), &shm_options, nosuid_nodev)?;
+    let dev = mount_api::cpath(&staged("/dev")).step(|| "/dev path".into())?;
+    set_mount_attributes(&dev, READ_ONLY).step(|| "make /dev read-only".into())?;
 
     // 4. /tmp and /data.
     let tmp_options = format!("size={}m,nr_inodes=16384,mode=1777", spec.tmp_mb);

@@ -97,10 +97,17 @@ fn helper() -> Result<Infallible, SetupError> {
         | CloneFlags::CLONE_NEWUTS
         | CloneFlags::CLONE_NEWCGROUP;
     unshare(namespaces).step(|| "unshare namespaces".into())?;
+    // Pid 1 holds the read end of this pipe: once the init is gone the pipe reports a hang-up, which closes the
+    // window before pid 1 has set its parent-death signal.
+    let (alive_read, alive_write) = std::io::pipe().step(|| "create liveness pipe".into())?;
     // SAFETY: this process is single-threaded, so the child may do anything after fork.
     match unsafe { fork() }.step(|| "fork sandbox init".into())? {
-        ForkResult::Child => pid1::run(&spec, trees),
+        ForkResult::Child => {
+            drop(alive_write);
+            pid1::run(&spec, trees, alive_read)
+        }
         ForkResult::Parent { child } => {
+            drop(alive_read);
             Report::Started { init_pid: child.as_raw() }.send();
             let code = loop {
                 match waitpid(child, None) {

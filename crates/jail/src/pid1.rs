@@ -3,6 +3,7 @@
 //! pid namespace, so no background or double-forked process survives the program.
 
 use std::io::Write;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 
 use nix::sys::wait::{WaitStatus, waitpid};
@@ -14,8 +15,8 @@ use crate::spec::JailSpec;
 use crate::{filesystem, loopback, worker};
 
 /// Runs pid 1; never returns.
-pub fn run(spec: &JailSpec, trees: Option<HostTrees>) -> ! {
-    match prepare(spec, trees) {
+pub fn run(spec: &JailSpec, trees: Option<HostTrees>, parent_alive: std::io::PipeReader) -> ! {
+    match prepare(spec, trees, &parent_alive) {
         Ok(()) => {}
         Err(error) => error.report_and_exit(),
     }
@@ -43,10 +44,21 @@ pub fn run(spec: &JailSpec, trees: Option<HostTrees>) -> ! {
     unsafe { libc::_exit(0) }
 }
 
-fn prepare(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError> {
+/// Whether the init that forked us is gone (its end of the liveness pipe closed).
+fn parent_gone(parent_alive: &std::io::PipeReader) -> bool {
+    let mut poll = libc::pollfd { fd: parent_alive.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, zero timeout.
+    let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+    ready > 0 && poll.revents & (libc::POLLHUP | libc::POLLIN) != 0
+}
+
+fn prepare(spec: &JailSpec, trees: Option<HostTrees>, parent_alive: &std::io::PipeReader) -> Result<(), SetupError> {
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } < 0 {
         return Err(SetupError::new("prctl(PR_SET_PDEATHSIG)", std::io::Error::last_os_error()));
+    }
+    if parent_gone(parent_alive) {
+        return Err(SetupError::new("start", "the init died before the sandbox started"));
     }
     filesystem::build(spec, trees)?;
     sethostname(&spec.hostname).step(|| "sethostname".into())?;

@@ -1,4 +1,5 @@
-//! Messages from the init to the supervisor, one JSON object a line on file descriptor 3.
+//! Messages from the init to the supervisor, one JSON object a line on the report pipe (an inherited descriptor
+//! whose number the supervisor passes on the init's command line).
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI32, Ordering};

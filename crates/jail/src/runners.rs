@@ -68,14 +68,34 @@ fn under_system_dirs(path: &Path) -> bool {
     SYSTEM_PREFIXES.iter().any(|prefix| path.starts_with(prefix))
 }
 
-/// The prefix to bind for a program outside the system dirs: the parent of its `bin` directory.
-fn install_prefix(program: &Path) -> Option<PathBuf> {
-    let real = std::fs::canonicalize(program).ok()?;
-    if under_system_dirs(&real) {
-        return None;
+/// The install prefix of one path: the dir above `lib/node_modules` (or `node_modules`) for a package's script,
+/// else the parent of the `bin` dir holding the program, else the program's own dir.
+fn prefix_of(path: &Path) -> Option<PathBuf> {
+    let text = path.to_str()?;
+    if let Some(index) = text.find("/lib/node_modules/").or_else(|| text.find("/node_modules/")) {
+        return Some(PathBuf::from(&text[..index.max(1)]));
     }
-    let bin = real.parent()?;
-    Some(if bin.file_name().is_some_and(|n| n == "bin") { bin.parent()?.to_path_buf() } else { bin.to_path_buf() })
+    let dir = path.parent()?;
+    Some(if dir.file_name().is_some_and(|n| n == "bin") { dir.parent()?.to_path_buf() } else { dir.to_path_buf() })
+}
+
+/// The prefixes to bind for a program outside the system dirs: the one of the path as given (a `bin` dir of
+/// symlinks, say) and the one of the file it resolves to (the package the symlink points into).
+fn install_prefixes(program: &Path) -> Vec<PathBuf> {
+    let mut prefixes: Vec<PathBuf> = Vec::new();
+    let real = std::fs::canonicalize(program).ok();
+    for path in [Some(program.to_path_buf()), real].into_iter().flatten() {
+        if under_system_dirs(&path) {
+            continue;
+        }
+        if let Some(prefix) = prefix_of(&path)
+            && !prefixes.iter().any(|p| prefix.starts_with(p))
+        {
+            prefixes.retain(|p| !p.starts_with(&prefix));
+            prefixes.push(prefix);
+        }
+    }
+    prefixes
 }
 
 /// Runs `program args` and returns its first line of output.
@@ -104,7 +124,7 @@ fn node_version(node: &Path) -> Option<(u32, u32)> {
 }
 
 fn runner(language: Language, program: PathBuf, args: &[&str]) -> HostRunner {
-    let extra_ro_binds = install_prefix(&program).into_iter().collect();
+    let extra_ro_binds = install_prefixes(&program);
     HostRunner {
         language,
         program,
@@ -182,13 +202,25 @@ mod tests {
 
     #[test]
     fn system_programs_need_no_bind_and_others_bind_their_prefix() {
-        assert_eq!(install_prefix(Path::new("/bin/sh")), None);
+        assert_eq!(install_prefixes(Path::new("/bin/sh")), Vec::<PathBuf>::new());
         let tmp = tempfile::tempdir().unwrap();
-        let bin = tmp.path().join("opt/tool/bin");
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        let bin = root.join("opt/tool/bin");
         std::fs::create_dir_all(&bin).unwrap();
         std::fs::write(bin.join("tool"), "").unwrap();
-        let expected = std::fs::canonicalize(tmp.path().join("opt/tool")).unwrap();
-        assert_eq!(install_prefix(&bin.join("tool")), Some(expected));
+        assert_eq!(install_prefixes(&bin.join("tool")), vec![root.join("opt/tool")]);
+    }
+
+    #[test]
+    fn an_npm_script_binds_its_global_prefix() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        let dist = root.join("npm-global/lib/node_modules/tsx/dist");
+        std::fs::create_dir_all(&dist).unwrap();
+        std::fs::create_dir_all(root.join("npm-global/bin")).unwrap();
+        std::fs::write(dist.join("cli.mjs"), "").unwrap();
+        std::os::unix::fs::symlink("../lib/node_modules/tsx/dist/cli.mjs", root.join("npm-global/bin/tsx")).unwrap();
+        assert_eq!(install_prefixes(&root.join("npm-global/bin/tsx")), vec![root.join("npm-global")]);
     }
 
     #[test]

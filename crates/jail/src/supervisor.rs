@@ -350,16 +350,20 @@ fn kill_tree(init_pid: i32, child: &mut tokio::process::Child) {
     }
 }
 
-/// Resolves when `/data` holds more than `quota` bytes.
+/// Resolves when `/data` holds more than `quota` bytes, or can no longer be measured (a directory the program made
+/// unreadable, a tree nested deeper than the walk goes): a quota that cannot be checked is treated as exceeded.
 async fn watch_disk(workspace: &Path, quota: u64) {
     loop {
         tokio::time::sleep(DISK_CHECK_INTERVAL).await;
         let dir = workspace.to_path_buf();
         let usage = tokio::task::spawn_blocking(move || sandlot_core::directory_usage(&dir)).await;
-        if let Ok(Ok((bytes, _))) = usage
-            && bytes > quota
-        {
-            return;
+        match usage {
+            Ok(Ok((bytes, _))) if bytes > quota => return,
+            Ok(Err(e)) => {
+                tracing::warn!(workspace = %workspace.display(), "cannot measure /data, stopping the run: {e}");
+                return;
+            }
+            _ => {}
         }
     }
 }

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The test command of sandlot (README: "How to test"). Run it as root from anywhere; CI runs it through .ci/run.
+#
+# On a fresh Debian 12 machine it installs what the tests need (apt: bubblewrap hyperfine iproute2 procps;
+# npm: tsx, the TypeScript runner for Node 20), makes sure cargo-nextest is there, then runs
+#   cargo fmt --check, cargo clippy -D warnings, cargo nextest run (profile "ci", .config/nextest.toml).
+# The jail's tests need root (cgroups, a dedicated sandbox uid, user namespaces): they fail, not skip, without it,
+# so this script refuses to start unless it runs as root.
+set -euo pipefail
+
+step() { printf '==> %s\n' "$*"; }
+die() { printf 'test.sh: %s\n' "$*" >&2; exit 1; }
+
+apt_updated=no
+apt_install() {
+    step "installing $* (apt-get)"
+    export DEBIAN_FRONTEND=noninteractive
+    if [[ "$apt_updated" == no ]]; then
+        apt-get update
+        apt_updated=yes
+    fi
+    apt-get install -y --no-install-recommends "$@"
+}
+
+cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
+
+step "checking privileges"
+if [[ "$(id -u)" != 0 ]]; then
+    die "must run as root: the jail's attack tests need cgroups and a dedicated unprivileged host uid (try: sudo $0)"
+fi
+
+step "checking the interpreters the tests run in the sandbox"
+[[ -x /usr/bin/python3 ]] || die "/usr/bin/python3 is missing (Debian package python3); the tests run Python with it"
+command -v node >/dev/null || die "node is not on PATH; the JavaScript and TypeScript tests need it"
+command -v bash >/dev/null || die "bash is not on PATH"
+
+step "checking Debian packages: bubblewrap hyperfine iproute2 procps"
+missing=()
+for package in bubblewrap hyperfine iproute2 procps; do
+    # grep reads a captured string: a pipe from dpkg could end in SIGPIPE and, with pipefail, a false "missing".
+    if ! grep -qx 'Status: install ok installed' <<<"$(dpkg -s "$package" 2>/dev/null || true)"; then
+        missing+=("$package")
+    fi
+done
+if (( ${#missing[@]} > 0 )); then
+    apt_install "${missing[@]}"
+fi
+
+step "checking the TypeScript runner (tsx)"
+if ! command -v tsx >/dev/null; then
+    if ! command -v npm >/dev/null; then
+        apt_install npm
+        hash -r
+        command -v npm >/dev/null || die "tsx is missing and npm could not be installed to install it (npm install -g tsx)"
+    fi
+    step "installing tsx (npm install -g tsx)"
+    npm install -g tsx
+    hash -r
+    if ! command -v tsx >/dev/null; then
+        PATH="$(npm prefix -g)/bin:$PATH"
+        command -v tsx >/dev/null || die "npm installed tsx but it is not on PATH (npm prefix -g: $(npm prefix -g))"
+    fi
+fi
+
+step "checking the Rust toolchain"
+if ! command -v cargo >/dev/null && [[ -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo" ]]; then
+    PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+fi
+command -v cargo >/dev/null || die "cargo is not on PATH (install Rust 1.85 or newer with rustfmt and clippy)"
+cargo fmt --version >/dev/null 2>&1 || die "rustfmt is missing (rustup component add rustfmt)"
+cargo clippy --version >/dev/null 2>&1 || die "clippy is missing (rustup component add clippy)"
+if ! cargo nextest --version >/dev/null 2>&1; then
+    step "installing cargo-nextest (cargo install cargo-nextest --locked)"
+    cargo install cargo-nextest --locked
+fi
+
+step "versions: $(rustc --version); $(cargo nextest --version 2>/dev/null | sed -n 1p)"
+step "versions: python $(/usr/bin/python3 --version 2>&1 | cut -d' ' -f2); node $(node --version); tsx $(tsx --version 2>/dev/null | sed -n '1s/^tsx //p')"
+
+step "cargo fmt --all -- --check"
+cargo fmt --all -- --check
+
+step "cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "cargo nextest run --workspace --no-fail-fast --profile ci"
+cargo nextest run --workspace --no-fail-fast --profile ci
+
+step "all checks passed"
