@@ -17,6 +17,11 @@ fn main() -> ExitCode {
         sandlot_jail::init::run_main(report_fd);
     }
     let cli = cli::Cli::parse();
+    // `run` starts its jail init now, while this process has a single thread: a fork instead of an exec later.
+    let prefork = match &cli.command {
+        cli::Command::Run(_) => sandlot_jail::Prefork::start().ok(),
+        _ => None,
+    };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SANDLOT_LOG").unwrap_or_else(|_| "warn".into()))
@@ -28,5 +33,5 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    runtime.block_on(commands::dispatch(cli))
+    runtime.block_on(commands::dispatch(cli, prefork))
 }

@@ -3,9 +3,7 @@
 //! output caps and the final kill.
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -18,6 +16,7 @@ use sandlot_core::{
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use crate::cgroup::{CgroupSupport, RunCgroup};
+use crate::launcher::{InitPipes, InitProcess, Prefork};
 use crate::report::Report;
 use crate::runners::{HostRunner, RunnerOverrides, discover_runners};
 use crate::spec::{JailSpec, RlimitSpec};
@@ -70,6 +69,8 @@ impl JailConfig {
 /// The native Linux backend.
 pub struct JailBackend {
     config: JailConfig,
+    /// An init forked ahead of time by a one-shot command, used by the next run.
+    prefork: std::sync::Mutex<Option<Prefork>>,
     runners: Vec<HostRunner>,
     cgroups: CgroupSupport,
     root: bool,
@@ -80,7 +81,12 @@ impl JailBackend {
     pub fn new(config: JailConfig) -> Self {
         let runners = discover_runners(&config.languages, &config.overrides, config.probe_versions);
         let cgroups = CgroupSupport::detect(config.tune_cgroups);
-        Self { config, runners, cgroups, root: nix::unistd::geteuid().is_root() }
+        Self { config, runners, cgroups, root: nix::unistd::geteuid().is_root(), prefork: Default::default() }
+    }
+
+    /// Gives the backend an init forked ahead of time; the next run uses it instead of starting one.
+    pub fn use_prefork(&self, prefork: Prefork) {
+        *self.prefork.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(prefork);
     }
 
     /// The runners found.
@@ -235,38 +241,13 @@ impl JailBackend {
         sink: &dyn OutputSink,
         cgroup: Option<&RunCgroup>,
     ) -> Result<Execution> {
-        let (report_reader, report_writer) = std::io::pipe().map_err(|e| Error::io("create report pipe", e))?;
-        let report_fd = report_writer.as_raw_fd();
-        let mut command = tokio::process::Command::new(&self.config.init_program);
-        command
-            .arg(INIT_SUBCOMMAND)
-            .arg(report_fd.to_string())
-            .env_clear()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        // SAFETY: the closure runs between fork and exec and only calls fcntl, which is async-signal-safe; it
-        // clears close-on-exec on the report pipe in this child alone.
-        unsafe {
-            command.pre_exec(move || {
-                if libc::fcntl(report_fd, libc::F_SETFD, 0) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
         let started = Instant::now();
-        let mut child =
-            command.spawn().map_err(|e| Error::io(format!("start {}", self.config.init_program.display()), e))?;
-        drop(report_writer);
-        let reports = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(report_reader))
-            .map_err(|e| Error::io("watch report pipe", e))?;
-        let (Some(mut stdin), Some(stdout), Some(stderr)) =
-            (child.stdin.take(), child.stdout.take(), child.stderr.take())
-        else {
-            return Err(Error::io("take init pipes", std::io::ErrorKind::BrokenPipe.into()));
+        let prefork = self.prefork.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        let (mut init, pipes) = match prefork {
+            Some(prefork) => InitProcess::adopt(prefork)?,
+            None => InitProcess::exec(&self.config.init_program)?,
         };
+        let InitPipes { mut stdin, stdout, stderr, reports } = pipes;
         let spec_json = serde_json::to_vec(spec).map_err(|e| Error::io("encode spec", e.into()))?;
 
         let feed = async move {
@@ -304,22 +285,22 @@ impl JailBackend {
         let quota = job.limits.disk_mb * 1024 * 1024;
         let wait = async {
             let ending = tokio::select! {
-                status = child.wait() => match status {
+                status = init.wait() => match status {
                     Ok(status) => return Ok(Ending::Exited(status)),
                     Err(e) => return Err(Error::io("wait for jail init", e)),
                 },
                 () = tokio::time::sleep(job.limits.timeout) => Ending::TimedOut,
                 () = watch_disk(&job.workspace, quota) => Ending::DiskQuota,
             };
-            kill_tree(init_pid.load(Ordering::SeqCst), &mut child);
-            if tokio::time::timeout(KILL_GRACE, child.wait()).await.is_err() {
+            kill_tree(init_pid.load(Ordering::SeqCst), &mut init);
+            if tokio::time::timeout(KILL_GRACE, init.wait()).await.is_err() {
                 // Should not happen; make sure nothing survives anyway.
                 tracing::warn!(run_id = job.run_id, "jail init still alive after killing pid 1");
-                let _ = child.start_kill();
+                init.kill();
                 if let Some(cgroup) = cgroup {
                     cgroup.kill_all();
                 }
-                child.wait().await.map_err(|e| Error::io("wait for jail init", e))?;
+                init.wait().await.map_err(|e| Error::io("wait for jail init", e))?;
             }
             Ok(ending)
         };
@@ -342,11 +323,11 @@ impl JailBackend {
 /// SIGKILLs the sandbox's pid 1: the kernel then kills everything in its pid namespace, and the init (its parent)
 /// reaps it and exits, so when the init is gone nothing of the run is left, not even a zombie. Before pid 1 is
 /// known, the init itself is killed (pid 1 dies with it through its parent-death signal).
-fn kill_tree(init_pid: i32, child: &mut tokio::process::Child) {
+fn kill_tree(init_pid: i32, init: &mut InitProcess) {
     if init_pid > 0 {
         let _ = kill(Pid::from_raw(init_pid), Signal::SIGKILL);
     } else {
-        let _ = child.start_kill();
+        init.kill();
     }
 }
 

@@ -12,9 +12,10 @@ use sandlot_jail::{JailBackend, JailConfig};
 use crate::cli::{Cli, Command, SandboxArgs};
 
 /// Runs the chosen subcommand.
-pub async fn dispatch(cli: Cli) -> ExitCode {
+/// Runs the chosen subcommand; `prefork` is an init started before the runtime, for `run`.
+pub async fn dispatch(cli: Cli, prefork: Option<sandlot_jail::Prefork>) -> ExitCode {
     let result = match cli.command {
-        Command::Run(args) => run::run(args).await,
+        Command::Run(args) => run::run(args, prefork).await,
         Command::Runners(args) => runners::runners(args),
         Command::Doctor(args) => doctor::doctor(args).await,
     };

@@ -12,7 +12,7 @@ use crate::cli::RunArgs;
 /// Exit code for a request sandlot refused (bad argument, no runner).
 const EXIT_USAGE: u8 = 2;
 
-pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(args: RunArgs, prefork: Option<sandlot_jail::Prefork>) -> anyhow::Result<ExitCode> {
     let code = match args.file.as_deref() {
         None => read_stdin()?,
         Some(path) if path.as_os_str() == "-" => read_stdin()?,
@@ -26,6 +26,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // Only the requested language's runner is looked up, without asking its version: `run` stays fast.
     let language: Option<Language> = args.language.parse().ok();
     let backend = super::jail_backend(&args.sandbox, language.map(|l| vec![l]), false)?;
+    if let Some(prefork) = prefork {
+        backend.use_prefork(prefork);
+    }
     let engine = Engine::new(backend, Workspaces::new(&args.sandbox.root), args.sandbox.engine_config());
     let request = RunRequest {
         conversation_id: args.conversation.clone(),

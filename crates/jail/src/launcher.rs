@@ -1,0 +1,176 @@
+//! Starting the init, the two ways a supervisor can:
+//! - [`InitProcess::exec`]: re-execute the sandlot binary with [`crate::INIT_SUBCOMMAND`]. The server does this:
+//!   it is multi-threaded, and a forked copy of a multi-threaded process may only call async-signal-safe functions.
+//! - [`Prefork::start`]: a one-shot command (`sandlot run`) forks its init at the start of `main`, while it still has
+//!   a single thread, and hands it to the backend ([`crate::JailBackend::use_prefork`]). The init then costs a fork
+//!   instead of a fork, an exec and a second program start-up.
+//!
+//! Either way the init gets the same pipes: the spec and the program's stdin on fd 0, the program's stdout and
+//! stderr on fds 1 and 2, and the report pipe.
+
+use std::io::{PipeReader, PipeWriter};
+use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::{ForkResult, Pid, fork};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::unix::pipe;
+
+use crate::{Error, INIT_SUBCOMMAND, Result};
+
+/// An init forked before the process started any thread, waiting for its spec.
+#[derive(Debug)]
+pub struct Prefork {
+    pid: Pid,
+    stdin: PipeWriter,
+    stdout: PipeReader,
+    stderr: PipeReader,
+    reports: PipeReader,
+}
+
+impl Prefork {
+    /// Forks the init now. Call it only while the process has a single thread (before any async runtime).
+    pub fn start() -> std::io::Result<Self> {
+        let (stdin_read, stdin_write) = std::io::pipe()?;
+        let (stdout_read, stdout_write) = std::io::pipe()?;
+        let (stderr_read, stderr_write) = std::io::pipe()?;
+        let (reports_read, reports_write) = std::io::pipe()?;
+        // SAFETY: the caller guarantees a single thread, so the child may run arbitrary code after fork.
+        match unsafe { fork() }? {
+            ForkResult::Child => {
+                for (from, to) in [(stdin_read.as_raw_fd(), 0), (stdout_write.as_raw_fd(), 1), (stderr_write.as_raw_fd(), 2)] {
+                    // SAFETY: dup2 on descriptors this process owns.
+                    if unsafe { libc::dup2(from, to) } < 0 {
+                        // SAFETY: ends the forked child without running the parent's destructors.
+                        unsafe { libc::_exit(126) }
+                    }
+                }
+                drop((stdin_read, stdin_write, stdout_read, stdout_write, stderr_read, stderr_write, reports_read));
+                crate::init::run_main(reports_write.into_raw_fd())
+            }
+            ForkResult::Parent { child } => Ok(Self {
+                pid: child,
+                stdin: stdin_write,
+                stdout: stdout_read,
+                stderr: stderr_read,
+                reports: reports_read,
+            }),
+        }
+    }
+}
+
+enum Process {
+    Spawned(tokio::process::Child),
+    Forked { pid: Pid, waiter: Option<tokio::task::JoinHandle<std::io::Result<ExitStatus>>> },
+}
+
+/// The supervisor's ends of a running init's pipes.
+pub struct InitPipes {
+    pub stdin: Box<dyn AsyncWrite + Unpin + Send>,
+    pub stdout: Box<dyn AsyncRead + Unpin + Send>,
+    pub stderr: Box<dyn AsyncRead + Unpin + Send>,
+    pub reports: pipe::Receiver,
+}
+
+/// A running init, to wait for or kill.
+pub struct InitProcess {
+    process: Process,
+}
+
+fn receiver(reader: PipeReader) -> std::io::Result<pipe::Receiver> {
+    pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
+}
+
+impl InitProcess {
+    /// Starts `program __jail-init <report fd>`.
+    pub fn exec(program: &Path) -> Result<(Self, InitPipes)> {
+        let (report_reader, report_writer) = std::io::pipe().map_err(|e| Error::io("create report pipe", e))?;
+        let report_fd = report_writer.as_raw_fd();
+        let mut command = tokio::process::Command::new(program);
+        command
+            .arg(INIT_SUBCOMMAND)
+            .arg(report_fd.to_string())
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        // SAFETY: the closure runs between fork and exec and only calls fcntl, which is async-signal-safe; it
+        // clears close-on-exec on the report pipe in this child alone.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::fcntl(report_fd, libc::F_SETFD, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = command.spawn().map_err(|e| Error::io(format!("start {}", program.display()), e))?;
+        drop(report_writer);
+        let (Some(stdin), Some(stdout), Some(stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(Error::io("take init pipes", std::io::ErrorKind::BrokenPipe.into()));
+        };
+        let pipes = InitPipes {
+            stdin: Box::new(stdin),
+            stdout: Box::new(stdout),
+            stderr: Box::new(stderr),
+            reports: receiver(report_reader).map_err(|e| Error::io("watch report pipe", e))?,
+        };
+        Ok((Self { process: Process::Spawned(child) }, pipes))
+    }
+
+    /// Adopts a preforked init.
+    pub fn adopt(prefork: Prefork) -> Result<(Self, InitPipes)> {
+        let adopt = |e| Error::io("adopt preforked init pipes", e);
+        let pipes = InitPipes {
+            stdin: Box::new(pipe::Sender::from_owned_fd(OwnedFd::from(prefork.stdin)).map_err(adopt)?),
+            stdout: Box::new(receiver(prefork.stdout).map_err(adopt)?),
+            stderr: Box::new(receiver(prefork.stderr).map_err(adopt)?),
+            reports: receiver(prefork.reports).map_err(adopt)?,
+        };
+        Ok((Self { process: Process::Forked { pid: prefork.pid, waiter: None } }, pipes))
+    }
+
+    /// Waits for the init to exit. Cancel-safe: waiting again after a cancelled wait picks up the same result.
+    pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        match &mut self.process {
+            Process::Spawned(child) => child.wait().await,
+            Process::Forked { pid, waiter } => {
+                let pid = *pid;
+                let handle = waiter.get_or_insert_with(|| {
+                    tokio::task::spawn_blocking(move || {
+                        let mut status = 0;
+                        loop {
+                            // SAFETY: waits for our own child; status is a valid out-pointer.
+                            let rc = unsafe { libc::waitpid(pid.as_raw(), &mut status, 0) };
+                            if rc >= 0 {
+                                return Ok(ExitStatus::from_raw(status));
+                            }
+                            let error = std::io::Error::last_os_error();
+                            if error.kind() != std::io::ErrorKind::Interrupted {
+                                return Err(error);
+                            }
+                        }
+                    })
+                });
+                handle.await.map_err(std::io::Error::other)?
+            }
+        }
+    }
+
+    /// SIGKILLs the init.
+    pub fn kill(&mut self) {
+        match &mut self.process {
+            Process::Spawned(child) => {
+                let _ = child.start_kill();
+            }
+            Process::Forked { pid, .. } => {
+                let _ = kill(*pid, Signal::SIGKILL);
+            }
+        }
+    }
+}
