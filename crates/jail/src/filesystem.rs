@@ -23,15 +23,8 @@ use crate::spec::JailSpec;
 /// Host directories shared read-only with every sandbox (a symlink, as on merged-/usr systems, is recreated).
 const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
 /// Host files and dirs under `/etc` that programs need to start and that hold no secrets.
-const ETC_SHARED: &[&str] = &[
-    "/etc/ld.so.cache",
-    "/etc/ld.so.conf",
-    "/etc/ld.so.conf.d",
-    "/etc/alternatives",
-    "/etc/ssl/certs",
-    "/etc/ssl/openssl.cnf",
-    "/etc/localtime",
-];
+const ETC_SHARED: &[&str] =
+    &["/etc/ld.so.cache", "/etc/alternatives", "/etc/ssl/certs", "/etc/ssl/openssl.cnf", "/etc/localtime"];
 /// Device nodes bound from the host.
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 /// Parts of `/proc` that are remounted read-only (as bubblewrap does).

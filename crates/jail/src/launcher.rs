@@ -41,7 +41,9 @@ impl Prefork {
         // SAFETY: the caller guarantees a single thread, so the child may run arbitrary code after fork.
         match unsafe { fork() }? {
             ForkResult::Child => {
-                for (from, to) in [(stdin_read.as_raw_fd(), 0), (stdout_write.as_raw_fd(), 1), (stderr_write.as_raw_fd(), 2)] {
+                for (from, to) in
+                    [(stdin_read.as_raw_fd(), 0), (stdout_write.as_raw_fd(), 1), (stderr_write.as_raw_fd(), 2)]
+                {
                     // SAFETY: dup2 on descriptors this process owns.
                     if unsafe { libc::dup2(from, to) } < 0 {
                         // SAFETY: ends the forked child without running the parent's destructors.

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Start-up latency of `python3 -c 'print(1)'`: bare, through `sandlot run`, and through bubblewrap.
+
+Every command runs the same interpreter (/usr/bin/python3, never a pyenv shim). The commands are run
+round-robin (one of each per round) so that drift on the machine affects all of them alike; each is spawned
+with posix_spawn and timed from spawn to reap. Prints one table with p50/p95 and the ratios to bare.
+
+Usage: bench_jail.py SANDLOT [SANDLOT_STATIC] [--runs N]
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+PYTHON = "/usr/bin/python3"
+CODE = "print(1)"
+
+
+def spawn_and_wait(argv, env):
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        start = time.perf_counter_ns()
+        pid = os.posix_spawn(argv[0], argv, env, file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 1)])
+        _, status = os.waitpid(pid, 0)
+        elapsed = time.perf_counter_ns() - start
+    finally:
+        os.close(devnull)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"command failed ({status}): {' '.join(argv)}")
+    return elapsed / 1e6
+
+
+def percentile(samples, p):
+    ordered = sorted(samples)
+    index = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("sandlot")
+    parser.add_argument("sandlot_static", nargs="?")
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=10)
+    args = parser.parse_args()
+
+    work = tempfile.mkdtemp(prefix="sandlot-bench-")
+    code_file = os.path.join(work, "print1.py")
+    with open(code_file, "w") as f:
+        f.write(CODE + "\n")
+    root = os.path.join(work, "root")
+    data = os.path.join(work, "bwrap-data")
+    os.makedirs(data)
+    env = {"PATH": "/usr/bin:/bin", "SANDLOT_PYTHON": PYTHON, "SANDLOT_LOG": "error"}
+
+    commands = [("bare python3", [PYTHON, "-c", CODE])]
+    commands.append(("sandlot run", [os.path.abspath(args.sandlot), "run", "-l", "python", "--root", root, "-c", "bench", code_file]))
+    if args.sandlot_static:
+        commands.append(("sandlot run (static)", [os.path.abspath(args.sandlot_static), "run", "-l", "python", "--root", root, "-c", "bench", code_file]))
+    bwrap = shutil.which("bwrap")
+    if bwrap:
+        commands.append((
+            "bubblewrap",
+            [bwrap, "--unshare-all", "--die-with-parent", "--new-session",
+             "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+             "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/sbin", "/sbin",
+             "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--bind", data, "/data", "--chdir", "/data",
+             PYTHON, "-c", CODE],
+        ))
+    else:
+        print("bubblewrap not installed: its row is left out (apt-get install bubblewrap)", file=sys.stderr)
+
+    for _ in range(args.warmup):
+        for _, argv in commands:
+            spawn_and_wait(argv, env)
+    samples = {name: [] for name, _ in commands}
+    for _ in range(args.runs):
+        for name, argv in commands:
+            samples[name].append(spawn_and_wait(argv, env))
+
+    bare50 = percentile(samples["bare python3"], 50)
+    bare95 = percentile(samples["bare python3"], 95)
+    print(f"python3 -c 'print(1)' start-up, {args.runs} runs each, round-robin; interpreter {PYTHON}")
+    print(f"{'command':<22} {'p50 ms':>8} {'p95 ms':>8} {'mean ms':>8} {'p50/bare':>9} {'p95/bare':>9}")
+    for name, _ in commands:
+        s = samples[name]
+        p50, p95 = percentile(s, 50), percentile(s, 95)
+        print(f"{name:<22} {p50:8.2f} {p95:8.2f} {statistics.fmean(s):8.2f} {p50 / bare50:9.2f} {p95 / bare95:9.2f}")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
