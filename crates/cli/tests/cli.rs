@@ -1,0 +1,109 @@
+//! The `sandlot` binary end to end: `run` (whose jail init is preforked, unlike the library tests' spawned one),
+//! `runners` and `doctor`. Needs root, like every test that starts sandboxes.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn sandlot(args: &[&str], stdin: &str, root: &std::path::Path) -> Output {
+    assert!(nix_is_root(), "the CLI tests start sandboxes and need root (run scripts/test.sh as root)");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sandlot"))
+        .args(args)
+        .env("SANDBOX_ROOT", root)
+        .env("SANDLOT_SANDBOX_UID", (920_000 + std::process::id() % 70_000).to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start sandlot");
+    child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("write code");
+    child.wait_with_output().expect("wait for sandlot")
+}
+
+fn nix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Uid:").map(|v| v.split_whitespace().nth(1) == Some("0"))))
+        .unwrap_or(false)
+}
+
+fn text(bytes: &[u8]) -> &str {
+    std::str::from_utf8(bytes).expect("utf-8")
+}
+
+#[test]
+fn run_streams_output_and_passes_the_exit_code_on() {
+    let root = tempfile::tempdir().unwrap();
+    let out = sandlot(
+        &["run", "-l", "python"],
+        "import sys\nprint('to stdout')\nprint('to stderr', file=sys.stderr)\nsys.exit(5)",
+        root.path(),
+    );
+    assert_eq!((out.status.code(), text(&out.stdout), text(&out.stderr)), (Some(5), "to stdout\n", "to stderr\n"));
+}
+
+#[test]
+fn run_reports_a_timeout_with_exit_code_124() {
+    let root = tempfile::tempdir().unwrap();
+    let out = sandlot(&["run", "-l", "bash", "--timeout", "1"], "echo started; sleep 30", root.path());
+    assert_eq!(out.status.code(), Some(124));
+    assert_eq!(text(&out.stdout), "started\n");
+    assert_eq!(text(&out.stderr), "sandlot: timed out after 1 s; the run was killed\n");
+}
+
+#[test]
+fn run_json_prints_the_outcome_and_the_files() {
+    let root = tempfile::tempdir().unwrap();
+    let code = "open('/data/result.txt', 'w').write('42')\nprint('done')";
+    let out = sandlot(&["run", "-l", "py", "--conversation", "c1", "--json"], code, root.path());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(json["success"], true);
+    assert_eq!(json["exitCode"], 0);
+    assert_eq!(json["stdout"], "done\n");
+    assert_eq!(json["conversationId"], "c1");
+    assert_eq!(json["files"], serde_json::json!([{ "path": "result.txt", "size": 2 }]));
+    assert_eq!(std::fs::read_to_string(root.path().join("c1/files/result.txt")).unwrap(), "42");
+}
+
+#[test]
+fn run_refuses_bad_requests_with_exit_code_2() {
+    let root = tempfile::tempdir().unwrap();
+    let out = sandlot(&["run", "-l", "python", "--conversation", "../x"], "print(1)", root.path());
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(text(&out.stderr), "sandlot: invalid conversationId: must start with a letter or digit\n");
+    let out = sandlot(&["run", "-l", "cobol"], "x", root.path());
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr),
+        "sandlot: invalid language: unknown language \"cobol\"; expected one of python, typescript, javascript, bash\n"
+    );
+}
+
+#[test]
+fn runners_lists_every_language_with_a_version() {
+    let root = tempfile::tempdir().unwrap();
+    let out = sandlot(&["runners", "--json"], "", root.path());
+    assert_eq!(out.status.code(), Some(0));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let languages: Vec<&str> =
+        json["languages"].as_array().unwrap().iter().map(|l| l["language"].as_str().unwrap()).collect();
+    assert_eq!(languages, ["python", "typescript", "javascript", "bash"]);
+    for runner in json["languages"].as_array().unwrap() {
+        assert!(!runner["version"].as_str().unwrap().is_empty(), "{runner}");
+    }
+}
+
+#[test]
+fn doctor_passes_on_this_host() {
+    let root = tempfile::tempdir().unwrap();
+    let out = sandlot(&["doctor"], "", root.path());
+    let report = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{report}");
+    for layer in ["privileges", "user namespaces", "cgroups", "seccomp", "landlock", "runners", "jail"] {
+        let line =
+            report.lines().find(|l| l[9..].starts_with(layer)).unwrap_or_else(|| panic!("{layer} missing:\n{report}"));
+        assert!(line.starts_with("ok "), "{line}");
+    }
+}
