@@ -1,9 +1,11 @@
 //! Cgroups for one run, on cgroup v2 or on v1/hybrid hosts (like ours), written directly to cgroupfs.
 //!
-//! The supervisor creates `sandlot/<run>` in each hierarchy it uses, writes the limits, and passes the
-//! `cgroup.procs` files to the init, which joins them before creating its namespaces (so the sandbox's cgroup
-//! namespace is rooted there). After the run it reads the OOM counter, kills stragglers and removes the groups.
+//! The supervisor takes a slot `sandlot/slot-<n>` in each hierarchy it uses (see [`CgroupSupport::acquire`]),
+//! writes the run's limits, and passes the `cgroup.procs` files to the init, which joins them before creating its
+//! namespaces (so the sandbox's cgroup namespace is rooted there). After the run it reads the OOM counter, kills
+//! stragglers and frees the slot.
 
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -14,6 +16,8 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 /// Name of sandlot's parent group in each hierarchy.
 const PARENT: &str = "sandlot";
 const CPU_PERIOD_US: u64 = 100_000;
+/// Most runs with cgroups at once on one host.
+const MAX_SLOTS: usize = 1024;
 
 /// What this host lets sandlot do with cgroups.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,41 +88,55 @@ impl CgroupSupport {
         }
     }
 
-    /// Creates the groups of one run with its limits.
-    pub fn create(&self, run_id: &str, limits: &Limits) -> std::io::Result<Option<RunCgroup>> {
-        let memory = (limits.memory_mb * 1024 * 1024).to_string();
-        let quota = ((limits.cpus * CPU_PERIOD_US as f64) as u64).max(1000);
-        let group = match self {
-            Self::Unavailable { .. } => return Ok(None),
+    /// The groups of one slot, and the file holding their OOM counter.
+    fn slot_dirs(&self, slot: usize) -> Option<(Vec<PathBuf>, PathBuf)> {
+        let name = format!("slot-{slot}");
+        match self {
+            Self::Unavailable { .. } => None,
             Self::V2 { parent } => {
-                let dir = parent.join(run_id);
-                let group = RunCgroup { oom_file: dir.join("memory.events"), dirs: vec![dir.clone()] };
-                std::fs::create_dir(&dir)?;
-                write(&dir, "memory.max", &memory)?;
-                write(&dir, "memory.swap.max", "0")?;
-                // On OOM, kill the whole run rather than one process of it.
-                write(&dir, "memory.oom.group", "1")?;
-                write(&dir, "pids.max", &limits.pids.to_string())?;
-                write(&dir, "cpu.max", &format!("{quota} {CPU_PERIOD_US}"))?;
-                group
+                let dir = parent.join(&name);
+                Some((vec![dir.clone()], dir.join("memory.events")))
             }
-            Self::V1 { memory: mem_parent, pids, cpu } => {
-                let dirs = vec![mem_parent.join(run_id), pids.join(run_id), cpu.join(run_id)];
-                let group = RunCgroup { oom_file: dirs[0].join("memory.oom_control"), dirs: dirs.clone() };
-                for dir in &dirs {
-                    std::fs::create_dir(dir)?;
-                }
-                write(&dirs[0], "memory.limit_in_bytes", &memory)?;
-                if dirs[0].join("memory.memsw.limit_in_bytes").exists() {
-                    write(&dirs[0], "memory.memsw.limit_in_bytes", &memory)?;
-                }
-                write(&dirs[1], "pids.max", &limits.pids.to_string())?;
-                write(&dirs[2], "cpu.cfs_period_us", &CPU_PERIOD_US.to_string())?;
-                write(&dirs[2], "cpu.cfs_quota_us", &quota.to_string())?;
-                group
+            Self::V1 { memory, pids, cpu } => {
+                let dirs = vec![memory.join(&name), pids.join(&name), cpu.join(&name)];
+                let oom = dirs[0].join("memory.oom_control");
+                Some((dirs, oom))
             }
-        };
-        Ok(Some(group))
+        }
+    }
+
+    /// Takes a free slot (creating it the first time) and writes the run's limits into it.
+    ///
+    /// Groups are reused rather than created and removed per run: `mkdir` and `rmdir` of a memory cgroup cost about
+    /// half a millisecond per run. A slot is held with an exclusive `flock` on its first directory, so concurrent
+    /// runs, in this process or in other sandlot processes (`sandlot run`), never share one; the lock dies with
+    /// its holder, so a crashed run's slot is free again (its stragglers are killed when it is taken).
+    pub fn acquire(&self, limits: &Limits) -> std::io::Result<Option<RunCgroup>> {
+        for slot in 0..MAX_SLOTS {
+            let Some((dirs, oom_file)) = self.slot_dirs(slot) else { return Ok(None) };
+            for dir in &dirs {
+                match std::fs::create_dir(dir) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            let lock = std::fs::File::open(&dirs[0])?;
+            // SAFETY: flock on a descriptor we own.
+            if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } < 0 {
+                let error = std::io::Error::last_os_error();
+                if error.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                    continue;
+                }
+                return Err(error);
+            }
+            let mut group = RunCgroup { dirs, oom_file, oom_baseline: 0, _lock: lock };
+            group.kill_all();
+            group.write_limits(self, limits)?;
+            group.oom_baseline = group.oom_count();
+            return Ok(Some(group));
+        }
+        Err(std::io::Error::other(format!("all {MAX_SLOTS} cgroup slots are busy")))
     }
 }
 
@@ -164,54 +182,99 @@ fn write(dir: &Path, file: &str, value: &str) -> std::io::Result<()> {
         .map_err(|e| std::io::Error::new(e.kind(), format!("write {value} to {}: {e}", dir.join(file).display())))
 }
 
-/// The cgroups of one run.
+/// The cgroups of one run: a slot held for the run's duration.
 #[derive(Debug)]
 pub struct RunCgroup {
     dirs: Vec<PathBuf>,
     oom_file: PathBuf,
+    /// The OOM counter when the run took the slot.
+    oom_baseline: u64,
+    /// The slot's lock, released when the run lets go of the slot.
+    _lock: std::fs::File,
 }
 
 impl RunCgroup {
+    fn write_limits(&self, support: &CgroupSupport, limits: &Limits) -> std::io::Result<()> {
+        let memory = limits.memory_mb * 1024 * 1024;
+        let quota = ((limits.cpus * CPU_PERIOD_US as f64) as u64).max(1000);
+        match support {
+            CgroupSupport::Unavailable { .. } => {}
+            CgroupSupport::V2 { .. } => {
+                let dir = &self.dirs[0];
+                write(dir, "memory.max", &memory.to_string())?;
+                write(dir, "memory.swap.max", "0")?;
+                // On OOM, kill the whole run rather than one process of it.
+                write(dir, "memory.oom.group", "1")?;
+                write(dir, "pids.max", &limits.pids.to_string())?;
+                write(dir, "cpu.max", &format!("{quota} {CPU_PERIOD_US}"))?;
+            }
+            CgroupSupport::V1 { .. } => {
+                let (memory_dir, pids_dir, cpu_dir) = (&self.dirs[0], &self.dirs[1], &self.dirs[2]);
+                // memory+swap must never be below memory: raise it first when growing, lower it last when shrinking.
+                let has_memsw = memory_dir.join("memory.memsw.limit_in_bytes").exists();
+                let current = std::fs::read_to_string(memory_dir.join("memory.limit_in_bytes"))
+                    .ok()
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .unwrap_or(u64::MAX);
+                if has_memsw && memory > current {
+                    write(memory_dir, "memory.memsw.limit_in_bytes", &memory.to_string())?;
+                }
+                write(memory_dir, "memory.limit_in_bytes", &memory.to_string())?;
+                if has_memsw && memory <= current {
+                    write(memory_dir, "memory.memsw.limit_in_bytes", &memory.to_string())?;
+                }
+                write(pids_dir, "pids.max", &limits.pids.to_string())?;
+                write(cpu_dir, "cpu.cfs_period_us", &CPU_PERIOD_US.to_string())?;
+                write(cpu_dir, "cpu.cfs_quota_us", &quota.to_string())?;
+            }
+        }
+        Ok(())
+    }
+
     /// The `cgroup.procs` files the init must join.
     pub fn procs_files(&self) -> Vec<PathBuf> {
         self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
     }
 
-    /// Whether the kernel's OOM killer fired in this group.
-    pub fn oom_killed(&self) -> bool {
-        let Ok(text) = std::fs::read_to_string(&self.oom_file) else { return false };
-        text.lines().any(|line| {
-            let mut parts = line.split_whitespace();
-            matches!(parts.next(), Some("oom_kill" | "oom_group_kill"))
-                && parts.next().and_then(|n| n.parse::<u64>().ok()).is_some_and(|n| n > 0)
-        })
+    /// The kernel's count of OOM kills in this group since it was created.
+    fn oom_count(&self) -> u64 {
+        let Ok(text) = std::fs::read_to_string(&self.oom_file) else { return 0 };
+        text.lines()
+            .filter_map(|line| {
+                let mut parts = line.split_whitespace();
+                matches!(parts.next(), Some("oom_kill" | "oom_group_kill"))
+                    .then(|| parts.next()?.parse::<u64>().ok())?
+            })
+            .sum()
     }
 
-    /// SIGKILLs every process still in the group.
-    pub fn kill_all(&self) {
+    /// Whether the kernel's OOM killer fired in this group during the run.
+    pub fn oom_killed(&self) -> bool {
+        self.oom_count() > self.oom_baseline
+    }
+
+    /// SIGKILLs every process still in the group; returns whether there was any.
+    pub fn kill_all(&self) -> bool {
+        let mut found = false;
         for procs in self.procs_files() {
             let Ok(text) = std::fs::read_to_string(&procs) else { continue };
             for pid in text.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                found = true;
                 let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
             }
         }
+        found
     }
 
-    /// Kills what is left and removes the groups (retrying while the kernel finishes tearing processes down).
-    pub async fn remove(self) {
+    /// Kills what is left (retrying while the kernel finishes tearing processes down), then frees the slot.
+    pub async fn release(self) {
         for attempt in 0..50 {
-            self.kill_all();
-            let mut remaining = false;
-            for dir in &self.dirs {
-                if dir.exists() && std::fs::remove_dir(dir).is_err() {
-                    remaining = true;
-                }
-            }
-            if !remaining {
+            if !self.kill_all() {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(if attempt < 10 { 2 } else { 20 })).await;
         }
-        tracing::warn!(dirs = ?self.dirs, "could not remove a run's cgroups");
+        tracing::warn!(dirs = ?self.dirs, "processes are still in a run's cgroup; its slot stays taken");
+        std::mem::forget(self); // keep the lock: nobody may reuse a group that still has processes
     }
 }

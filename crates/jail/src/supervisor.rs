@@ -184,15 +184,15 @@ impl Backend for JailBackend {
             .map_err(|e| Error::io(format!("chmod {}", job.workspace.display()), e))?;
         let cgroup = self
             .cgroups
-            .create(&job.run_id, &job.limits)
-            .map_err(|e| Error::io(format!("create cgroup for run {}", job.run_id), e))?;
+            .acquire(&job.limits)
+            .map_err(|e| Error::io(format!("set up cgroups for run {}", job.run_id), e))?;
         tracing::debug!(run_id = job.run_id, "cgroup ready");
         let spec = self.spec(&job, runner, cgroup.as_ref());
         let result = self.execute(&spec, &job, sink, cgroup.as_ref()).await;
         let oom = cgroup.as_ref().is_some_and(RunCgroup::oom_killed);
         if let Some(cgroup) = cgroup {
-            cgroup.remove().await;
-            tracing::debug!(run_id = job.run_id, "cgroup removed");
+            cgroup.release().await;
+            tracing::debug!(run_id = job.run_id, "cgroup released");
         }
         let (ending, reports, stdout, stderr, duration) = result?;
         // A program killed by RLIMIT_FSIZE (the quota as the largest file) shows as SIGXFSZ, or, when a shell ran
