@@ -24,6 +24,8 @@ fn main() {
         ("files_persist_across_runs_of_a_conversation", files_persist_across_runs_of_a_conversation),
         ("missing_runner_lists_the_available_ones", missing_runner_lists_the_available_ones),
         ("invalid_requests_are_refused_before_running", invalid_requests_are_refused_before_running),
+        ("an_oom_is_not_blamed_on_the_next_run", an_oom_is_not_blamed_on_the_next_run),
+        ("concurrent_runs_get_their_own_limits", concurrent_runs_get_their_own_limits),
     ]);
 }
 
@@ -163,4 +165,36 @@ fn invalid_requests_are_refused_before_running() -> Result<(), Failed> {
         check_eq(error.to_string().as_str(), message, conversation)?;
     }
     check(!sandbox.root.path().join("..").join("etc").join("files").exists(), || "a directory was created".into())
+}
+
+fn an_oom_is_not_blamed_on_the_next_run() -> Result<(), Failed> {
+    // Cgroup slots are reused: the OOM counter must be read against its value when the run took the slot.
+    let sandbox = Sandbox::new(|limits| limits.memory_mb = 64);
+    let first = sandbox.run("oom", Language::Python, "hog = 'x' * (512 * 1024 * 1024)");
+    check_eq(first.outcome.termination.clone(), Termination::OutOfMemory, &describe(&first))?;
+    let second = sandbox.run("oom", Language::Bash, "kill -KILL $$");
+    check_eq(second.outcome.termination.clone(), Termination::Signaled { signal: 9 }, &describe(&second))
+}
+
+fn concurrent_runs_get_their_own_limits() -> Result<(), Failed> {
+    // Three runs at once, each allowed 8 processes: each can start 4 sleepers, none is charged for the others'.
+    let sandbox = Sandbox::new(|limits| limits.pids = 8);
+    let code = "for i in 1 2 3 4; do sleep 2 & done; sleep 0.5; echo ok; wait";
+    let reports = sandbox.runtime.block_on(async {
+        let run = |conversation: &'static str| {
+            let request = RunRequest {
+                conversation_id: conversation.into(),
+                language: "bash".into(),
+                code: code.into(),
+                ..RunRequest::default()
+            };
+            sandbox.engine.run(request, &())
+        };
+        tokio::join!(run("par-1"), run("par-2"), run("par-3"))
+    });
+    for report in [reports.0?, reports.1?, reports.2?] {
+        check_eq(report.outcome.termination.clone(), Termination::Exited { code: 0 }, &describe(&report))?;
+        check_eq(report.outcome.stdout.as_str(), "ok\n", "stdout")?;
+    }
+    Ok(())
 }
