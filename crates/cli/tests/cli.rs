@@ -107,3 +107,61 @@ fn doctor_passes_on_this_host() {
         assert!(line.starts_with("ok "), "{line}");
     }
 }
+
+/// Runs the binary as the unprivileged `nobody` (65534) with a root directory it owns.
+fn sandlot_unprivileged(args: &[&str], stdin: &str) -> (Output, tempfile::TempDir) {
+    use std::os::unix::process::CommandExt;
+    assert!(nix_is_root(), "the CLI tests need root to start a process as another user");
+    let root = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(root.path(), Some(65534), Some(65534)).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sandlot"))
+        .args(args)
+        .env("SANDBOX_ROOT", root.path().join("conversations"))
+        .uid(65534)
+        .gid(65534)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start sandlot as nobody");
+    child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("write code");
+    (child.wait_with_output().expect("wait for sandlot"), root)
+}
+
+#[test]
+fn without_root_the_jail_runs_as_the_callers_uid() {
+    let code =
+        "import os\nprint(os.getuid(), open('/proc/self/uid_map').read().split())\nopen('/data/made', 'w').write('x')";
+    let (out, root) = sandlot_unprivileged(&["run", "-l", "python", "-c", "u"], code);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "1000 ['1000', '65534', '1']\n");
+    let meta = std::fs::metadata(root.path().join("conversations/u/files/made")).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), 65534);
+}
+
+#[test]
+fn without_root_rlimits_stand_in_for_cgroups() {
+    let (out, _root) = sandlot_unprivileged(
+        &["run", "-l", "python", "--memory-mb", "64"],
+        "try:\n    hog = bytearray(512 * 1024 * 1024)\n    print('allocated')\nexcept MemoryError:\n    print('refused')",
+    );
+    assert_eq!((out.status.code(), text(&out.stdout)), (Some(0), "refused\n"), "{}", text(&out.stderr));
+    let (out, _root) = sandlot_unprivileged(
+        &["run", "-l", "bash", "--pids", "16", "--timeout", "2"],
+        "bomb() { bomb | bomb & }; bomb; sleep 30",
+    );
+    assert_eq!(out.status.code(), Some(124), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("Resource temporarily unavailable"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn without_root_doctor_names_the_missing_layers() {
+    let (out, _root) = sandlot_unprivileged(&["doctor"], "");
+    let report = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{report}");
+    let status = |layer: &str| report.lines().find(|l| l[9..].starts_with(layer)).map(|l| l[..8].trim().to_owned());
+    assert_eq!(status("privileges").as_deref(), Some("MISSING"), "{report}");
+    assert_eq!(status("cgroups").as_deref(), Some("MISSING"), "{report}");
+    assert_eq!(status("seccomp").as_deref(), Some("ok"), "{report}");
+    assert_eq!(status("jail").as_deref(), Some("ok"), "{report}");
+}
