@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Start-up latency of the native jail against bare python3 and bubblewrap (issue 2's benchmark).
-# Builds sandlot in release mode (and a statically linked build), installs bubblewrap if missing, and prints
+# Builds sandlot in release mode (a static binary, see .cargo/config.toml), installs bubblewrap if missing, and prints
 # one table: p50/p95 of `python3 -c 'print(1)'` bare, through `sandlot run`, and through bwrap, with ratios.
 # Run as root (the jail's cgroups need it), on an otherwise idle machine.  Usage: scripts/bench-jail.sh [--runs N]
 set -euo pipefail
@@ -11,12 +11,6 @@ command -v bwrap >/dev/null || { apt-get update -qq && apt-get install -y -qq bu
 
 echo "==> cargo build --release" >&2
 cargo build --release --quiet
-static_binary=""
-triple="$(rustc -vV | sed -n 's/^host: //p')"
-if [[ "$triple" == *-linux-gnu ]]; then
-    echo "==> static build (crt-static, --target $triple)" >&2
-    RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --quiet --target "$triple" --target-dir target/static
-    static_binary="target/static/$triple/release/sandlot"
-fi
-./target/release/sandlot doctor >&2 || true
-exec /usr/bin/python3 scripts/bench_jail.py target/release/sandlot $static_binary "$@"
+binary="target/$(rustc -vV | sed -n 's/^host: //p')/release/sandlot"
+"$binary" doctor >&2 || true
+exec /usr/bin/python3 scripts/bench_jail.py "$binary" "$@"

@@ -5,7 +5,7 @@ Every command runs the same interpreter (/usr/bin/python3, never a pyenv shim). 
 round-robin (one of each per round) so that drift on the machine affects all of them alike; each is spawned
 with posix_spawn and timed from spawn to reap. Prints one table with p50/p95 and the ratios to bare.
 
-Usage: bench_jail.py SANDLOT [SANDLOT_STATIC] [--runs N]
+Usage: bench_jail.py SANDLOT [OTHER_SANDLOT] [--runs N]   (OTHER_SANDLOT: a second build to compare, e.g. before a change)
 """
 
 import argparse
@@ -44,7 +44,7 @@ def percentile(samples, p):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("sandlot")
-    parser.add_argument("sandlot_static", nargs="?")
+    parser.add_argument("other", nargs="?")
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=10)
     args = parser.parse_args()
@@ -60,8 +60,8 @@ def main():
 
     commands = [("bare python3", [PYTHON, "-c", CODE])]
     commands.append(("sandlot run", [os.path.abspath(args.sandlot), "run", "-l", "python", "--root", root, "-c", "bench", code_file]))
-    if args.sandlot_static:
-        commands.append(("sandlot run (static)", [os.path.abspath(args.sandlot_static), "run", "-l", "python", "--root", root, "-c", "bench", code_file]))
+    if args.other:
+        commands.append(("sandlot run (other)", [os.path.abspath(args.other), "run", "-l", "python", "--root", root, "-c", "bench", code_file]))
     bwrap = shutil.which("bwrap")
     if bwrap:
         commands.append((
