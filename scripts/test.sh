@@ -2,8 +2,9 @@
 # The test command of sandlot (README: "How to test"). Run it as root from anywhere; CI runs it through .ci/run.
 #
 # On a fresh Debian 12 machine it installs what the tests need (apt: bubblewrap hyperfine iproute2 procps;
-# npm: tsx, the TypeScript runner for Node 20), makes sure cargo-nextest is there, then runs
-#   cargo fmt --check, cargo clippy -D warnings, cargo nextest run (profile "ci", .config/nextest.toml).
+# npm: tsx, the TypeScript runner for Node 20; PyPI: the official MCP SDK for the end-to-end tests), makes sure
+# cargo-nextest is there, then runs cargo fmt --check, cargo clippy -D warnings, cargo nextest run (profile "ci",
+# .config/nextest.toml) and the end-to-end tests (pytest tests/e2e: real MCP clients against the real binary).
 # The jail's tests need root (cgroups, a dedicated sandbox uid, user namespaces): they fail, not skip, without it,
 # so this script refuses to start unless it runs as root.
 set -euo pipefail
@@ -77,6 +78,20 @@ fi
 step "versions: $(rustc --version); $(cargo nextest --version 2>/dev/null | sed -n 1p)"
 step "versions: python $(/usr/bin/python3 --version 2>&1 | cut -d' ' -f2); node $(node --version); tsx $(tsx --version 2>/dev/null | sed -n '1s/^tsx //p')"
 
+step "Python test environment (.venv-e2e: the official MCP SDK, pytest, httpx)"
+python=""
+for candidate in python3.11 python3 /usr/bin/python3; do
+    if command -v "$candidate" >/dev/null && "$candidate" -c 'import sys, venv; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+        python="$(command -v "$candidate")"
+        break
+    fi
+done
+[[ -n "$python" ]] || die "no Python 3.10+ with venv for the end-to-end tests (apt-get install python3-venv)"
+if [[ ! -x .venv-e2e/bin/python ]] || ! .venv-e2e/bin/python -c 'import mcp, pytest, httpx' 2>/dev/null; then
+    "$python" -m venv .venv-e2e
+    .venv-e2e/bin/pip install --quiet --disable-pip-version-check "mcp==1.30.0" pytest httpx
+fi
+
 step "cargo fmt --all -- --check"
 cargo fmt --all -- --check
 
@@ -85,5 +100,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 step "cargo nextest run --workspace --no-fail-fast --profile ci"
 cargo nextest run --workspace --no-fail-fast --profile ci
+
+step "end-to-end tests with real MCP clients (pytest tests/e2e)"
+cargo build --quiet --bin sandlot
+.venv-e2e/bin/python -m pytest -q tests/e2e
 
 step "all checks passed"

@@ -23,6 +23,46 @@ pub enum Command {
     Runners(RunnersArgs),
     /// Report each isolation layer on this host and run a probe; exits non-zero when the jail cannot run.
     Doctor(SandboxArgs),
+    /// Serve MCP over HTTP: Streamable HTTP at /mcp, signed downloads at /files, /healthz.
+    Serve(ServeArgs),
+    /// Serve MCP over stdin and stdout (for clients that start the server themselves).
+    Stdio(StdioArgs),
+}
+
+/// How file download URLs are made.
+#[derive(Debug, Clone, Args)]
+pub struct FileUrlArgs {
+    /// HMAC key for file URLs (default: random, kept in <root>/.file-secret).
+    #[arg(long, env = "FILE_SECRET", hide_env_values = true)]
+    pub file_secret: Option<String>,
+    /// Base of file URLs (default: http://<listen address>).
+    #[arg(long, env = "PUBLIC_BASE_URL")]
+    pub public_base_url: Option<String>,
+    /// Lifetime of a file URL in seconds; 0 makes URLs that never expire.
+    #[arg(long, env = "SANDLOT_FILE_URL_TTL_SECS", default_value_t = 86_400)]
+    pub file_url_ttl_secs: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long = "addr", env = "MCP_HTTP_ADDR", default_value = "127.0.0.1:8080")]
+    pub addr: std::net::SocketAddr,
+    /// Bearer token for /mcp (default: random, printed at start).
+    #[arg(long, env = "MCP_API_TOKEN", hide_env_values = true)]
+    pub api_token: Option<String>,
+    #[command(flatten)]
+    pub files: FileUrlArgs,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct StdioArgs {
+    #[command(flatten)]
+    pub files: FileUrlArgs,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
 }
 
 /// Options shared by every command that runs code.

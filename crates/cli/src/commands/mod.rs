@@ -3,13 +3,15 @@
 mod doctor;
 mod run;
 mod runners;
+mod serve;
+mod stdio;
 
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use sandlot_jail::{JailBackend, JailConfig};
 
-use crate::cli::{Cli, Command, SandboxArgs};
+use crate::cli::{Cli, Command, FileUrlArgs, SandboxArgs};
 
 /// Runs the chosen subcommand.
 /// Runs the chosen subcommand; `prefork` is an init started before the runtime, for `run`.
@@ -18,6 +20,8 @@ pub async fn dispatch(cli: Cli, prefork: Option<sandlot_jail::Prefork>) -> ExitC
         Command::Run(args) => run::run(args, prefork).await,
         Command::Runners(args) => runners::runners(args),
         Command::Doctor(args) => doctor::doctor(args).await,
+        Command::Serve(args) => serve::serve(args).await,
+        Command::Stdio(args) => stdio::stdio(args).await,
     };
     result.unwrap_or_else(|e| {
         eprintln!("sandlot: {e:#}");
@@ -41,4 +45,57 @@ pub fn jail_backend(
         config.languages = languages;
     }
     Ok(Arc::new(JailBackend::new(config)))
+}
+
+/// The state every server face shares: an engine over the native backend and the file-URL signer.
+pub fn app_state(
+    sandbox: &SandboxArgs,
+    files: &FileUrlArgs,
+    default_base_url: &str,
+) -> anyhow::Result<sandlot_server::AppState> {
+    let backend = jail_backend(sandbox, None, true)?;
+    let workspaces = sandlot_core::Workspaces::new(&sandbox.root);
+    let secret = match &files.file_secret {
+        Some(secret) if !secret.is_empty() => secret.clone().into_bytes(),
+        Some(_) => anyhow::bail!("FILE_SECRET must not be empty"),
+        None => file_secret(&sandbox.root)?,
+    };
+    let public_base_url = files.public_base_url.clone().unwrap_or_else(|| default_base_url.to_owned());
+    let engine = sandlot_core::Engine::new(backend, workspaces, sandbox.engine_config());
+    Ok(sandlot_server::AppState {
+        engine: Arc::new(engine),
+        files: sandlot_server::FileUrls {
+            signer: sandlot_core::Signer::new(secret),
+            public_base_url: public_base_url.trim_end_matches('/').to_owned(),
+            ttl: (files.file_url_ttl_secs > 0).then(|| std::time::Duration::from_secs(files.file_url_ttl_secs)),
+        },
+    })
+}
+
+/// The file-URL secret kept in `<root>/.file-secret` (created, mode 0600, on first use).
+fn file_secret(root: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = root.join(".file-secret");
+    if let Ok(secret) = std::fs::read(&path)
+        && !secret.is_empty()
+    {
+        return Ok(secret);
+    }
+    std::fs::create_dir_all(root).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", root.display()))?;
+    let secret = random_token().into_bytes();
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    file.write_all(&secret)?;
+    Ok(secret)
+}
+
+/// 256 random bits as hex.
+pub fn random_token() -> String {
+    format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
 }

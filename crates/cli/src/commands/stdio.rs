@@ -1,0 +1,11 @@
+//! `sandlot stdio`: the MCP tools over stdin and stdout. Nothing but protocol goes to stdout.
+
+use std::process::ExitCode;
+
+use crate::cli::StdioArgs;
+
+pub async fn stdio(args: StdioArgs) -> anyhow::Result<ExitCode> {
+    let state = super::app_state(&args.sandbox, &args.files, "http://127.0.0.1:8080")?;
+    sandlot_server::mcp::serve_stdio(state).await?;
+    Ok(ExitCode::SUCCESS)
+}

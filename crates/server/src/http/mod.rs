@@ -1,0 +1,34 @@
+//! The HTTP face: `fn app(state) -> Router` with `/mcp` (Streamable HTTP), signed `/files` downloads and
+//! `/healthz`, behind bearer-token authentication where the contract asks for it.
+
+mod auth;
+mod files;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::get;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+
+pub use auth::BearerToken;
+
+use crate::AppState;
+use crate::mcp::SandlotMcp;
+
+/// The whole HTTP app. `/mcp` needs the bearer token; `/files` (signed URLs) and `/healthz` do not.
+pub fn app(state: AppState, token: BearerToken, allowed_hosts: Vec<String>) -> Router {
+    let handler = SandlotMcp::new(state.clone());
+    let mut config = StreamableHttpServerConfig::default();
+    config.allowed_hosts = allowed_hosts;
+    let mcp = StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(LocalSessionManager::default()), config);
+    let protected = Router::new()
+        .route_service("/mcp", mcp.clone())
+        .route_service("/mcp/", mcp)
+        .layer(axum::middleware::from_fn_with_state(token, auth::require_bearer));
+    Router::new()
+        .merge(protected)
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/files/{conversation_id}/{*path}", get(files::download))
+        .with_state(state)
+}

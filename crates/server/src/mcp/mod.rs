@@ -1,0 +1,10 @@
+//! The MCP face: the tools (`tools/`), the rmcp handler that serves them, the mapping of engine errors to
+//! JSON-RPC errors, and the stdio transport.
+
+mod errors;
+mod handler;
+mod stdio;
+mod tools;
+
+pub use handler::SandlotMcp;
+pub use stdio::serve_stdio;

@@ -1,0 +1,46 @@
+//! The tool catalogue of the default profile (the names of the original spec), one file per tool family.
+//! Every tool can also be called by its underscore name (`sandbox_run_code`) for clients whose model APIs refuse
+//! dots in tool names.
+
+mod arguments;
+mod list_runners;
+mod run_code;
+
+use rmcp::ErrorData as McpError;
+use rmcp::model::{CallToolResult, JsonObject, Tool};
+
+use crate::AppState;
+
+/// The tools, each under its dotted and its underscore name.
+pub fn catalogue() -> Vec<Tool> {
+    let mut tools = Vec::new();
+    for tool in [run_code::definition(), list_runners::definition()] {
+        let mut alias = tool.clone();
+        alias.name = underscore_name(&tool.name).into();
+        tools.push(tool);
+        tools.push(alias);
+    }
+    tools
+}
+
+/// `sandbox.run_code` → `sandbox_run_code`.
+fn underscore_name(name: &str) -> String {
+    name.replace('.', "_")
+}
+
+/// The dotted name of a tool called by either spelling.
+fn canonical_name(name: &str) -> &str {
+    [run_code::NAME, list_runners::NAME].into_iter().find(|tool| underscore_name(tool) == name).unwrap_or(name)
+}
+
+/// Runs the tool called `name` (either spelling).
+pub async fn call(state: &AppState, name: &str, arguments: JsonObject) -> Result<CallToolResult, McpError> {
+    match canonical_name(name) {
+        run_code::NAME => run_code::call(state, arguments).await,
+        list_runners::NAME => list_runners::call(state, arguments),
+        _ => Err(McpError::invalid_params(
+            format!("unknown tool {name:?}; available: {}, {}", run_code::NAME, list_runners::NAME),
+            Some(serde_json::json!({ "kind": "unknown_tool", "trace_id": super::errors::trace_id(), "field": "name" })),
+        )),
+    }
+}

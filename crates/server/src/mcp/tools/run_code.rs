@@ -1,0 +1,172 @@
+//! `sandbox.run_code {conversationId, language, code, timeoutSeconds?, env?, stdin?}`: runs code in the
+//! conversation's sandbox and returns `{success, output, stdout, stderr, exitCode, timedOut, truncated, durationMs,
+//! files: [{name, url, size}], filesTruncated}` as structured content and as the same JSON in a text block.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::ErrorData as McpError;
+use rmcp::model::{CallToolResult, JsonObject, Tool, ToolAnnotations};
+use sandlot_core::{Error, RunReport, RunRequest, Termination};
+use serde_json::{Value, json};
+
+use super::arguments::{optional_seconds, optional_string, optional_string_map, required_string};
+use super::list_runners::object;
+use crate::AppState;
+use crate::mcp::errors;
+
+pub const NAME: &str = "sandbox.run_code";
+
+pub fn definition() -> Tool {
+    let input = json!({
+        "type": "object",
+        "properties": {
+            "conversationId": {
+                "type": "string",
+                "description": "Names the conversation whose /data directory the code sees; files persist across calls with the same id.",
+                "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+            },
+            "language": {
+                "type": "string",
+                "description": "python, typescript, javascript (or node) or bash (or shell).",
+                "enum": ["python", "typescript", "javascript", "node", "bash", "shell"]
+            },
+            "code": { "type": "string", "description": "The program's source code (at most 1 MiB)." },
+            "timeoutSeconds": { "type": "number", "exclusiveMinimum": 0, "description": "Deadline of the run." },
+            "env": { "type": "object", "additionalProperties": { "type": "string" }, "description": "Extra environment variables." },
+            "stdin": { "type": "string", "description": "Text fed to the program's standard input." }
+        },
+        "required": ["conversationId", "language", "code"]
+    });
+    let output = json!({
+        "type": "object",
+        "properties": {
+            "success": { "type": "boolean" },
+            "output": { "type": "string", "description": "stdout, then stderr, then sandlot's diagnostic if any" },
+            "stdout": { "type": "string" },
+            "stderr": { "type": "string" },
+            "exitCode": { "type": "integer" },
+            "timedOut": { "type": "boolean" },
+            "truncated": { "type": "boolean" },
+            "durationMs": { "type": "integer" },
+            "files": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": { "name": { "type": "string" }, "url": { "type": "string" }, "size": { "type": "integer" } },
+                    "required": ["name", "url", "size"]
+                }
+            },
+            "filesTruncated": { "type": "boolean" }
+        },
+        "required": ["success", "output", "stdout", "stderr", "exitCode", "timedOut", "truncated", "durationMs", "files"]
+    });
+    Tool::new(
+        NAME,
+        "Run Python, TypeScript, JavaScript or Bash in an isolated sandbox with no network. /data is a directory \
+         private to the conversation that persists across calls; every file in it is returned with a download URL.",
+        Arc::new(object(input)),
+    )
+    .with_title("Run code in a sandbox")
+    .with_raw_output_schema(Arc::new(object(output)))
+    .with_annotations(ToolAnnotations::new().read_only(false).destructive(false).idempotent(false).open_world(false))
+}
+
+fn parse(arguments: &JsonObject) -> Result<RunRequest, McpError> {
+    Ok(RunRequest {
+        conversation_id: required_string(arguments, "conversationId")?,
+        language: required_string(arguments, "language")?,
+        code: required_string(arguments, "code")?,
+        timeout: optional_seconds(arguments, "timeoutSeconds")?.map(Duration::from_secs_f64),
+        env: optional_string_map(arguments, "env")?,
+        stdin: optional_string(arguments, "stdin")?.unwrap_or_default().into_bytes(),
+    })
+}
+
+pub async fn call(state: &AppState, arguments: JsonObject) -> Result<CallToolResult, McpError> {
+    let request = parse(&arguments)?;
+    match state.engine.run(request, &()).await {
+        Ok(report) => Ok(render(state, &report)),
+        Err(Error::NoRunner { language, available }) => {
+            let output = format!(
+                "no runner for language {language}; available: {}",
+                if available.is_empty() { "none".to_owned() } else { available.join(", ") }
+            );
+            Ok(failure_without_run(output))
+        }
+        Err(error) => Err(errors::from_engine(&error)),
+    }
+}
+
+/// The spec's combined output: stdout, then (after a newline when both are non-empty) stderr, then the diagnostic.
+pub fn combined_output(stdout: &str, stderr: &str, diagnostic: Option<&str>) -> String {
+    let mut output = stdout.to_owned();
+    for part in [Some(stderr), diagnostic].into_iter().flatten().filter(|p| !p.is_empty()) {
+        if !output.is_empty() && !output.ends_with('\n') {
+            output.push('\n');
+        }
+        output.push_str(part);
+    }
+    output
+}
+
+fn result(value: Value, success: bool) -> CallToolResult {
+    let mut result = CallToolResult::structured(value);
+    result.is_error = Some(!success);
+    result
+}
+
+fn render(state: &AppState, report: &RunReport) -> CallToolResult {
+    let outcome = &report.outcome;
+    let diagnostic = outcome.termination.diagnostic(report.limits.timeout);
+    let files: Vec<Value> = report
+        .files
+        .files
+        .iter()
+        .map(|f| {
+            json!({ "name": f.path, "url": state.files.url(report.conversation_id.as_str(), &f.path), "size": f.size })
+        })
+        .collect();
+    let value = json!({
+        "success": outcome.success(),
+        "output": combined_output(&outcome.stdout, &outcome.stderr, diagnostic.as_deref()),
+        "stdout": outcome.stdout,
+        "stderr": outcome.stderr,
+        "exitCode": outcome.exit_code(),
+        "timedOut": outcome.termination == Termination::TimedOut,
+        "truncated": outcome.truncated(),
+        "durationMs": outcome.duration.as_millis() as u64,
+        "files": files,
+        "filesTruncated": report.files.truncated,
+    });
+    result(value, outcome.success())
+}
+
+fn failure_without_run(output: String) -> CallToolResult {
+    let value = json!({
+        "success": false,
+        "output": output,
+        "stdout": "",
+        "stderr": "",
+        "exitCode": -1,
+        "timedOut": false,
+        "truncated": false,
+        "durationMs": 0,
+        "files": [],
+        "filesTruncated": false,
+    });
+    result(value, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::combined_output;
+
+    #[test]
+    fn output_joins_the_streams_like_the_spec() {
+        assert_eq!(combined_output("out\n", "", None), "out\n");
+        assert_eq!(combined_output("out", "err", None), "out\nerr");
+        assert_eq!(combined_output("", "err\n", Some("timed out")), "err\ntimed out");
+        assert_eq!(combined_output("", "", None), "");
+    }
+}

@@ -1,0 +1,36 @@
+//! What every request handler shares: the engine and how file URLs are signed.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sandlot_core::{Engine, Signer};
+
+/// How download URLs for files in `/data` are made.
+#[derive(Debug, Clone)]
+pub struct FileUrls {
+    pub signer: Signer,
+    /// Base of the URLs, e.g. `http://127.0.0.1:8080`.
+    pub public_base_url: String,
+    /// Lifetime of a URL; `None` gives the spec's non-expiring form.
+    pub ttl: Option<Duration>,
+}
+
+impl FileUrls {
+    /// A signed URL for `path` in `conversation_id`, valid for the configured time from now.
+    pub fn url(&self, conversation_id: &str, path: &str) -> String {
+        let expires = self.ttl.map(|ttl| unix_now() + ttl.as_secs());
+        self.signer.url(&self.public_base_url, conversation_id, path, expires)
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// Shared by every face.
+#[derive(Clone)]
+pub struct AppState {
+    pub engine: Arc<Engine>,
+    pub files: FileUrls,
+}

@@ -1,0 +1,81 @@
+"""Fixtures for the end-to-end tests: the real sandlot binary, started as `serve` or `stdio`, on a temporary root.
+
+The binary is $SANDLOT_BIN, or the debug build under target/. These tests start sandboxes and need root, like the
+jail's own tests; scripts/test.sh runs them as root after the Rust tests (which build the binary).
+"""
+
+import os
+import pathlib
+import socket
+import subprocess
+import time
+
+import httpx
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def sandlot_binary():
+    explicit = os.environ.get("SANDLOT_BIN")
+    if explicit:
+        return explicit
+    candidates = sorted(REPO.glob("target/*/debug/sandlot")) + [REPO / "target/debug/sandlot"]
+    for candidate in candidates:
+        if candidate.is_file():
+            return str(candidate)
+    raise RuntimeError("no sandlot binary: run `cargo build` first or set SANDLOT_BIN")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def root(tmp_path):
+    assert os.geteuid() == 0, "the end-to-end tests start sandboxes and need root (run scripts/test.sh as root)"
+    return tmp_path / "conversations"
+
+
+class Server:
+    def __init__(self, base_url, token, file_secret, root, process):
+        self.base_url = base_url
+        self.token = token
+        self.file_secret = file_secret
+        self.root = root
+        self.process = process
+
+    @property
+    def mcp_url(self):
+        return f"{self.base_url}/mcp"
+
+    @property
+    def auth(self):
+        return {"Authorization": f"Bearer {self.token}"}
+
+
+@pytest.fixture
+def server(root):
+    """`sandlot serve` on a free port, with a known token and file secret."""
+    port = free_port()
+    token, secret = "test-token-" + os.urandom(8).hex(), "test-secret-" + os.urandom(8).hex()
+    env = dict(os.environ, MCP_API_TOKEN=token, FILE_SECRET=secret, SANDBOX_ROOT=str(root),
+               MCP_HTTP_ADDR=f"127.0.0.1:{port}", SANDLOT_LOG="warn")
+    process = subprocess.Popen([sandlot_binary(), "serve"], env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"sandlot serve did not start: {process.stderr.read().decode()}")
+        time.sleep(0.05)
+    yield Server(base, token, secret, root, process)
+    process.terminate()
+    process.wait(timeout=15)
