@@ -143,3 +143,147 @@ async fn missing_files_and_symlinks_are_404_and_never_leak_a_byte() {
         assert!(!String::from_utf8_lossy(&body).contains("root:"), "{path} leaked");
     }
 }
+
+fn post_mcp(body: &str) -> Request<Body> {
+    Request::post("/mcp")
+        .header(header::HOST, "localhost")
+        .header(header::AUTHORIZATION, "Bearer tok")
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "application/json, text/event-stream")
+        .body(Body::from(body.to_owned()))
+        .unwrap()
+}
+
+async fn rpc(router: &axum::Router, body: &str) -> (StatusCode, serde_json::Value) {
+    let (status, _, bytes) = send(router, post_mcp(body)).await;
+    let value =
+        serde_json::from_slice(&bytes).unwrap_or_else(|_| panic!("not JSON: {}", String::from_utf8_lossy(&bytes)));
+    (status, value)
+}
+
+#[tokio::test]
+async fn malformed_and_non_jsonrpc_bodies_get_jsonrpc_errors() {
+    let (_root, _state, router) = setup(None);
+    let cases = [
+        ("{not json", -32700),
+        ("[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}]", -32600),
+        ("{\"id\":1}", -32600),
+        ("42", -32600),
+    ];
+    for (body, code) in cases {
+        let (status, value) = rpc(&router, body).await;
+        assert_eq!((status, value["error"]["code"].as_i64()), (StatusCode::BAD_REQUEST, Some(code)), "{body}: {value}");
+    }
+}
+
+#[tokio::test]
+async fn requests_without_a_session_are_served_statelessly() {
+    let (_root, _state, router) = setup(None);
+    let (status, value) = rpc(&router, r#"{"jsonrpc":"2.0","id":7,"method":"tools/list"}"#).await;
+    assert_eq!(status, StatusCode::OK);
+    let names: Vec<&str> =
+        value["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["sandbox.run_code", "sandbox_run_code", "sandbox.list_runners", "sandbox_list_runners"]);
+    let (_, value) = rpc(&router, r#"{"jsonrpc":"2.0","id":8,"method":"no/such/method"}"#).await;
+    assert_eq!(value["error"]["code"], -32601);
+    let (_, value) = rpc(&router, r#"{"jsonrpc":"2.0","id":9,"method":"server/discover","params":{}}"#).await;
+    assert_eq!((value["id"].as_i64(), value["error"]["code"].as_i64()), (Some(9), Some(-32601)));
+}
+
+fn call(arguments: serde_json::Value) -> String {
+    serde_json::json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": "sandbox.run_code", "arguments": arguments } })
+        .to_string()
+}
+
+#[tokio::test]
+async fn each_bad_argument_gets_32602_naming_its_field() {
+    let (_root, _state, router) = setup(None);
+    let big = "x".repeat(1024 * 1024 + 1);
+    let cases = [
+        (
+            serde_json::json!({ "language": "python", "code": "1" }),
+            "conversationId",
+            "missing required argument conversationId",
+        ),
+        (
+            serde_json::json!({ "conversationId": "", "language": "python", "code": "1" }),
+            "conversationId",
+            "invalid conversationId: must not be empty",
+        ),
+        (
+            serde_json::json!({ "conversationId": "a/../b", "language": "python", "code": "1" }),
+            "conversationId",
+            "invalid conversationId: must contain only letters, digits, '.', '_' and '-' (found '/')",
+        ),
+        (
+            serde_json::json!({ "conversationId": "c", "language": 3, "code": "1" }),
+            "language",
+            "language must be a string, not a number",
+        ),
+        (serde_json::json!({ "conversationId": "c", "language": "python" }), "code", "missing required argument code"),
+        (
+            serde_json::json!({ "conversationId": "c", "language": "python", "code": big }),
+            "code",
+            "invalid code: is 1048577 bytes; the limit is 1048576",
+        ),
+        (
+            serde_json::json!({ "conversationId": "c", "language": "python", "code": "1", "timeoutSeconds": -1 }),
+            "timeoutSeconds",
+            "timeoutSeconds must be a positive number of seconds",
+        ),
+        (
+            serde_json::json!({ "conversationId": "c", "language": "python", "code": "1", "env": { "A": 1 } }),
+            "env",
+            "env.A must be a string, not a number",
+        ),
+    ];
+    for (arguments, field, message) in cases {
+        let body = call(arguments);
+        // The oversize case is over the 1 MiB body limit as a whole: 413 before any parsing.
+        if body.len() > 1024 * 1024 {
+            let (status, _, _) = send(&router, post_mcp(&body)).await;
+            assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+            continue;
+        }
+        let (status, value) = rpc(&router, &body).await;
+        assert_eq!(status, StatusCode::OK);
+        let error = &value["error"];
+        assert_eq!(
+            (
+                error["code"].as_i64(),
+                error["message"].as_str(),
+                error["data"]["field"].as_str(),
+                error["data"]["kind"].as_str()
+            ),
+            (Some(-32602), Some(message), Some(field), Some("invalid_argument")),
+            "{value}"
+        );
+        assert_eq!(error["data"]["trace_id"].as_str().map(str::len), Some(32));
+    }
+}
+
+#[tokio::test]
+async fn a_language_without_runner_is_a_failed_result_listing_the_available_ones() {
+    let (_root, _state, router) = setup(None);
+    let (status, value) =
+        rpc(&router, &call(serde_json::json!({ "conversationId": "c", "language": "python", "code": "print(1)" })))
+            .await;
+    assert_eq!(status, StatusCode::OK);
+    let result = &value["result"];
+    assert_eq!(result["isError"], true);
+    assert_eq!(result["structuredContent"]["success"], false);
+    assert_eq!(result["structuredContent"]["output"], "no runner for language python; available: none");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(result["content"][0]["text"].as_str().unwrap()).unwrap(),
+        result["structuredContent"]
+    );
+}
+
+#[tokio::test]
+async fn a_foreign_host_is_refused() {
+    let (_root, _state, router) = setup(None);
+    let mut request = post_mcp(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+    request.headers_mut().insert(header::HOST, "evil.example.com".parse().unwrap());
+    let (status, _, _) = send(&router, request).await;
+    assert!(status.is_client_error(), "{status}");
+}

@@ -3,11 +3,12 @@
 
 mod auth;
 mod files;
+mod mcp_endpoint;
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::routing::get;
+use axum::routing::{any, get};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
@@ -19,12 +20,19 @@ use crate::mcp::SandlotMcp;
 /// The whole HTTP app. `/mcp` needs the bearer token; `/files` (signed URLs) and `/healthz` do not.
 pub fn app(state: AppState, token: BearerToken, allowed_hosts: Vec<String>) -> Router {
     let handler = SandlotMcp::new(state.clone());
-    let mut config = StreamableHttpServerConfig::default();
-    config.allowed_hosts = allowed_hosts;
-    let mcp = StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(LocalSessionManager::default()), config);
+    let service = |legacy_session_mode: bool| {
+        let handler = handler.clone();
+        let mut config = StreamableHttpServerConfig::default();
+        config.allowed_hosts = allowed_hosts.clone();
+        config.legacy_session_mode = legacy_session_mode;
+        config.json_response = !legacy_session_mode;
+        StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(LocalSessionManager::default()), config)
+    };
+    let services = mcp_endpoint::McpServices { sessions: service(true), stateless: service(false) };
     let protected = Router::new()
-        .route_service("/mcp", mcp.clone())
-        .route_service("/mcp/", mcp)
+        .route("/mcp", any(mcp_endpoint::endpoint))
+        .route("/mcp/", any(mcp_endpoint::endpoint))
+        .with_state(services)
         .layer(axum::middleware::from_fn_with_state(token, auth::require_bearer));
     Router::new()
         .merge(protected)
