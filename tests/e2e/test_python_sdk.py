@@ -1,4 +1,5 @@
-"""The official Python MCP SDK (`mcp` 1.x) against `sandlot serve` (Streamable HTTP) and `sandlot stdio`:
+"""The official Python MCP SDK (`mcp` 1.x) against `sandlot serve` (Streamable HTTP, legacy HTTP+SSE at /sse and
+/mcp/sse) and `sandlot stdio`:
 initialize, list the tools, run Python that writes a file, download the file by its signed URL, compare bytes."""
 
 import json
@@ -6,6 +7,7 @@ import json
 import httpx
 import pytest
 from mcp import ClientSession, StdioServerParameters
+from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamablehttp_client
 
@@ -56,6 +58,20 @@ async def test_streamable_http(server):
             return response.content
 
     async with streamablehttp_client(server.mcp_url, headers=server.auth) as (read, write, _):
+        async with ClientSession(read, write) as session:
+            await exercise(session, download)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("path", ["/sse", "/mcp/sse"])
+async def test_legacy_sse(server, path):
+    async def download(url):
+        async with httpx.AsyncClient() as client:
+            response = await client.get(url)
+            assert response.status_code == 200
+            return response.content
+
+    async with sse_client(server.base_url + path, headers=server.auth) as (read, write):
         async with ClientSession(read, write) as session:
             await exercise(session, download)
 

@@ -9,19 +9,17 @@
 //! - `Accept` is read as a list: a client that accepts either JSON or SSE (or `*/*`) is served; 406 only when it
 //!   accepts neither.
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tower::ServiceExt;
 
+use super::jsonrpc::{error_response, read_message};
 use crate::mcp::SandlotMcp;
-
-/// Largest request body accepted on `/mcp`.
-pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 type Service = StreamableHttpService<SandlotMcp, LocalSessionManager>;
 
@@ -30,11 +28,6 @@ type Service = StreamableHttpService<SandlotMcp, LocalSessionManager>;
 pub struct McpServices {
     pub sessions: Service,
     pub stateless: Service,
-}
-
-fn jsonrpc_error(status: StatusCode, id: Value, code: i64, message: &str) -> Response {
-    let body = json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message } });
-    (status, axum::Json(body)).into_response()
 }
 
 fn media_types(headers: &HeaderMap) -> Vec<String> {
@@ -71,29 +64,14 @@ pub async fn endpoint(State(services): State<McpServices>, request: Request) -> 
         let request = Request::from_parts(parts, body);
         return forward(services.sessions, request).await;
     }
-    let bytes: Bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
-        Ok(bytes) => bytes,
-        Err(_) => {
-            return jsonrpc_error(StatusCode::PAYLOAD_TOO_LARGE, Value::Null, -32600, "request body is over 1 MiB");
-        }
+    let (bytes, message) = match read_message(body).await {
+        Ok(read) => read,
+        Err(response) => return response,
     };
-    let message: Value = match serde_json::from_slice(&bytes) {
-        Ok(message) => message,
-        Err(e) => return jsonrpc_error(StatusCode::BAD_REQUEST, Value::Null, -32700, &format!("parse error: {e}")),
-    };
-    let Some(object) = message.as_object() else {
-        let what = if message.is_array() { "batches are not supported" } else { "not a JSON-RPC message" };
-        return jsonrpc_error(StatusCode::BAD_REQUEST, Value::Null, -32600, &format!("invalid request: {what}"));
-    };
-    let id = object.get("id").cloned().unwrap_or(Value::Null);
-    let method = object.get("method").and_then(Value::as_str);
-    let is_message = object.get("jsonrpc").and_then(Value::as_str) == Some("2.0")
-        && (method.is_some() || object.contains_key("result") || object.contains_key("error"));
-    if !is_message {
-        return jsonrpc_error(StatusCode::BAD_REQUEST, id, -32600, "invalid request: not a JSON-RPC 2.0 message");
-    }
+    let id = message.get("id").cloned().unwrap_or(Value::Null);
+    let method = message.get("method").and_then(Value::as_str);
     if method == Some("server/discover") {
-        return jsonrpc_error(StatusCode::OK, id, -32601, "method not found: server/discover");
+        return error_response(StatusCode::OK, id, -32601, "method not found: server/discover");
     }
     parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     let stateful = parts.headers.contains_key("mcp-session-id") || method == Some("initialize");

@@ -3,12 +3,14 @@
 
 mod auth;
 mod files;
+mod jsonrpc;
+mod legacy_sse;
 mod mcp_endpoint;
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::routing::{any, get};
+use axum::routing::{any, get, post};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
@@ -29,11 +31,17 @@ pub fn app(state: AppState, token: BearerToken, allowed_hosts: Vec<String>) -> R
         StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(LocalSessionManager::default()), config)
     };
     let services = mcp_endpoint::McpServices { sessions: service(true), stateless: service(false) };
-    let protected = Router::new()
+    let streamable = Router::new()
         .route("/mcp", any(mcp_endpoint::endpoint))
         .route("/mcp/", any(mcp_endpoint::endpoint))
-        .with_state(services)
-        .layer(axum::middleware::from_fn_with_state(token, auth::require_bearer));
+        .with_state(services);
+    let legacy = Router::new()
+        .route("/sse", get(legacy_sse::open))
+        .route("/mcp/sse", get(legacy_sse::open))
+        .route("/message", post(legacy_sse::post))
+        .route("/mcp/message", post(legacy_sse::post))
+        .with_state(legacy_sse::LegacySessions::new(handler.clone()));
+    let protected = streamable.merge(legacy).layer(axum::middleware::from_fn_with_state(token, auth::require_bearer));
     Router::new()
         .merge(protected)
         .route("/healthz", get(|| async { "ok\n" }))

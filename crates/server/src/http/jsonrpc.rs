@@ -1,0 +1,39 @@
+//! Checks every MCP endpoint applies to a POSTed body before the protocol library sees it, with the JSON-RPC
+//! error each failure gets.
+
+use axum::body::{Body, Bytes};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+
+/// Largest request body accepted on an MCP endpoint.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// A JSON-RPC error response with an HTTP status.
+pub fn error_response(status: StatusCode, id: Value, code: i64, message: &str) -> Response {
+    let body = json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message } });
+    (status, axum::Json(body)).into_response()
+}
+
+/// Reads a body of at most [`MAX_BODY_BYTES`] and checks it is one JSON-RPC 2.0 message: 413 when too large,
+/// -32700 when it is not JSON, -32600 when it is not a message (batches included).
+pub async fn read_message(body: Body) -> Result<(Bytes, Map<String, Value>), Response> {
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
+        return Err(error_response(StatusCode::PAYLOAD_TOO_LARGE, Value::Null, -32600, "request body is over 1 MiB"));
+    };
+    let message: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| error_response(StatusCode::BAD_REQUEST, Value::Null, -32700, &format!("parse error: {e}")))?;
+    let Value::Object(object) = message else {
+        let what = if message.is_array() { "batches are not supported" } else { "not a JSON-RPC message" };
+        return Err(error_response(StatusCode::BAD_REQUEST, Value::Null, -32600, &format!("invalid request: {what}")));
+    };
+    let is_message = object.get("jsonrpc").and_then(Value::as_str) == Some("2.0")
+        && (object.get("method").is_some_and(Value::is_string)
+            || object.contains_key("result")
+            || object.contains_key("error"));
+    if !is_message {
+        let id = object.get("id").cloned().unwrap_or(Value::Null);
+        return Err(error_response(StatusCode::BAD_REQUEST, id, -32600, "invalid request: not a JSON-RPC 2.0 message"));
+    }
+    Ok((bytes, object))
+}

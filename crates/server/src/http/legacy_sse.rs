@@ -1,0 +1,122 @@
+//! The legacy HTTP+SSE transport of MCP 2024-11-05, which rmcp no longer ships, built on rmcp's sink/stream
+//! transport: `GET /sse` opens a session and sends `event: endpoint` with the root-relative path
+//! `/message?sessionId=<id>`; `POST /message?sessionId=<id>` answers 202 and the reply comes on the stream as
+//! `event: message`. The same pair is served at `/mcp/sse` and `/mcp/message`.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Query, Request, State};
+use axum::http::StatusCode;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::{Stream, StreamExt};
+use rmcp::ServiceExt;
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::transport::sink_stream::SinkStreamTransport;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::PollSender;
+
+use super::jsonrpc::{error_response, read_message};
+use crate::mcp::SandlotMcp;
+
+/// Messages buffered per direction and session.
+const CHANNEL_CAPACITY: usize = 64;
+
+/// The open legacy sessions: where to deliver a POSTed message.
+#[derive(Clone)]
+pub struct LegacySessions {
+    handler: SandlotMcp,
+    senders: Arc<Mutex<HashMap<String, mpsc::Sender<ClientJsonRpcMessage>>>>,
+}
+
+impl LegacySessions {
+    /// No session yet; each will be served by a clone of `handler`.
+    pub fn new(handler: SandlotMcp) -> Self {
+        Self { handler, senders: Arc::default() }
+    }
+
+    fn senders(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::Sender<ClientJsonRpcMessage>>> {
+        self.senders.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Removes a session when its event stream is dropped (the client went away).
+struct SessionGuard {
+    id: String,
+    sessions: LegacySessions,
+}
+
+impl Drop for SessionGuard {
+    fn drop(&mut self) {
+        self.sessions.senders().remove(&self.id);
+        tracing::debug!(session = self.id, "legacy SSE session closed");
+    }
+}
+
+/// `GET /sse` and `GET /mcp/sse`: the message path is a sibling of the SSE path.
+pub async fn open(State(sessions): State<LegacySessions>, request: Request) -> Response {
+    let message_path = match request.uri().path().trim_end_matches('/') {
+        "/mcp/sse" => "/mcp/message",
+        _ => "/message",
+    };
+    let id = uuid::Uuid::new_v4().to_string();
+    let (to_server, from_client) = mpsc::channel::<ClientJsonRpcMessage>(CHANNEL_CAPACITY);
+    let (to_client, from_server) = mpsc::channel::<ServerJsonRpcMessage>(CHANNEL_CAPACITY);
+    sessions.senders().insert(id.clone(), to_server);
+    let handler = sessions.handler.clone();
+    let session = id.clone();
+    tokio::spawn(async move {
+        let transport = SinkStreamTransport::new(PollSender::new(to_client), ReceiverStream::new(from_client));
+        match handler.serve(transport).await {
+            Ok(service) => {
+                let _ = service.waiting().await;
+            }
+            Err(e) => tracing::info!(session, "legacy SSE session ended before initialize: {e}"),
+        }
+    });
+    let guard = SessionGuard { id: id.clone(), sessions };
+    let endpoint = Event::default().event("endpoint").data(format!("{message_path}?sessionId={id}"));
+    let messages = ReceiverStream::new(from_server).map(move |message| {
+        let _alive = &guard; // the session lives as long as its stream
+        let data = serde_json::to_string(&message).unwrap_or_default();
+        Ok::<_, Infallible>(Event::default().event("message").data(data))
+    });
+    let stream: std::pin::Pin<Box<dyn Stream<Item = Result<Event, Infallible>> + Send>> =
+        Box::pin(futures::stream::once(async move { Ok(endpoint) }).chain(messages));
+    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
+}
+
+/// `POST /message?sessionId=` (or `session_id`): hands the message to the session; the reply goes on its stream.
+pub async fn post(
+    State(sessions): State<LegacySessions>,
+    Query(query): Query<HashMap<String, String>>,
+    body: Body,
+) -> Response {
+    let Some(id) = query.get("sessionId").or_else(|| query.get("session_id")) else {
+        return (StatusCode::BAD_REQUEST, "missing sessionId").into_response();
+    };
+    let Some(sender) = sessions.senders().get(id).cloned() else {
+        return (StatusCode::NOT_FOUND, "unknown or closed session").into_response();
+    };
+    let (_bytes, object) = match read_message(body).await {
+        Ok(read) => read,
+        Err(response) => return response,
+    };
+    let id_value = object.get("id").cloned().unwrap_or(Value::Null);
+    let message: ClientJsonRpcMessage = match serde_json::from_value(Value::Object(object)) {
+        Ok(message) => message,
+        Err(e) => {
+            return error_response(StatusCode::BAD_REQUEST, id_value, -32600, &format!("invalid request: {e}"));
+        }
+    };
+    if sender.send(message).await.is_err() {
+        return (StatusCode::NOT_FOUND, "session closed").into_response();
+    }
+    StatusCode::ACCEPTED.into_response()
+}
