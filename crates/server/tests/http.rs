@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
 use sandlot_core::{Backend, Engine, EngineConfig, Job, OutputSink, RunOutcome, RunnerInfo, Signer, Workspaces};
-use sandlot_server::http::{BearerToken, app};
+use sandlot_server::http::{AllowedHosts, BearerToken, app};
 use sandlot_server::{AppState, FileUrls};
 use tower::ServiceExt;
 
@@ -34,7 +34,7 @@ fn setup(ttl: Option<std::time::Duration>) -> (tempfile::TempDir, AppState, axum
     let engine = Engine::new(Arc::new(NoRunners), Workspaces::new(root.path()), EngineConfig::default());
     let files = FileUrls { signer: Signer::new("secret"), public_base_url: "http://test".into(), ttl };
     let state = AppState { engine: Arc::new(engine), files };
-    let router = app(state.clone(), BearerToken::new("tok"), vec!["localhost".into()]);
+    let router = app(state.clone(), BearerToken::new("tok"), AllowedHosts::new(vec!["localhost".into()]));
     (root, state, router)
 }
 
@@ -286,4 +286,75 @@ async fn a_foreign_host_is_refused() {
     request.headers_mut().insert(header::HOST, "evil.example.com".parse().unwrap());
     let (status, _, _) = send(&router, request).await;
     assert!(status.is_client_error(), "{status}");
+}
+
+fn from_ip(mut request: Request<Body>, ip: [u8; 4]) -> Request<Body> {
+    let addr = std::net::SocketAddr::from((ip, 40000));
+    request.extensions_mut().insert(axum::extract::ConnectInfo(addr));
+    request
+}
+
+#[tokio::test]
+async fn three_failed_authentications_block_the_ip_for_the_window() {
+    let (_root, _state, router) = setup(None);
+    let bad = || {
+        Request::post("/mcp")
+            .header(header::HOST, "localhost")
+            .header(header::AUTHORIZATION, "Bearer wrong")
+            .body(Body::from("{}"))
+            .unwrap()
+    };
+    for _ in 0..3 {
+        assert_eq!(send(&router, from_ip(bad(), [10, 0, 0, 7])).await.0, StatusCode::UNAUTHORIZED);
+    }
+    let response = router
+        .clone()
+        .oneshot(from_ip(post_mcp(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#), [10, 0, 0, 7]))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS, "even the right token is refused in the window");
+    let retry_after: u64 = response.headers()[header::RETRY_AFTER].to_str().unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    // Another address is not affected.
+    let (status, _, _) =
+        send(&router, from_ip(post_mcp(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#), [10, 0, 0, 8])).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_foreign_origin_is_403_and_an_allowed_one_gets_cors() {
+    let (_root, _state, router) = setup(None);
+    let mut request = post_mcp(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+    request.headers_mut().insert(header::ORIGIN, "https://evil.example.com".parse().unwrap());
+    assert_eq!(send(&router, request).await.0, StatusCode::FORBIDDEN);
+
+    let preflight = Request::options("/mcp")
+        .header(header::HOST, "localhost")
+        .header(header::ORIGIN, "http://localhost:5173")
+        .header(header::ACCESS_CONTROL_REQUEST_METHOD, "POST")
+        .header(header::ACCESS_CONTROL_REQUEST_HEADERS, "authorization, content-type, mcp-session-id")
+        .body(Body::empty())
+        .unwrap();
+    let response = router.clone().oneshot(preflight).await.unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+    assert_eq!(response.headers()[header::ACCESS_CONTROL_ALLOW_ORIGIN], "http://localhost:5173");
+
+    let mut request = post_mcp(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+    request.headers_mut().insert(header::ORIGIN, "http://localhost:5173".parse().unwrap());
+    let response = router.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()[header::ACCESS_CONTROL_EXPOSE_HEADERS], "mcp-session-id");
+}
+
+#[tokio::test]
+async fn oauth_discovery_probes_get_404_at_once() {
+    let (_root, _state, router) = setup(None);
+    for probe in [
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-authorization-server/mcp",
+        "/.well-known/openid-configuration",
+    ] {
+        let request = Request::get(probe).header(header::HOST, "localhost").body(Body::empty()).unwrap();
+        assert_eq!(send(&router, request).await.0, StatusCode::NOT_FOUND, "{probe}");
+    }
 }

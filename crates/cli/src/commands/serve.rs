@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use sandlot_server::http::{BearerToken, app};
+use sandlot_server::http::{AllowedHosts, BearerToken, app};
 
 use crate::cli::ServeArgs;
 
@@ -15,12 +15,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Some(_) => anyhow::bail!("MCP_API_TOKEN must not be empty"),
         None => (super::random_token(), true),
     };
+    // localhost, the loopback addresses, the listen address, and PUBLIC_BASE_URL's host.
     let mut allowed_hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
-    allowed_hosts.push(args.addr.to_string());
-    if let Some(host) = state.files.public_base_url.split("://").nth(1).map(|rest| rest.split('/').next().unwrap_or(""))
-    {
-        allowed_hosts.push(host.to_owned());
+    allowed_hosts.push(args.addr.ip().to_string());
+    if let Some(authority) = state.files.public_base_url.split("://").nth(1).and_then(|rest| rest.split('/').next()) {
+        allowed_hosts.push(authority.to_owned());
     }
+    let allowed_hosts = AllowedHosts::new(allowed_hosts);
     let listener =
         tokio::net::TcpListener::bind(args.addr).await.with_context(|| format!("cannot listen on {}", args.addr))?;
     eprintln!("sandlot: serving MCP at {base}/mcp (runners: {})", runner_names(&state));
@@ -28,7 +29,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         eprintln!("sandlot: Authorization: Bearer {token}");
     }
     let router = app(state, BearerToken::new(token), allowed_hosts);
-    axum::serve(listener, router).with_graceful_shutdown(shutdown_signal()).await.context("HTTP server failed")?;
+    let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
+    axum::serve(listener, service).with_graceful_shutdown(shutdown_signal()).await.context("HTTP server failed")?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,26 +1,61 @@
-//! Bearer-token authentication for `/mcp`: `Authorization: Bearer <MCP_API_TOKEN>`, compared in constant time.
-//! A missing or wrong token gets 401 with `{"error":"unauthorized","message":...}`.
+//! Bearer-token authentication: `Authorization: Bearer <MCP_API_TOKEN>`, compared in constant time. A missing or
+//! wrong token gets 401 with `{"error":"unauthorized","message":...}`; after 3 failures from one IP within 60 s,
+//! every request from that IP gets 429 with `Retry-After` for the rest of the window.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
-/// The token every protected request must present.
+/// Failures allowed per IP and window before it is refused.
+const MAX_FAILURES: u32 = 3;
+/// The window in which failures are counted.
+const WINDOW: Duration = Duration::from_secs(60);
+
+/// The token every protected request must present, and the failures seen per client IP.
 #[derive(Clone)]
-pub struct BearerToken(Arc<String>);
+pub struct BearerToken {
+    token: Arc<String>,
+    failures: Arc<Mutex<HashMap<IpAddr, (Instant, u32)>>>,
+}
 
 impl BearerToken {
     /// A token; it must not be empty.
     pub fn new(token: impl Into<String>) -> Self {
-        Self(Arc::new(token.into()))
+        Self { token: Arc::new(token.into()), failures: Arc::default() }
     }
 
     fn matches(&self, presented: &str) -> bool {
-        presented.as_bytes().ct_eq(self.0.as_bytes()).into()
+        presented.as_bytes().ct_eq(self.token.as_bytes()).into()
+    }
+
+    fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, (Instant, u32)>> {
+        self.failures.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Seconds left in the window of an IP that already failed too often.
+    fn blocked_for(&self, ip: IpAddr) -> Option<u64> {
+        let mut failures = self.failures();
+        let (start, count) = *failures.get(&ip)?;
+        let elapsed = start.elapsed();
+        if elapsed >= WINDOW {
+            failures.remove(&ip);
+            return None;
+        }
+        (count >= MAX_FAILURES).then(|| (WINDOW - elapsed).as_secs().max(1))
+    }
+
+    fn record_failure(&self, ip: IpAddr) {
+        let mut failures = self.failures();
+        failures.retain(|_, (start, _)| start.elapsed() < WINDOW);
+        let entry = failures.entry(ip).or_insert((Instant::now(), 0));
+        entry.1 += 1;
     }
 }
 
@@ -31,18 +66,37 @@ fn unauthorized(message: &str) -> Response {
     response
 }
 
+fn too_many(retry_after: u64) -> Response {
+    let body = serde_json::json!({
+        "error": "too_many_requests",
+        "message": format!("too many failed authentications from this address; retry in {retry_after} s"),
+    });
+    let mut response = (StatusCode::TOO_MANY_REQUESTS, axum::Json(body)).into_response();
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+    response
+}
+
 /// Lets the request through only with the right bearer token.
 pub async fn require_bearer(State(token): State<BearerToken>, request: Request, next: Next) -> Response {
-    let Some(value) = request.headers().get(header::AUTHORIZATION) else {
-        return unauthorized("missing Authorization header (expected: Bearer <token>)");
-    };
-    let presented = value.to_str().ok().and_then(|v| {
-        let (scheme, token) = v.split_once(' ')?;
-        scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-    });
-    match presented {
-        Some(presented) if token.matches(presented) => next.run(request).await,
-        Some(_) => unauthorized("invalid bearer token"),
-        None => unauthorized("Authorization must be: Bearer <token>"),
+    let ip = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
+    if let Some(retry_after) = ip.and_then(|ip| token.blocked_for(ip)) {
+        return too_many(retry_after);
     }
+    let presented = request.headers().get(header::AUTHORIZATION).map(|value| {
+        value.to_str().ok().and_then(|v| {
+            let (scheme, token) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim().to_owned())
+        })
+    });
+    let failure = match presented {
+        Some(Some(presented)) if token.matches(&presented) => return next.run(request).await,
+        None => "missing Authorization header (expected: Bearer <token>)",
+        Some(Some(_)) => "invalid bearer token",
+        Some(None) => "Authorization must be: Bearer <token>",
+    };
+    if let Some(ip) = ip {
+        token.record_failure(ip);
+        tracing::info!(%ip, failure, "authentication failed");
+    }
+    unauthorized(failure)
 }

@@ -6,6 +6,7 @@ mod files;
 mod jsonrpc;
 mod legacy_sse;
 mod mcp_endpoint;
+mod origin;
 
 use std::sync::Arc;
 
@@ -15,17 +16,20 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
 pub use auth::BearerToken;
+pub use origin::AllowedHosts;
 
 use crate::AppState;
 use crate::mcp::SandlotMcp;
 
-/// The whole HTTP app. `/mcp` needs the bearer token; `/files` (signed URLs) and `/healthz` do not.
-pub fn app(state: AppState, token: BearerToken, allowed_hosts: Vec<String>) -> Router {
+/// The whole HTTP app. The MCP endpoints need the bearer token; `/files` (signed URLs), `/healthz` and the OAuth
+/// discovery probes (answered 404 at once: sandlot does not do OAuth) do not. Every route checks `Host` and
+/// `Origin`; CORS lets browser clients on allowed origins call the MCP endpoints.
+pub fn app(state: AppState, token: BearerToken, allowed_hosts: AllowedHosts) -> Router {
     let handler = SandlotMcp::new(state.clone());
     let service = |legacy_session_mode: bool| {
         let handler = handler.clone();
         let mut config = StreamableHttpServerConfig::default();
-        config.allowed_hosts = allowed_hosts.clone();
+        config.allowed_hosts = allowed_hosts.to_vec();
         config.legacy_session_mode = legacy_session_mode;
         config.json_response = !legacy_session_mode;
         StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(LocalSessionManager::default()), config)
@@ -46,5 +50,33 @@ pub fn app(state: AppState, token: BearerToken, allowed_hosts: Vec<String>) -> R
         .merge(protected)
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/files/{conversation_id}/{*path}", get(files::download))
+        .route("/.well-known/{*probe}", any(not_found))
         .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(allowed_hosts.clone(), origin::check))
+        .layer(cors(allowed_hosts))
+}
+
+async fn not_found() -> axum::response::Response {
+    use axum::response::IntoResponse;
+    (axum::http::StatusCode::NOT_FOUND, axum::Json(serde_json::json!({ "error": "not_found" }))).into_response()
+}
+
+/// CORS for browser clients (the playground, the MCP Inspector) on allowed origins, on errors too.
+fn cors(allowed: AllowedHosts) -> tower_http::cors::CorsLayer {
+    use axum::http::{HeaderName, Method};
+    use tower_http::cors::{AllowOrigin, CorsLayer};
+    let headers = [
+        "authorization",
+        "content-type",
+        "mcp-session-id",
+        "mcp-protocol-version",
+        "last-event-id",
+        "mcp-method",
+        "mcp-name",
+    ];
+    CorsLayer::new()
+        .allow_origin(AllowOrigin::predicate(move |origin, _| origin.to_str().is_ok_and(|o| allowed.allows_origin(o))))
+        .allow_methods([Method::GET, Method::POST, Method::DELETE, Method::OPTIONS])
+        .allow_headers(headers.map(HeaderName::from_static))
+        .expose_headers([HeaderName::from_static("mcp-session-id")])
 }

@@ -1,0 +1,102 @@
+//! Protection against DNS rebinding and cross-site use from browsers: a request whose `Host` is not an allowed host
+//! gets 421, and one whose `Origin` is not an allowed origin gets 403 (MCP 2025-11-25: "MUST"). Requests without an
+//! `Origin` (every non-browser client) pass the Origin check. Allowed hosts: `localhost`, `127.0.0.1`, `[::1]` and
+//! the host of `PUBLIC_BASE_URL` (with any port).
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+/// The host names a request may address.
+#[derive(Clone, Debug)]
+pub struct AllowedHosts(Arc<Vec<String>>);
+
+impl AllowedHosts {
+    /// Host names (no port) or `host:port` authorities.
+    pub fn new(hosts: Vec<String>) -> Self {
+        Self(Arc::new(hosts.into_iter().map(|h| h.to_ascii_lowercase()).collect()))
+    }
+
+    /// The list, for rmcp's own Host check.
+    pub fn to_vec(&self) -> Vec<String> {
+        self.0.iter().cloned().collect()
+    }
+
+    /// Whether an authority (`host`, `host:port`, `[::1]:port`) names an allowed host.
+    pub fn allows_authority(&self, authority: &str) -> bool {
+        let authority = authority.to_ascii_lowercase();
+        let host = if let Some(rest) = authority.strip_prefix('[') {
+            rest.split(']').next().unwrap_or("")
+        } else {
+            authority.rsplit_once(':').map_or(authority.as_str(), |(host, port)| {
+                if port.chars().all(|c| c.is_ascii_digit()) { host } else { authority.as_str() }
+            })
+        };
+        self.0.iter().any(|allowed| {
+            let allowed_host = allowed.trim_start_matches('[').split(']').next().unwrap_or(allowed);
+            allowed == &authority || allowed_host == host
+        })
+    }
+
+    /// Whether an `Origin` header value is allowed (`null` never is).
+    pub fn allows_origin(&self, origin: &str) -> bool {
+        let Some((scheme, authority)) = origin.split_once("://") else { return false };
+        matches!(scheme, "http" | "https") && self.allows_authority(authority.trim_end_matches('/'))
+    }
+}
+
+/// Refuses requests for a foreign host or from a foreign origin.
+pub async fn check(State(allowed): State<AllowedHosts>, request: Request, next: Next) -> Response {
+    if let Some(host) = request.headers().get(header::HOST).and_then(|h| h.to_str().ok())
+        && !allowed.allows_authority(host)
+    {
+        return (
+            StatusCode::MISDIRECTED_REQUEST,
+            axum::Json(serde_json::json!({
+                "error": "forbidden_host", "message": format!("host {host:?} is not served here"),
+            })),
+        )
+            .into_response();
+    }
+    if let Some(origin) = request.headers().get(header::ORIGIN).and_then(|o| o.to_str().ok())
+        && !allowed.allows_origin(origin)
+    {
+        return (
+            StatusCode::FORBIDDEN,
+            axum::Json(serde_json::json!({
+                "error": "forbidden_origin", "message": format!("origin {origin:?} is not allowed"),
+            })),
+        )
+            .into_response();
+    }
+    next.run(request).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_and_origins() {
+        let allowed = AllowedHosts::new(vec![
+            "localhost".into(),
+            "127.0.0.1".into(),
+            "[::1]".into(),
+            "sandbox.example.com".into(),
+        ]);
+        for ok in ["localhost", "localhost:8080", "127.0.0.1:1", "[::1]:8080", "Sandbox.Example.com"] {
+            assert!(allowed.allows_authority(ok), "{ok}");
+        }
+        for bad in ["evil.example.com", "localhost.evil.com", "127.0.0.2:80", "sandbox.example.com.evil.com"] {
+            assert!(!allowed.allows_authority(bad), "{bad}");
+        }
+        assert!(allowed.allows_origin("http://localhost:5173"));
+        assert!(allowed.allows_origin("https://sandbox.example.com"));
+        assert!(!allowed.allows_origin("https://evil.example.com"));
+        assert!(!allowed.allows_origin("null"));
+        assert!(!allowed.allows_origin("file://localhost"));
+    }
+}
