@@ -78,7 +78,7 @@ fi
 step "versions: $(rustc --version); $(cargo nextest --version 2>/dev/null | sed -n 1p)"
 step "versions: python $(/usr/bin/python3 --version 2>&1 | cut -d' ' -f2); node $(node --version); tsx $(tsx --version 2>/dev/null | sed -n '1s/^tsx //p')"
 
-step "Python test environment (.venv-e2e: the official MCP SDK, pytest, httpx)"
+step "end-to-end client environments (.venv-e2e: mcp 1.x; .venv-e2e2: mcp 2.x; tests/e2e/ts: the TypeScript SDK)"
 python=""
 for candidate in python3.11 python3 /usr/bin/python3; do
     if command -v "$candidate" >/dev/null && "$candidate" -c 'import sys, venv; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
@@ -87,10 +87,17 @@ for candidate in python3.11 python3 /usr/bin/python3; do
     fi
 done
 [[ -n "$python" ]] || die "no Python 3.10+ with venv for the end-to-end tests (apt-get install python3-venv)"
-if [[ ! -x .venv-e2e/bin/python ]] || ! .venv-e2e/bin/python -c 'import mcp, pytest, httpx' 2>/dev/null; then
-    "$python" -m venv .venv-e2e
-    .venv-e2e/bin/pip install --quiet --disable-pip-version-check "mcp==1.30.0" pytest httpx
-fi
+python_env() { # python_env DIR MCP_VERSION HTTP_MODULE
+    if [[ ! -x "$1/bin/python" ]] || ! "$1/bin/python" -c "import mcp, pytest, anyio, $3; import importlib.metadata as m; assert m.version('mcp') == '$2'" 2>/dev/null; then
+        rm -rf "$1"
+        "$python" -m venv "$1"
+        "$1/bin/pip" install --quiet --disable-pip-version-check "mcp==$2" pytest anyio httpx
+    fi
+}
+python_env .venv-e2e 1.30.0 httpx
+python_env .venv-e2e2 2.3.0 httpx2
+command -v npm >/dev/null || apt_install npm
+(cd tests/e2e/ts && npm ci --silent --no-audit --no-fund)
 
 step "cargo fmt --all -- --check"
 cargo fmt --all -- --check
@@ -101,8 +108,10 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "cargo nextest run --workspace --no-fail-fast --profile ci"
 cargo nextest run --workspace --no-fail-fast --profile ci
 
-step "end-to-end tests with real MCP clients (pytest tests/e2e)"
+step "end-to-end tests with real MCP clients against the real binary"
 cargo build --quiet --bin sandlot
-.venv-e2e/bin/python -m pytest -q tests/e2e
+.venv-e2e/bin/python -m pytest -q tests/e2e/python_v1
+.venv-e2e2/bin/python -m pytest -q tests/e2e/python_v2
+(cd tests/e2e/ts && node --test)
 
 step "all checks passed"
