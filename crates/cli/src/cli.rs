@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use sandlot_core::{EngineConfig, Limits};
 
 /// Run untrusted code for AI agents in a Linux-namespace sandbox.
@@ -51,6 +51,21 @@ pub struct ServeArgs {
     /// Bearer token for /mcp (default: random, printed at start).
     #[arg(long, env = "MCP_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
+    /// Require JWTs instead of the static token.
+    #[arg(long, env = "MCP_AUTH_ENABLED", default_value_t = false, action = clap::ArgAction::Set)]
+    pub auth_enabled: bool,
+    /// HS256 secret of the JWTs.
+    #[arg(long, env = "MCP_AUTH_JWT_SECRET", hide_env_values = true)]
+    pub jwt_secret: Option<String>,
+    /// RS256 or ES256 public key of the JWTs: PEM text, or the path of a PEM file.
+    #[arg(long, env = "MCP_AUTH_JWT_PUBLIC_KEY")]
+    pub jwt_public_key: Option<String>,
+    /// Required `aud` of the JWTs.
+    #[arg(long, env = "MCP_AUTH_AUDIENCE")]
+    pub jwt_audience: Option<String>,
+    /// Required `iss` of the JWTs.
+    #[arg(long, env = "MCP_AUTH_ISSUER")]
+    pub jwt_issuer: Option<String>,
     #[command(flatten)]
     pub files: FileUrlArgs,
     #[command(flatten)]
@@ -155,4 +170,42 @@ pub struct RunnersArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Parses the command line. A bad value stops the start with one line naming the variable (or flag) it came from,
+/// and exit code 2; other mistakes get clap's usual message.
+pub fn parse() -> Cli {
+    let error = match Cli::try_parse() {
+        Ok(cli) => return cli,
+        Err(error) => error,
+    };
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(error.kind(), ErrorKind::ValueValidation | ErrorKind::InvalidValue) {
+        error.exit();
+    }
+    let flag = match error.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(flag)) => flag.split_whitespace().next().unwrap_or("").to_owned(),
+        _ => error.exit(),
+    };
+    let value = match error.get(ContextKind::InvalidValue) {
+        Some(ContextValue::String(value)) => value.clone(),
+        _ => String::new(),
+    };
+    let env = env_of_flag(&Cli::command(), flag.trim_start_matches('-'))
+        .filter(|env| std::env::var(env).is_ok_and(|v| v == value));
+    let reason = std::error::Error::source(&error).map(|s| s.to_string()).unwrap_or_else(|| "invalid value".into());
+    match env {
+        Some(env) => eprintln!("sandlot: invalid {env}={value:?}: {reason}"),
+        None => eprintln!("sandlot: invalid {flag} {value:?}: {reason}"),
+    }
+    std::process::exit(2)
+}
+
+/// The environment variable of a long flag, searched in every subcommand.
+fn env_of_flag(command: &clap::Command, long: &str) -> Option<String> {
+    command
+        .get_arguments()
+        .find(|arg| arg.get_long() == Some(long))
+        .and_then(|arg| arg.get_env().map(|env| env.to_string_lossy().into_owned()))
+        .or_else(|| command.get_subcommands().find_map(|sub| env_of_flag(sub, long)))
 }

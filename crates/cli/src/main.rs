@@ -7,8 +7,6 @@ mod commands;
 use std::ffi::OsStr;
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
     // The jail init must start before anything else (no runtime, no threads): check for it by hand.
     let mut args = std::env::args_os();
@@ -16,7 +14,7 @@ fn main() -> ExitCode {
         let report_fd = args.next().and_then(|a| a.to_str().and_then(|s| s.parse().ok())).unwrap_or(-1);
         sandlot_jail::init::run_main(report_fd);
     }
-    let cli = cli::Cli::parse();
+    let cli = cli::parse();
     // `run` starts its jail init now, while this process has a single thread: a fork instead of an exec later.
     let prefork = match &cli.command {
         cli::Command::Run(_) => sandlot_jail::Prefork::start().ok(),

@@ -165,3 +165,40 @@ fn without_root_doctor_names_the_missing_layers() {
     assert_eq!(status("seccomp").as_deref(), Some("ok"), "{report}");
     assert_eq!(status("jail").as_deref(), Some("ok"), "{report}");
 }
+
+fn serve_with(env: &[(&str, &str)]) -> Output {
+    let root = tempfile::tempdir().unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sandlot"));
+    command.arg("serve").env("SANDBOX_ROOT", root.path()).env("MCP_HTTP_ADDR", "127.0.0.1:0");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    command.output().expect("run sandlot serve")
+}
+
+#[test]
+fn bad_configuration_stops_the_start_with_one_line_naming_the_variable() {
+    let cases: [(&[(&str, &str)], &str); 5] = [
+        (
+            &[("SANDLOT_MEMORY_MB", "lots")],
+            "sandlot: invalid SANDLOT_MEMORY_MB=\"lots\": invalid digit found in string\n",
+        ),
+        (
+            &[("SANDLOT_CPUS", "-1")],
+            "sandlot: invalid SANDLOT_CPUS=\"-1\": \"-1\" is not a number of cores between 0.01 and 1024\n",
+        ),
+        (
+            &[("MCP_HTTP_ADDR", "nowhere")],
+            "sandlot: invalid MCP_HTTP_ADDR=\"nowhere\": invalid socket address syntax\n",
+        ),
+        (
+            &[("MCP_AUTH_ENABLED", "true")],
+            "sandlot: MCP_AUTH_ENABLED needs MCP_AUTH_JWT_SECRET or MCP_AUTH_JWT_PUBLIC_KEY\n",
+        ),
+        (&[("MCP_API_TOKEN", "")], "sandlot: MCP_API_TOKEN must not be empty\n"),
+    ];
+    for (env, expected) in cases {
+        let out = serve_with(env);
+        assert_eq!((out.status.code(), text(&out.stderr)), (Some(2), expected), "{env:?}");
+    }
+}

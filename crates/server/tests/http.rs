@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
 use sandlot_core::{Backend, Engine, EngineConfig, Job, OutputSink, RunOutcome, RunnerInfo, Signer, Workspaces};
-use sandlot_server::http::{AllowedHosts, BearerToken, app};
+use sandlot_server::http::{AllowedHosts, Authenticator, app};
 use sandlot_server::{AppState, FileUrls};
 use tower::ServiceExt;
 
@@ -34,7 +34,7 @@ fn setup(ttl: Option<std::time::Duration>) -> (tempfile::TempDir, AppState, axum
     let engine = Engine::new(Arc::new(NoRunners), Workspaces::new(root.path()), EngineConfig::default());
     let files = FileUrls { signer: Signer::new("secret"), public_base_url: "http://test".into(), ttl };
     let state = AppState { engine: Arc::new(engine), files };
-    let router = app(state.clone(), BearerToken::new("tok"), AllowedHosts::new(vec!["localhost".into()]));
+    let router = app(state.clone(), Authenticator::token("tok"), AllowedHosts::new(vec!["localhost".into()]));
     (root, state, router)
 }
 

@@ -3,17 +3,19 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use sandlot_server::http::{AllowedHosts, BearerToken, app};
+use sandlot_server::http::{AllowedHosts, Authenticator, Credentials, JwtSettings, app};
 
 use crate::cli::ServeArgs;
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let base = format!("http://{}", args.addr);
     let state = super::app_state(&args.sandbox, &args.files, &base)?;
-    let (token, generated) = match args.api_token.clone() {
-        Some(token) if !token.is_empty() => (token, false),
-        Some(_) => anyhow::bail!("MCP_API_TOKEN must not be empty"),
-        None => (super::random_token(), true),
+    let authenticator = match authenticator(&args) {
+        Ok(authenticator) => authenticator,
+        Err(message) => {
+            eprintln!("sandlot: {message}");
+            return Ok(ExitCode::from(2));
+        }
     };
     // localhost, the loopback addresses, the listen address, and PUBLIC_BASE_URL's host.
     let mut allowed_hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
@@ -25,13 +27,43 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let listener =
         tokio::net::TcpListener::bind(args.addr).await.with_context(|| format!("cannot listen on {}", args.addr))?;
     eprintln!("sandlot: serving MCP at {base}/mcp (runners: {})", runner_names(&state));
-    if generated {
+    let (authenticator, generated) = authenticator;
+    if let Some(token) = generated {
         eprintln!("sandlot: Authorization: Bearer {token}");
     }
-    let router = app(state, BearerToken::new(token), allowed_hosts);
+    let router = app(state, authenticator, allowed_hosts);
     let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
     axum::serve(listener, service).with_graceful_shutdown(shutdown_signal()).await.context("HTTP server failed")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The credential check, and the token when one was generated (to print); an error names the bad setting.
+fn authenticator(args: &ServeArgs) -> Result<(Authenticator, Option<String>), String> {
+    if args.auth_enabled {
+        let public_key_pem = match &args.jwt_public_key {
+            Some(key) if key.trim_start().starts_with("-----BEGIN") => Some(key.clone()),
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .map_err(|e| format!("MCP_AUTH_JWT_PUBLIC_KEY: cannot read {path}: {e}"))?,
+            ),
+            None => None,
+        };
+        let settings = JwtSettings {
+            secret: args.jwt_secret.clone(),
+            public_key_pem,
+            audience: args.jwt_audience.clone(),
+            issuer: args.jwt_issuer.clone(),
+        };
+        return Ok((Authenticator::new(Credentials::jwt(&settings)?), None));
+    }
+    match &args.api_token {
+        Some(token) if token.is_empty() => Err("MCP_API_TOKEN must not be empty".into()),
+        Some(token) => Ok((Authenticator::token(token.clone()), None)),
+        None => {
+            let token = super::random_token();
+            Ok((Authenticator::token(token.clone()), Some(token)))
+        }
+    }
 }
 
 fn runner_names(state: &sandlot_server::AppState) -> String {

@@ -1,6 +1,6 @@
-//! Bearer-token authentication: `Authorization: Bearer <MCP_API_TOKEN>`, compared in constant time. A missing or
-//! wrong token gets 401 with `{"error":"unauthorized","message":...}`; after 3 failures from one IP within 60 s,
-//! every request from that IP gets 429 with `Retry-After` for the rest of the window.
+//! Bearer authentication: `Authorization: Bearer <credential>`, checked by [`Credentials`] (a static token or
+//! JWTs). A missing or wrong credential gets 401 with `{"error":"unauthorized","message":...}`; after 3 failures
+//! from one IP within 60 s, every request from that IP gets 429 with `Retry-After` for the rest of the window.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -11,28 +11,30 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use subtle::ConstantTimeEq;
+
+use super::credentials::Credentials;
 
 /// Failures allowed per IP and window before it is refused.
 const MAX_FAILURES: u32 = 3;
 /// The window in which failures are counted.
 const WINDOW: Duration = Duration::from_secs(60);
 
-/// The token every protected request must present, and the failures seen per client IP.
+/// What every protected request must present, and the failures seen per client IP.
 #[derive(Clone)]
-pub struct BearerToken {
-    token: Arc<String>,
+pub struct Authenticator {
+    credentials: Arc<Credentials>,
     failures: Arc<Mutex<HashMap<IpAddr, (Instant, u32)>>>,
 }
 
-impl BearerToken {
-    /// A token; it must not be empty.
-    pub fn new(token: impl Into<String>) -> Self {
-        Self { token: Arc::new(token.into()), failures: Arc::default() }
+impl Authenticator {
+    /// Requests must present this static token.
+    pub fn token(token: impl Into<String>) -> Self {
+        Self::new(Credentials::Token(token.into()))
     }
 
-    fn matches(&self, presented: &str) -> bool {
-        presented.as_bytes().ct_eq(self.token.as_bytes()).into()
+    /// Requests must present a credential these accept.
+    pub fn new(credentials: Credentials) -> Self {
+        Self { credentials: Arc::new(credentials), failures: Arc::default() }
     }
 
     fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, (Instant, u32)>> {
@@ -77,7 +79,7 @@ fn too_many(retry_after: u64) -> Response {
 }
 
 /// Lets the request through only with the right bearer token.
-pub async fn require_bearer(State(token): State<BearerToken>, request: Request, next: Next) -> Response {
+pub async fn require_bearer(State(token): State<Authenticator>, request: Request, next: Next) -> Response {
     let ip = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
     if let Some(retry_after) = ip.and_then(|ip| token.blocked_for(ip)) {
         return too_many(retry_after);
@@ -89,14 +91,16 @@ pub async fn require_bearer(State(token): State<BearerToken>, request: Request, 
         })
     });
     let failure = match presented {
-        Some(Some(presented)) if token.matches(&presented) => return next.run(request).await,
-        None => "missing Authorization header (expected: Bearer <token>)",
-        Some(Some(_)) => "invalid bearer token",
-        Some(None) => "Authorization must be: Bearer <token>",
+        Some(Some(presented)) => match token.credentials.verify(&presented) {
+            Ok(()) => return next.run(request).await,
+            Err(why) => why,
+        },
+        None => "missing Authorization header (expected: Bearer <token>)".to_owned(),
+        Some(None) => "Authorization must be: Bearer <token>".to_owned(),
     };
     if let Some(ip) = ip {
         token.record_failure(ip);
         tracing::info!(%ip, failure, "authentication failed");
     }
-    unauthorized(failure)
+    unauthorized(&failure)
 }

@@ -2,6 +2,7 @@
 //! `/healthz`, behind bearer-token authentication where the contract asks for it.
 
 mod auth;
+mod credentials;
 mod files;
 mod jsonrpc;
 mod legacy_sse;
@@ -15,7 +16,8 @@ use axum::routing::{any, get, post};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
-pub use auth::BearerToken;
+pub use auth::Authenticator;
+pub use credentials::{Credentials, JwtSettings};
 pub use origin::AllowedHosts;
 
 use crate::AppState;
@@ -24,7 +26,7 @@ use crate::mcp::SandlotMcp;
 /// The whole HTTP app. The MCP endpoints need the bearer token; `/files` (signed URLs), `/healthz` and the OAuth
 /// discovery probes (answered 404 at once: sandlot does not do OAuth) do not. Every route checks `Host` and
 /// `Origin`; CORS lets browser clients on allowed origins call the MCP endpoints.
-pub fn app(state: AppState, token: BearerToken, allowed_hosts: AllowedHosts) -> Router {
+pub fn app(state: AppState, token: Authenticator, allowed_hosts: AllowedHosts) -> Router {
     let handler = SandlotMcp::new(state.clone());
     let service = |legacy_session_mode: bool| {
         let handler = handler.clone();
