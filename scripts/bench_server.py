@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""The MCP server's speed (issue 3): tools/call `print(1)` end to end over HTTP against bare python3 and `sandlot
+run`, and tools/list requests per second at 16 and 64 connections with wrk.
+
+Usage: bench_server.py SANDLOT [--runs N] [--seconds S]   (run as root; wrk must be installed)
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+PYTHON = "/usr/bin/python3"
+
+
+def percentile(samples, p):
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))]
+
+
+def spawn_and_wait(argv, env):
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        start = time.perf_counter_ns()
+        pid = os.posix_spawn(argv[0], argv, env, file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 1)])
+        _, status = os.waitpid(pid, 0)
+        elapsed = time.perf_counter_ns() - start
+    finally:
+        os.close(devnull)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"command failed: {' '.join(argv)}")
+    return elapsed / 1e6
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection posting JSON-RPC to /mcp (stateless: no session, no initialize)."""
+
+    def __init__(self, port, token):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.token = token
+        self.buffer = b""
+
+    def call(self, payload):
+        body = json.dumps(payload).encode()
+        head = (f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {self.token}\r\n"
+                f"Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
+        self.sock.sendall(head + body)
+        while b"\r\n\r\n" not in self.buffer:
+            self.buffer += self.sock.recv(65536)
+        header, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+        length = int(re.search(rb"(?i)content-length: *(\d+)", header).group(1))
+        while len(self.buffer) < length:
+            self.buffer += self.sock.recv(65536)
+        data, self.buffer = self.buffer[:length], self.buffer[length:]
+        return json.loads(data)
+
+
+def wrk(port, token, connections, seconds, work):
+    script = os.path.join(work, "tools_list.lua")
+    with open(script, "w") as f:
+        f.write('wrk.method = "POST"\n'
+                'wrk.body = \'{"jsonrpc":"2.0","id":1,"method":"tools/list"}\'\n'
+                f'wrk.headers["Authorization"] = "Bearer {token}"\n'
+                'wrk.headers["Content-Type"] = "application/json"\n'
+                'wrk.headers["Accept"] = "application/json, text/event-stream"\n')
+    out = subprocess.run(["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "-s", script, f"http://127.0.0.1:{port}/mcp"],
+                         capture_output=True, text=True, check=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return rps, int(errors.group(1)) if errors else 0
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("sandlot")
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--seconds", type=int, default=10)
+    args = parser.parse_args()
+    sandlot = os.path.abspath(args.sandlot)
+    work = tempfile.mkdtemp(prefix="sandlot-bench-server-")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token = "bench-" + os.urandom(8).hex()
+    env = {"PATH": "/usr/bin:/bin", "SANDLOT_PYTHON": PYTHON, "SANDLOT_LOG": "error", "MCP_API_TOKEN": token,
+           "MCP_HTTP_ADDR": f"127.0.0.1:{port}", "SANDBOX_ROOT": os.path.join(work, "root"), "FILE_SECRET": "bench"}
+    server = subprocess.Popen([sandlot, "serve"], env=env, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.05)
+        code_file = os.path.join(work, "print1.py")
+        with open(code_file, "w") as f:
+            f.write("print(1)\n")
+        connection = Connection(port, token)
+        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "sandbox.run_code", "arguments": {"conversationId": "bench", "language": "python", "code": "print(1)"}}}
+
+        def mcp_call():
+            start = time.perf_counter_ns()
+            reply = connection.call(call)
+            elapsed = (time.perf_counter_ns() - start) / 1e6
+            assert reply["result"]["structuredContent"]["stdout"] == "1\n", reply
+            return elapsed
+
+        rows = [
+            ("bare python3", lambda: spawn_and_wait([PYTHON, "-c", "print(1)"], env)),
+            ("sandlot run", lambda: spawn_and_wait([sandlot, "run", "-l", "python", "--root", os.path.join(work, "cli"), code_file], env)),
+            ("tools/call over HTTP", mcp_call),
+        ]
+        for _ in range(10):
+            for _, measure in rows:
+                measure()
+        samples = {name: [] for name, _ in rows}
+        for _ in range(args.runs):
+            for name, measure in rows:
+                samples[name].append(measure())
+        bare50, bare95 = percentile(samples["bare python3"], 50), percentile(samples["bare python3"], 95)
+        print(f"python3 -c 'print(1)', {args.runs} runs each, round-robin; interpreter {PYTHON}")
+        print(f"{'command':<24} {'p50 ms':>8} {'p95 ms':>8} {'mean ms':>8} {'p50/bare':>9} {'p95/bare':>9}")
+        for name, _ in rows:
+            s = samples[name]
+            p50, p95 = percentile(s, 50), percentile(s, 95)
+            print(f"{name:<24} {p50:8.2f} {p95:8.2f} {statistics.fmean(s):8.2f} {p50 / bare50:9.2f} {p95 / bare95:9.2f}")
+        print()
+        print(f"tools/list, stateless POST /mcp, wrk -t2, {args.seconds} s each (client and server share the 2 cores)")
+        print(f"{'connections':<12} {'req/s':>10} {'non-2xx':>8}")
+        for connections in (16, 64):
+            rps, errors = wrk(port, token, connections, args.seconds, work)
+            print(f"{connections:<12} {rps:10.0f} {errors:8d}")
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
