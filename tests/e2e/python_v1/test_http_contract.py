@@ -1,0 +1,83 @@
+"""The HTTP contract against the real binary and the real jail, with plain HTTP requests (no SDK): stateless
+calls without initialize, failing, timed-out and runner-less runs as results with isError, downloads that refuse
+tampered, expired and symlinked paths, and authentication failures."""
+
+import json
+import urllib.parse
+
+import httpx
+
+
+def rpc(server, method, params=None, headers=None, request_id=1):
+    body = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params is not None:
+        body["params"] = params
+    response = httpx.post(server.mcp_url, json=body, timeout=60,
+                          headers={**server.auth, "Accept": "application/json, text/event-stream", **(headers or {})})
+    return response
+
+
+def run_code(server, **arguments):
+    response = rpc(server, "tools/call", {"name": "sandbox.run_code", "arguments": arguments})
+    assert response.status_code == 200, response.text
+    return response.json()["result"]
+
+
+def test_stateless_tools_call_without_initialize(server):
+    result = run_code(server, conversationId="http", language="python", code="print(6 * 7)")
+    assert result["isError"] is False
+    assert result["structuredContent"]["stdout"] == "42\n"
+    assert json.loads(result["content"][0]["text"]) == result["structuredContent"]
+
+
+def test_non_zero_exit_is_a_failed_result(server):
+    result = run_code(server, conversationId="http", language="bash", code="echo out; echo err >&2; exit 4")
+    data = result["structuredContent"]
+    assert result["isError"] is True
+    assert (data["success"], data["exitCode"], data["timedOut"], data["output"]) == (False, 4, False, "out\nerr\n")
+
+
+def test_timeout_is_a_failed_result_with_timed_out(server):
+    result = run_code(server, conversationId="http", language="python", code="import time\nprint('start', flush=True)\ntime.sleep(30)", timeoutSeconds=1)
+    data = result["structuredContent"]
+    assert result["isError"] is True
+    assert (data["success"], data["exitCode"], data["timedOut"]) == (False, 124, True)
+    assert data["output"] == "start\ntimed out after 1 s; the run was killed"
+
+
+def test_stdin_and_env_reach_the_program(server):
+    code = "import os, sys\nprint(os.environ['GREETING'], sys.stdin.read())"
+    result = run_code(server, conversationId="http", language="python", code=code, stdin="world", env={"GREETING": "hello"})
+    assert result["structuredContent"]["stdout"] == "hello world\n"
+
+
+def test_tampered_expired_and_symlinked_downloads_are_refused(server):
+    code = "ln -s /etc/passwd /data/leak; echo secret-data > /data/real.txt"
+    data = run_code(server, conversationId="dl", language="bash", code=code)["structuredContent"]
+    assert [f["name"] for f in data["files"]] == ["real.txt"], "the symlink is not listed"
+    url = data["files"][0]["url"]
+    assert httpx.get(url).content == b"secret-data\n"
+    parts = urllib.parse.urlsplit(url)
+    query = dict(urllib.parse.parse_qsl(parts.query))
+    base = f"{parts.scheme}://{parts.netloc}"
+    tampered = f"{base}{parts.path}?exp={query['exp']}&sig={query['sig'][:-1]}0"
+    expired = f"{base}{parts.path}?exp=1&sig={query['sig']}"
+    other = f"{base}/files/dl/leak?exp={query['exp']}&sig={query['sig']}"
+    for bad in (tampered, expired, other):
+        assert httpx.get(bad).status_code == 403, bad
+    # Even a correctly signed URL for the symlink gets nothing.
+    leak_sig = __import__("hmac").new(server.file_secret.encode(), f"dl/leak\n{query['exp']}".encode(), "sha256").hexdigest()
+    response = httpx.get(f"{base}/files/dl/leak?exp={query['exp']}&sig={leak_sig}")
+    assert response.status_code == 404
+    assert b"root:" not in response.content
+
+
+def test_authentication_failures(server):
+    assert httpx.post(server.mcp_url, json={}).status_code == 401
+    response = httpx.post(server.mcp_url, json={}, headers={"Authorization": "Bearer nope"})
+    assert (response.status_code, response.json()) == (401, {"error": "unauthorized", "message": "invalid bearer token"})
+    for _ in range(2):
+        httpx.post(server.mcp_url, json={}, headers={"Authorization": "Bearer nope"})
+    blocked = rpc(server, "tools/list")
+    assert blocked.status_code == 429
+    assert 1 <= int(blocked.headers["retry-after"]) <= 60
