@@ -7,8 +7,8 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use crate::{
-    Backend, ConversationId, Error, FileListing, Job, Language, Limits, OutputSink, Result, RunOutcome, RunRequest,
-    RunnerInfo, Workspaces,
+    Backend, ConversationId, EVENT_BUFFER, Error, FileListing, Job, Language, Limits, OutputSink, Result, RunEvent,
+    RunOutcome, RunRequest, RunnerInfo, Workspaces,
 };
 
 /// The engine's knobs; the defaults match DESIGN.md's table.
@@ -57,13 +57,20 @@ pub struct Engine {
     config: EngineConfig,
     permits: Semaphore,
     conversations: Mutex<HashMap<ConversationId, Weak<tokio::sync::Mutex<()>>>>,
+    events: tokio::sync::broadcast::Sender<RunEvent>,
 }
 
 impl Engine {
     /// An engine over `backend`, keeping conversations under `workspaces`.
     pub fn new(backend: Arc<dyn Backend>, workspaces: Workspaces, config: EngineConfig) -> Self {
         let permits = Semaphore::new(config.max_concurrent_runs.max(1));
-        Self { backend, workspaces, config, permits, conversations: Mutex::new(HashMap::new()) }
+        let (events, _) = tokio::sync::broadcast::channel(EVENT_BUFFER);
+        Self { backend, workspaces, config, permits, conversations: Mutex::new(HashMap::new()), events }
+    }
+
+    /// A live feed of run events from now on.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<RunEvent> {
+        self.events.subscribe()
     }
 
     /// The conversation directories.
@@ -154,6 +161,11 @@ impl Engine {
         let workspace = self.workspaces.prepare(&conversation)?;
         let run_id = uuid::Uuid::new_v4().simple().to_string();
         tracing::info!(run_id, conversation = %conversation, %language, "run started");
+        let _ = self.events.send(RunEvent::Started {
+            run_id: run_id.clone(),
+            conversation_id: conversation.to_string(),
+            language,
+        });
         let job = Job {
             run_id: run_id.clone(),
             language,
@@ -163,7 +175,20 @@ impl Engine {
             limits: limits.clone(),
             workspace,
         };
-        let outcome = self.backend.run(job, sink).await?;
+        let outcome = match self.backend.run(job, sink).await {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                tracing::error!(run_id, %error, "run failed");
+                let _ = self.events.send(RunEvent::Failed {
+                    run_id: run_id.clone(),
+                    conversation_id: conversation.to_string(),
+                    language,
+                    error: error.to_string(),
+                });
+                return Err(error);
+            }
+        };
+        let _ = self.events.send(RunEvent::finished(&run_id, conversation.as_str(), language, &outcome));
         let files = self.workspaces.list(&conversation, self.config.max_files_listed)?;
         tracing::info!(
             run_id,

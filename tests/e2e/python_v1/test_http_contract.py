@@ -81,3 +81,36 @@ def test_authentication_failures(server):
     blocked = rpc(server, "tools/list")
     assert blocked.status_code == 429
     assert 1 <= int(blocked.headers["retry-after"]) <= 60
+
+
+def test_run_events_stream_for_one_conversation(server):
+    import threading
+
+    seen = []
+    ready = threading.Event()
+
+    def listen():
+        with httpx.stream("GET", f"{server.base_url}/mcp/events?conversationId=ev", headers=server.auth, timeout=30) as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            ready.set()
+            for line in response.iter_lines():
+                if line.startswith("data: "):
+                    seen.append(json.loads(line[6:]))
+                    if seen[-1]["method"] == "notifications/sandlot/run_finished":
+                        return
+
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+    assert ready.wait(10)
+    import time
+    time.sleep(0.2)  # the subscription is taken when the response starts; give it a moment
+    run_code(server, conversationId="other", language="bash", code="true")
+    run_code(server, conversationId="ev", language="bash", code="exit 3")
+    listener.join(20)
+    assert [e["method"] for e in seen] == ["notifications/sandlot/run_started", "notifications/sandlot/run_finished"]
+    started, finished = (e["params"] for e in seen)
+    assert (started["conversationId"], started["language"]) == ("ev", "bash")
+    assert (finished["conversationId"], finished["success"], finished["exitCode"], finished["termination"]) == (
+        "ev", False, 3, {"kind": "exited", "code": 3})
+    assert finished["runId"] == started["runId"]

@@ -3,6 +3,7 @@
 
 mod auth;
 mod credentials;
+mod events;
 mod files;
 mod jsonrpc;
 mod legacy_sse;
@@ -47,7 +48,11 @@ pub fn app(state: AppState, token: Authenticator, allowed_hosts: AllowedHosts) -
         .route("/message", post(legacy_sse::post))
         .route("/mcp/message", post(legacy_sse::post))
         .with_state(legacy_sse::LegacySessions::new(handler.clone()));
-    let protected = streamable.merge(legacy).layer(axum::middleware::from_fn_with_state(token, auth::require_bearer));
+    let run_events = Router::new().route("/mcp/events", get(events::stream)).with_state(state.clone());
+    let protected = streamable
+        .merge(legacy)
+        .merge(run_events)
+        .layer(axum::middleware::from_fn_with_state(token, auth::require_bearer));
     Router::new()
         .merge(protected)
         .route("/healthz", get(|| async { "ok\n" }))
