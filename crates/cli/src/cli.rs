@@ -66,6 +66,16 @@ pub struct ServeArgs {
     /// Required `iss` of the JWTs.
     #[arg(long, env = "MCP_AUTH_ISSUER")]
     pub jwt_issuer: Option<String>,
+    /// More host names requests may address (comma-separated), besides localhost, the loopback addresses, the
+    /// listen address and PUBLIC_BASE_URL's host.
+    #[arg(long, env = "SANDLOT_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
+    /// Seconds after which an unused Streamable HTTP session is closed.
+    #[arg(long, env = "SANDLOT_SESSION_IDLE_SECS", default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..))]
+    pub session_idle_secs: u64,
+    /// Most Streamable HTTP sessions open at once.
+    #[arg(long, env = "SANDLOT_MAX_SESSIONS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_sessions: u64,
     #[command(flatten)]
     pub files: FileUrlArgs,
     #[command(flatten)]

@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
 use sandlot_core::{Backend, Engine, EngineConfig, Job, OutputSink, RunOutcome, RunnerInfo, Signer, Workspaces};
-use sandlot_server::http::{AllowedHosts, Authenticator, app};
+use sandlot_server::http::{AllowedHosts, Authenticator, HttpOptions, app};
 use sandlot_server::{AppState, FileUrls};
 use tower::ServiceExt;
 
@@ -34,7 +34,8 @@ fn setup(ttl: Option<std::time::Duration>) -> (tempfile::TempDir, AppState, axum
     let engine = Engine::new(Arc::new(NoRunners), Workspaces::new(root.path()), EngineConfig::default());
     let files = FileUrls { signer: Signer::new("secret"), public_base_url: "http://test".into(), ttl };
     let state = AppState { engine: Arc::new(engine), files };
-    let router = app(state.clone(), Authenticator::token("tok"), AllowedHosts::new(vec!["localhost".into()]));
+    let options = HttpOptions { max_sessions: 2, ..HttpOptions::new(AllowedHosts::new(vec!["localhost".into()])) };
+    let router = app(state.clone(), Authenticator::token("tok"), options);
     (root, state, router)
 }
 
@@ -357,4 +358,74 @@ async fn oauth_discovery_probes_get_404_at_once() {
         let request = Request::get(probe).header(header::HOST, "localhost").body(Body::empty()).unwrap();
         assert_eq!(send(&router, request).await.0, StatusCode::NOT_FOUND, "{probe}");
     }
+}
+
+fn initialize(session: Option<&str>) -> Request<Body> {
+    let mut request = post_mcp(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
+    );
+    if let Some(session) = session {
+        request.headers_mut().insert("mcp-session-id", session.parse().unwrap());
+    }
+    request
+}
+
+#[tokio::test]
+async fn sessions_are_opened_ended_and_capped() {
+    let (_root, _state, router) = setup(None);
+    let response = router.clone().oneshot(initialize(None)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let session = response.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    assert!(session.bytes().all(|b| (0x21..=0x7e).contains(&b)), "{session}");
+
+    // A request of the session works; after DELETE the id is unknown (404).
+    let mut list = post_mcp(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#);
+    list.headers_mut().insert("mcp-session-id", session.parse().unwrap());
+    list.headers_mut().insert("mcp-protocol-version", "2025-06-18".parse().unwrap());
+    let (status, _, _) = send(&router, list).await;
+    assert_eq!(status, StatusCode::OK);
+    let delete = Request::delete("/mcp")
+        .header(header::HOST, "localhost")
+        .header(header::AUTHORIZATION, "Bearer tok")
+        .header("mcp-session-id", &session)
+        .body(Body::empty())
+        .unwrap();
+    assert!(send(&router, delete).await.0.is_success());
+    let mut after = post_mcp(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#);
+    after.headers_mut().insert("mcp-session-id", session.parse().unwrap());
+    assert_eq!(send(&router, after).await.0, StatusCode::NOT_FOUND);
+
+    // At most two sessions (this test's setting): the third initialize is refused.
+    for _ in 0..2 {
+        assert_eq!(router.clone().oneshot(initialize(None)).await.unwrap().status(), StatusCode::OK);
+    }
+    let (status, _, body) = send(&router, initialize(None)).await;
+    let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!((status, value["error"]["code"].as_i64()), (StatusCode::SERVICE_UNAVAILABLE, Some(-32000)));
+}
+
+#[tokio::test]
+async fn an_invalid_protocol_version_header_is_400() {
+    let (_root, _state, router) = setup(None);
+    let response = router.clone().oneshot(initialize(None)).await.unwrap();
+    let session = response.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    let mut request = post_mcp(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#);
+    request.headers_mut().insert("mcp-session-id", session.parse().unwrap());
+    request.headers_mut().insert("mcp-protocol-version", "1999-01-01".parse().unwrap());
+    assert_eq!(send(&router, request).await.0, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn an_unknown_protocol_version_is_counter_offered() {
+    let (_root, _state, router) = setup(None);
+    let request = post_mcp(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2031-01-01","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
+    );
+    let response = router.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = String::from_utf8(response.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
+    let data = body.lines().find_map(|l| l.strip_prefix("data: ").filter(|d| d.starts_with('{'))).unwrap_or(&body);
+    let value: serde_json::Value = serde_json::from_str(data).unwrap();
+    let offered = value["result"]["protocolVersion"].as_str().unwrap().to_owned();
+    assert!(["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"].contains(&offered.as_str()), "{offered}");
 }

@@ -11,7 +11,7 @@ use axum::http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
 use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
 use sandlot_core::{Backend, Engine, EngineConfig, Job, OutputSink, RunOutcome, RunnerInfo, Signer, Workspaces};
-use sandlot_server::http::{AllowedHosts, Authenticator, Credentials, JwtSettings, app};
+use sandlot_server::http::{AllowedHosts, Authenticator, Credentials, HttpOptions, JwtSettings, app};
 use sandlot_server::{AppState, FileUrls};
 use serde_json::json;
 use tower::ServiceExt;
@@ -39,7 +39,7 @@ fn router(settings: JwtSettings) -> (tempfile::TempDir, axum::Router) {
         files: FileUrls { signer: Signer::new("s"), public_base_url: "http://test".into(), ttl: None },
     };
     let auth = Authenticator::new(Credentials::jwt(&settings).unwrap());
-    (root, app(state, auth, AllowedHosts::new(vec!["localhost".into()])))
+    (root, app(state, auth, HttpOptions::new(AllowedHosts::new(vec!["localhost".into()]))))
 }
 
 async fn call(router: &axum::Router, token: &str) -> (StatusCode, String) {

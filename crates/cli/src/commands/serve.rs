@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use sandlot_server::http::{AllowedHosts, Authenticator, Credentials, JwtSettings, app};
+use sandlot_server::http::{AllowedHosts, Authenticator, Credentials, HttpOptions, JwtSettings, app};
 
 use crate::cli::ServeArgs;
 
@@ -23,7 +23,12 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(authority) = state.files.public_base_url.split("://").nth(1).and_then(|rest| rest.split('/').next()) {
         allowed_hosts.push(authority.to_owned());
     }
-    let allowed_hosts = AllowedHosts::new(allowed_hosts);
+    allowed_hosts.extend(args.allowed_hosts.iter().map(|h| h.trim().to_owned()).filter(|h| !h.is_empty()));
+    let options = HttpOptions {
+        allowed_hosts: AllowedHosts::new(allowed_hosts),
+        session_idle: std::time::Duration::from_secs(args.session_idle_secs),
+        max_sessions: usize::try_from(args.max_sessions).unwrap_or(usize::MAX),
+    };
     let listener =
         tokio::net::TcpListener::bind(args.addr).await.with_context(|| format!("cannot listen on {}", args.addr))?;
     eprintln!("sandlot: serving MCP at {base}/mcp (runners: {})", runner_names(&state));
@@ -31,7 +36,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(token) = generated {
         eprintln!("sandlot: Authorization: Bearer {token}");
     }
-    let router = app(state, authenticator, allowed_hosts);
+    let router = app(state, authenticator, options);
     let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
     axum::serve(listener, service).with_graceful_shutdown(shutdown_signal()).await.context("HTTP server failed")?;
     Ok(ExitCode::SUCCESS)

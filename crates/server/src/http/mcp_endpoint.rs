@@ -23,11 +23,13 @@ use crate::mcp::SandlotMcp;
 
 type Service = StreamableHttpService<SandlotMcp, LocalSessionManager>;
 
-/// The two rmcp services behind `/mcp`.
+/// The two rmcp services behind `/mcp`, and the cap on sessions.
 #[derive(Clone)]
 pub struct McpServices {
     pub sessions: Service,
     pub stateless: Service,
+    pub session_manager: std::sync::Arc<LocalSessionManager>,
+    pub max_sessions: usize,
 }
 
 fn media_types(headers: &HeaderMap) -> Vec<String> {
@@ -75,6 +77,10 @@ pub async fn endpoint(State(services): State<McpServices>, request: Request) -> 
     }
     parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     let stateful = parts.headers.contains_key("mcp-session-id") || method == Some("initialize");
+    if method == Some("initialize") && services.session_manager.sessions.read().await.len() >= services.max_sessions {
+        let message = format!("too many open sessions (at most {}); retry later", services.max_sessions);
+        return error_response(StatusCode::SERVICE_UNAVAILABLE, id, -32000, &message);
+    }
     let request = Request::from_parts(parts, Body::from(bytes));
     forward(if stateful { services.sessions } else { services.stateless }, request).await
 }

@@ -11,6 +11,7 @@ mod mcp_endpoint;
 mod origin;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::routing::{any, get, post};
@@ -24,20 +25,50 @@ pub use origin::AllowedHosts;
 use crate::AppState;
 use crate::mcp::SandlotMcp;
 
+/// Settings of the HTTP face.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// Hosts (and so origins) requests may address.
+    pub allowed_hosts: AllowedHosts,
+    /// A session unused this long is closed (clients then initialize again).
+    pub session_idle: Duration,
+    /// Most Streamable HTTP sessions open at once; an initialize beyond gets 503.
+    pub max_sessions: usize,
+}
+
+impl HttpOptions {
+    /// Loopback hosts, 30 min idle sessions, at most 1000 of them.
+    pub fn new(allowed_hosts: AllowedHosts) -> Self {
+        Self { allowed_hosts, session_idle: Duration::from_secs(30 * 60), max_sessions: 1000 }
+    }
+}
+
 /// The whole HTTP app. The MCP endpoints need the bearer token; `/files` (signed URLs), `/healthz` and the OAuth
 /// discovery probes (answered 404 at once: sandlot does not do OAuth) do not. Every route checks `Host` and
 /// `Origin`; CORS lets browser clients on allowed origins call the MCP endpoints.
-pub fn app(state: AppState, token: Authenticator, allowed_hosts: AllowedHosts) -> Router {
+pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Router {
+    let HttpOptions { allowed_hosts, session_idle, max_sessions } = options;
     let handler = SandlotMcp::new(state.clone());
-    let service = |legacy_session_mode: bool| {
+    let session_manager = |idle: Duration| {
+        let mut manager = LocalSessionManager::default();
+        manager.session_config.keep_alive = Some(idle);
+        Arc::new(manager)
+    };
+    let service = |legacy_session_mode: bool, manager: Arc<LocalSessionManager>| {
         let handler = handler.clone();
         let mut config = StreamableHttpServerConfig::default();
         config.allowed_hosts = allowed_hosts.to_vec();
         config.legacy_session_mode = legacy_session_mode;
         config.json_response = !legacy_session_mode;
-        StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(LocalSessionManager::default()), config)
+        StreamableHttpService::new(move || Ok(handler.clone()), manager, config)
     };
-    let services = mcp_endpoint::McpServices { sessions: service(true), stateless: service(false) };
+    let sessions = session_manager(session_idle);
+    let services = mcp_endpoint::McpServices {
+        sessions: service(true, sessions.clone()),
+        stateless: service(false, session_manager(session_idle)),
+        session_manager: sessions,
+        max_sessions,
+    };
     let streamable = Router::new()
         .route("/mcp", any(mcp_endpoint::endpoint))
         .route("/mcp/", any(mcp_endpoint::endpoint))
