@@ -88,6 +88,11 @@ impl Engine {
         self.backend.runners()
     }
 
+    /// Runs executing now.
+    pub fn active_runs(&self) -> usize {
+        self.config.max_concurrent_runs.max(1).saturating_sub(self.permits.available_permits())
+    }
+
     /// The backend's name.
     pub fn backend_name(&self) -> &'static str {
         self.backend.name()

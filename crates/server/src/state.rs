@@ -33,4 +33,6 @@ pub fn unix_now() -> u64 {
 pub struct AppState {
     pub engine: Arc<Engine>,
     pub files: FileUrls,
+    /// Cancelled when the server shuts down: event streams and sessions end with it.
+    pub shutdown: tokio_util::sync::CancellationToken,
 }

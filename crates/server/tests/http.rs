@@ -33,7 +33,7 @@ fn setup(ttl: Option<std::time::Duration>) -> (tempfile::TempDir, AppState, axum
     let root = tempfile::tempdir().unwrap();
     let engine = Engine::new(Arc::new(NoRunners), Workspaces::new(root.path()), EngineConfig::default());
     let files = FileUrls { signer: Signer::new("secret"), public_base_url: "http://test".into(), ttl };
-    let state = AppState { engine: Arc::new(engine), files };
+    let state = AppState { engine: Arc::new(engine), files, shutdown: Default::default() };
     let options = HttpOptions { max_sessions: 2, ..HttpOptions::new(AllowedHosts::new(vec!["localhost".into()])) };
     let router = app(state.clone(), Authenticator::token("tok"), options);
     (root, state, router)

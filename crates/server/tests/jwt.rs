@@ -37,6 +37,7 @@ fn router(settings: JwtSettings) -> (tempfile::TempDir, axum::Router) {
     let state = AppState {
         engine: Arc::new(engine),
         files: FileUrls { signer: Signer::new("s"), public_base_url: "http://test".into(), ttl: None },
+        shutdown: Default::default(),
     };
     let auth = Authenticator::new(Credentials::jwt(&settings).unwrap());
     (root, app(state, auth, HttpOptions::new(AllowedHosts::new(vec!["localhost".into()]))))

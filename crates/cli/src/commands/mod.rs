@@ -69,6 +69,7 @@ pub fn app_state(
             public_base_url: public_base_url.trim_end_matches('/').to_owned(),
             ttl: (files.file_url_ttl_secs > 0).then(|| std::time::Duration::from_secs(files.file_url_ttl_secs)),
         },
+        shutdown: Default::default(),
     })
 }
 

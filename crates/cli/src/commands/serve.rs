@@ -36,9 +36,26 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(token) = generated {
         eprintln!("sandlot: Authorization: Bearer {token}");
     }
+    let (shutdown, engine) = (state.shutdown.clone(), state.engine.clone());
     let router = app(state, authenticator, options);
     let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
-    axum::serve(listener, service).with_graceful_shutdown(shutdown_signal()).await.context("HTTP server failed")?;
+    let stop = async move {
+        shutdown_signal().await;
+        // Stop accepting, end event streams and sessions, give in-flight runs the grace period, then exit: the
+        // sandboxes still running die with this process (their inits have a parent-death signal).
+        shutdown.cancel();
+        let active = engine.active_runs();
+        tracing::info!(active_runs = active, "shutting down");
+        eprintln!("sandlot: shutting down; {active} run(s) in flight, waiting up to {} s", SHUTDOWN_GRACE.as_secs());
+        tokio::spawn(async move {
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+            let active = engine.active_runs();
+            tracing::warn!(killed_runs = active, "grace period over; killing the runs still in flight");
+            eprintln!("sandlot: grace period over; killing {active} run(s)");
+            std::process::exit(0);
+        });
+    };
+    axum::serve(listener, service).with_graceful_shutdown(stop).await.context("HTTP server failed")?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -76,11 +93,13 @@ fn runner_names(state: &sandlot_server::AppState) -> String {
     if names.is_empty() { "none".into() } else { names.join(", ") }
 }
 
+/// How long in-flight runs may go on after SIGINT or SIGTERM.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
 async fn shutdown_signal() {
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = async { match terminate.as_mut() { Some(s) => { s.recv().await; } None => std::future::pending().await } } => {}
     }
-    eprintln!("sandlot: shutting down");
 }

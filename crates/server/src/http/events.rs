@@ -28,5 +28,6 @@ pub async fn stream(State(state): State<AppState>, Query(query): Query<HashMap<S
             Some(Ok::<_, Infallible>(Event::default().event("message").data(notification.to_string())))
         }
     });
+    let events = events.take_until(state.shutdown.clone().cancelled_owned());
     Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)).text("heartbeat")).into_response()
 }

@@ -32,13 +32,14 @@ const CHANNEL_CAPACITY: usize = 64;
 #[derive(Clone)]
 pub struct LegacySessions {
     handler: SandlotMcp,
+    shutdown: tokio_util::sync::CancellationToken,
     senders: Arc<Mutex<HashMap<String, mpsc::Sender<ClientJsonRpcMessage>>>>,
 }
 
 impl LegacySessions {
     /// No session yet; each will be served by a clone of `handler`.
-    pub fn new(handler: SandlotMcp) -> Self {
-        Self { handler, senders: Arc::default() }
+    pub fn new(handler: SandlotMcp, shutdown: tokio_util::sync::CancellationToken) -> Self {
+        Self { handler, shutdown, senders: Arc::default() }
     }
 
     fn senders(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::Sender<ClientJsonRpcMessage>>> {
@@ -80,6 +81,7 @@ pub async fn open(State(sessions): State<LegacySessions>, request: Request) -> R
             Err(e) => tracing::info!(session, "legacy SSE session ended before initialize: {e}"),
         }
     });
+    let shutdown = sessions.shutdown.clone();
     let guard = SessionGuard { id: id.clone(), sessions };
     let endpoint = Event::default().event("endpoint").data(format!("{message_path}?sessionId={id}"));
     let messages = ReceiverStream::new(from_server).map(move |message| {
@@ -87,8 +89,9 @@ pub async fn open(State(sessions): State<LegacySessions>, request: Request) -> R
         let data = serde_json::to_string(&message).unwrap_or_default();
         Ok::<_, Infallible>(Event::default().event("message").data(data))
     });
-    let stream: std::pin::Pin<Box<dyn Stream<Item = Result<Event, Infallible>> + Send>> =
-        Box::pin(futures::stream::once(async move { Ok(endpoint) }).chain(messages));
+    let stream: std::pin::Pin<Box<dyn Stream<Item = Result<Event, Infallible>> + Send>> = Box::pin(
+        futures::stream::once(async move { Ok(endpoint) }).chain(messages).take_until(shutdown.cancelled_owned()),
+    );
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
 }
 

@@ -1,0 +1,59 @@
+"""Shutdown on SIGTERM: event streams close at once, in-flight runs get a 10 s grace period, then the server exits
+and nothing of the sandboxes is left."""
+
+import os
+import signal
+import threading
+import time
+
+import httpx
+
+
+def sandbox_processes():
+    """Processes running as a sandbox (host uid 900000, the default)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                uid = next(line.split()[1] for line in f if line.startswith("Uid:"))
+        except (OSError, StopIteration):
+            continue
+        if uid == "900000":
+            found.append(int(pid))
+    return found
+
+
+def test_sigterm_closes_streams_and_kills_runs_after_the_grace_period(server):
+    ended = threading.Event()
+
+    def listen():
+        with httpx.stream("GET", f"{server.base_url}/mcp/events", headers=server.auth, timeout=60) as response:
+            for _ in response.iter_lines():
+                pass
+        ended.set()
+
+    threading.Thread(target=listen, daemon=True).start()
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "sandbox.run_code", "arguments": {
+        "conversationId": "shutdown", "language": "bash", "code": "sleep 300", "timeoutSeconds": 600}}}
+    def run_forever():
+        try:
+            httpx.post(server.mcp_url, json=call, headers=server.auth, timeout=60)
+        except httpx.HTTPError:
+            pass  # the server exits under it: that is the point
+
+    threading.Thread(target=run_forever, daemon=True).start()
+    deadline = time.monotonic() + 10
+    while not sandbox_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sandbox_processes(), "the run did not start"
+
+    started = time.monotonic()
+    server.process.send_signal(signal.SIGTERM)
+    assert ended.wait(3), "the event stream was not closed at shutdown"
+    server.process.wait(timeout=20)
+    elapsed = time.monotonic() - started
+    assert 9 <= elapsed <= 15, f"exited after {elapsed:.1f} s; the grace period is 10 s"
+    deadline = time.monotonic() + 5
+    while sandbox_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sandbox_processes() == []
