@@ -20,10 +20,19 @@ fn main() -> ExitCode {
         cli::Command::Run(_) => sandlot_jail::Prefork::start().ok(),
         _ => None,
     };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SANDLOT_LOG").unwrap_or_else(|_| "warn".into()))
-        .init();
+    // Logs go to stderr (stdout is the wire for `stdio` and the program's output for `run`); SANDLOT_LOG sets the
+    // filter (default: info for the servers, warn otherwise), SANDLOT_LOG_FORMAT=json makes them JSON lines.
+    let default_filter = match &cli.command {
+        cli::Command::Serve(_) | cli::Command::Stdio(_) => "info,rmcp=warn",
+        _ => "warn",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SANDLOT_LOG").unwrap_or_else(|_| default_filter.into());
+    let logs = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter);
+    if std::env::var("SANDLOT_LOG_FORMAT").is_ok_and(|f| f == "json") {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
     // `run` drives one sandbox: a single-threaded runtime starts faster; the other commands get the usual one.
     let mut builder = match &cli.command {
         cli::Command::Run(_) => tokio::runtime::Builder::new_current_thread(),

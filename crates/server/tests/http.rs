@@ -429,3 +429,31 @@ async fn an_unknown_protocol_version_is_counter_offered() {
     let offered = value["result"]["protocolVersion"].as_str().unwrap().to_owned();
     assert!(["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"].contains(&offered.as_str()), "{offered}");
 }
+
+#[tokio::test]
+async fn byte_ranges_are_served() {
+    let (_root, state, router) = setup(None);
+    write(&state, "c", "digits.txt", b"0123456789");
+    let url = state.files.url("c", "digits.txt");
+    let ranged = |range: &str| Request::get(path_of(&url)).header(header::RANGE, range).body(Body::empty()).unwrap();
+    let cases: [(&str, StatusCode, &[u8], Option<&str>); 5] = [
+        ("bytes=2-4", StatusCode::PARTIAL_CONTENT, b"234", Some("bytes 2-4/10")),
+        ("bytes=7-", StatusCode::PARTIAL_CONTENT, b"789", Some("bytes 7-9/10")),
+        ("bytes=-2", StatusCode::PARTIAL_CONTENT, b"89", Some("bytes 8-9/10")),
+        ("bytes=5-100", StatusCode::PARTIAL_CONTENT, b"56789", Some("bytes 5-9/10")),
+        ("bytes=10-", StatusCode::RANGE_NOT_SATISFIABLE, b"", Some("bytes */10")),
+    ];
+    for (range, status, body, content_range) in cases {
+        let response = router.clone().oneshot(ranged(range)).await.unwrap();
+        assert_eq!(response.status(), status, "{range}");
+        assert_eq!(
+            response.headers().get(header::CONTENT_RANGE).map(|v| v.to_str().unwrap()),
+            content_range,
+            "{range}"
+        );
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        if status == StatusCode::PARTIAL_CONTENT {
+            assert_eq!(bytes.as_ref(), body, "{range}");
+        }
+    }
+}

@@ -1,12 +1,12 @@
 //! `GET /files/{conversationId}/{path}?exp=&sig=`: signed downloads of files in a conversation's `/data`.
 //! 403 for a bad or expired signature, 404 for a missing file or one reached through a symlink (the read never
-//! follows one: `Workspaces::open`).
+//! follows one: `Workspaces::open`). A single `Range: bytes=` range gets 206 (or 416 when unsatisfiable).
 
 use std::collections::HashMap;
 
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use sandlot_core::{ConversationId, Error};
 
@@ -17,11 +17,34 @@ fn refuse(status: StatusCode, message: &str) -> Response {
     (status, axum::Json(serde_json::json!({ "error": status.canonical_reason(), "message": message }))).into_response()
 }
 
-/// Streams the file if the URL's signature is valid.
+/// A satisfiable single byte range of a file of `length` bytes: `Ok(None)` for no `Range` header (or one that is
+/// not a plain `bytes=` range, which is ignored as RFC 9110 allows), `Err(())` for an unsatisfiable one.
+fn byte_range(headers: &HeaderMap, length: u64) -> Result<Option<(u64, u64)>, ()> {
+    let Some(spec) = headers.get(header::RANGE).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("bytes="))
+    else {
+        return Ok(None);
+    };
+    if spec.contains(',') {
+        return Ok(None); // multiple ranges: serve the whole file
+    }
+    let Some((start, end)) = spec.trim().split_once('-') else { return Ok(None) };
+    let range = match (start.parse::<u64>(), end.parse::<u64>()) {
+        (Ok(start), Ok(end)) if start <= end => (start, end.min(length.saturating_sub(1))),
+        (Ok(start), Err(_)) if end.is_empty() => (start, length.saturating_sub(1)),
+        (Err(_), Ok(suffix)) if start.is_empty() && suffix > 0 => {
+            (length.saturating_sub(suffix), length.saturating_sub(1))
+        }
+        _ => return Ok(None),
+    };
+    if length == 0 || range.0 >= length { Err(()) } else { Ok(Some(range)) }
+}
+
+/// Streams the file (or the requested byte range) if the URL's signature is valid.
 pub async fn download(
     State(state): State<AppState>,
     Path((conversation_id, path)): Path<(String, String)>,
     Query(query): Query<HashMap<String, String>>,
+    request_headers: HeaderMap,
 ) -> Response {
     let expires = match query.get("exp").map(|e| e.parse::<u64>()) {
         None => None,
@@ -54,14 +77,43 @@ pub async fn download(
         }
     };
     let length = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let mime = mime_guess::from_path(&path).first_or_octet_stream();
-    let stream = tokio_util::io::ReaderStream::new(tokio::fs::File::from_std(file));
+    let range = match byte_range(&request_headers, length) {
+        Ok(range) => range,
+        Err(()) => {
+            let mut response = refuse(StatusCode::RANGE_NOT_SATISFIABLE, "range not satisfiable");
+            response.headers_mut().insert(
+                header::CONTENT_RANGE,
+                HeaderValue::from_str(&format!("bytes */{length}")).unwrap_or(HeaderValue::from_static("bytes */0")),
+            );
+            return response;
+        }
+    };
+    let mut file = tokio::fs::File::from_std(file);
+    let (status, sent) = match range {
+        Some((start, end)) => {
+            if let Err(e) = tokio::io::AsyncSeekExt::seek(&mut file, std::io::SeekFrom::Start(start)).await {
+                tracing::error!(error = %e, "seek in a download failed");
+                return refuse(StatusCode::INTERNAL_SERVER_ERROR, "cannot read the file");
+            }
+            (StatusCode::PARTIAL_CONTENT, end - start + 1)
+        }
+        None => (StatusCode::OK, length),
+    };
+    let stream = tokio_util::io::ReaderStream::new(tokio::io::AsyncReadExt::take(file, sent));
     let mut response = Response::new(Body::from_stream(stream));
+    *response.status_mut() = status;
+    let mime = mime_guess::from_path(&path).first_or_octet_stream();
     let headers = response.headers_mut();
     if let Ok(value) = HeaderValue::from_str(mime.as_ref()) {
         headers.insert(header::CONTENT_TYPE, value);
     }
-    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(sent));
+    headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    if let Some((start, end)) = range
+        && let Ok(value) = HeaderValue::from_str(&format!("bytes {start}-{end}/{length}"))
+    {
+        headers.insert(header::CONTENT_RANGE, value);
+    }
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     response
 }

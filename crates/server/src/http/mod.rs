@@ -9,6 +9,7 @@ mod jsonrpc;
 mod legacy_sse;
 mod mcp_endpoint;
 mod origin;
+mod request_log;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,6 +93,7 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
         .with_state(state)
         .layer(axum::middleware::from_fn_with_state(allowed_hosts.clone(), origin::check))
         .layer(cors(allowed_hosts))
+        .layer(axum::middleware::from_fn(request_log::log))
 }
 
 async fn not_found() -> axum::response::Response {
