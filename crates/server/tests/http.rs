@@ -30,11 +30,18 @@ impl Backend for NoRunners {
 }
 
 fn setup(ttl: Option<std::time::Duration>) -> (tempfile::TempDir, AppState, axum::Router) {
+    setup_with_sessions(ttl, 100)
+}
+
+fn setup_with_sessions(
+    ttl: Option<std::time::Duration>,
+    max_sessions: usize,
+) -> (tempfile::TempDir, AppState, axum::Router) {
     let root = tempfile::tempdir().unwrap();
     let engine = Engine::new(Arc::new(NoRunners), Workspaces::new(root.path()), EngineConfig::default());
     let files = FileUrls { signer: Signer::new("secret"), public_base_url: "http://test".into(), ttl };
     let state = AppState { engine: Arc::new(engine), files, shutdown: Default::default() };
-    let options = HttpOptions { max_sessions: 2, ..HttpOptions::new(AllowedHosts::new(vec!["localhost".into()])) };
+    let options = HttpOptions { max_sessions, ..HttpOptions::new(AllowedHosts::new(vec!["localhost".into()])) };
     let router = app(state.clone(), Authenticator::token("tok"), options);
     (root, state, router)
 }
@@ -372,7 +379,7 @@ fn initialize(session: Option<&str>) -> Request<Body> {
 
 #[tokio::test]
 async fn sessions_are_opened_ended_and_capped() {
-    let (_root, _state, router) = setup(None);
+    let (_root, _state, router) = setup_with_sessions(None, 2);
     let response = router.clone().oneshot(initialize(None)).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     let session = response.headers()["mcp-session-id"].to_str().unwrap().to_owned();
@@ -456,4 +463,43 @@ async fn byte_ranges_are_served() {
             assert_eq!(bytes.as_ref(), body, "{range}");
         }
     }
+}
+
+async fn initialize_with(router: &axum::Router, version: &str) -> (String, serde_json::Value) {
+    let body = serde_json::json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": { "protocolVersion": version, "capabilities": {}, "clientInfo": { "name": "t", "version": "0" } } });
+    let response = router.clone().oneshot(post_mcp(&body.to_string())).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK, "{version}");
+    let session = response.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    let text = String::from_utf8(response.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
+    let data = text.lines().find_map(|l| l.strip_prefix("data: ").filter(|d| d.starts_with('{'))).unwrap_or(&text);
+    (session, serde_json::from_str(data).unwrap())
+}
+
+#[tokio::test]
+async fn every_supported_protocol_version_is_negotiated_as_asked() {
+    let (_root, _state, router) = setup(None);
+    for version in ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"] {
+        let (_, value) = initialize_with(&router, version).await;
+        assert_eq!(value["result"]["protocolVersion"], version);
+        assert_eq!(value["result"]["serverInfo"]["name"], "sandlot");
+        assert!(value["result"]["instructions"].as_str().unwrap().contains("sandbox.run_code"));
+    }
+}
+
+#[tokio::test]
+async fn get_on_a_session_opens_its_server_stream() {
+    let (_root, _state, router) = setup(None);
+    let (session, _) = initialize_with(&router, "2025-06-18").await;
+    let request = Request::get("/mcp")
+        .header(header::HOST, "localhost")
+        .header(header::AUTHORIZATION, "Bearer tok")
+        .header(header::ACCEPT, "text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-06-18")
+        .body(Body::empty())
+        .unwrap();
+    let response = router.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()[header::CONTENT_TYPE], "text/event-stream");
 }

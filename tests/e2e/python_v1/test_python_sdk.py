@@ -10,6 +10,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamablehttp_client
+from mcp.shared.exceptions import McpError
 
 from conftest import sandlot_binary
 
@@ -96,6 +97,11 @@ async def test_stdio(server):
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:
             await exercise(session, download)
+            # Over stdio there is no HTTP body limit: code over 1 MiB is refused by the tool itself.
+            with pytest.raises(McpError) as refused:
+                await session.call_tool("sandbox.run_code", {"conversationId": "e2e", "language": "python", "code": "#" * (1024 * 1024 + 1)})
+            assert refused.value.error.code == -32602
+            assert refused.value.error.data["field"] == "code"
 
 
 @pytest.fixture
