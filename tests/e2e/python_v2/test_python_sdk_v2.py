@@ -1,5 +1,5 @@
 """The official Python MCP SDK 2.x (`mcp` 2.3, the high-level `mcp.Client`) against `sandlot serve` over
-Streamable HTTP and against `sandlot stdio`. Its default mode first probes `server/discover` (2026-07-28), which
+Streamable HTTP and the legacy HTTP+SSE transport, and against `sandlot stdio`. Its default mode first probes `server/discover` (2026-07-28), which
 sandlot answers at once with -32601, so the client falls back to the initialize handshake."""
 
 import time
@@ -7,6 +7,7 @@ import time
 import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
 from conftest import sandlot_binary
@@ -42,6 +43,12 @@ async def test_streamable_http(server):
     http = httpx2.AsyncClient(headers=server.auth, timeout=60)
     async with Client(streamable_http_client(server.mcp_url, http_client=http)) as client:
         assert time.monotonic() - started < 5, "connecting took the discover probe's timeout"
+        await exercise(client, download)
+
+
+@pytest.mark.anyio
+async def test_legacy_sse(server):
+    async with Client(sse_client(server.base_url + "/sse", headers=server.auth)) as client:
         await exercise(client, download)
 
 
