@@ -73,6 +73,9 @@ pub struct ServeArgs {
     /// Seconds after which an unused Streamable HTTP session is closed.
     #[arg(long, env = "SANDLOT_SESSION_IDLE_SECS", default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..))]
     pub session_idle_secs: u64,
+    /// Jail inits kept started and waiting, so a call does not wait for one to start (0 turns this off).
+    #[arg(long, env = "SANDLOT_WARM_INITS", default_value_t = 2)]
+    pub warm_inits: usize,
     /// Most Streamable HTTP sessions open at once.
     #[arg(long, env = "SANDLOT_MAX_SESSIONS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_sessions: u64,

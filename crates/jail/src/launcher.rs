@@ -164,6 +164,14 @@ impl InitProcess {
         }
     }
 
+    /// Whether the init is still running (not yet exited or killed).
+    pub fn is_alive(&mut self) -> bool {
+        match &mut self.process {
+            Process::Spawned(child) => matches!(child.try_wait(), Ok(None)),
+            Process::Forked { pid, .. } => kill(*pid, None).is_ok(),
+        }
+    }
+
     /// SIGKILLs the init.
     pub fn kill(&mut self) {
         match &mut self.process {

@@ -26,6 +26,7 @@ mod runners;
 mod seccomp;
 pub mod spec;
 mod supervisor;
+mod warm_pool;
 mod worker;
 
 pub use cgroup::CgroupSupport;

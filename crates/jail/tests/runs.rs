@@ -26,6 +26,7 @@ fn main() {
         ("invalid_requests_are_refused_before_running", invalid_requests_are_refused_before_running),
         ("an_oom_is_not_blamed_on_the_next_run", an_oom_is_not_blamed_on_the_next_run),
         ("concurrent_runs_get_their_own_limits", concurrent_runs_get_their_own_limits),
+        ("warm_inits_serve_runs_and_are_replaced", warm_inits_serve_runs_and_are_replaced),
     ]);
 }
 
@@ -197,4 +198,48 @@ fn concurrent_runs_get_their_own_limits() -> Result<(), Failed> {
         check_eq(report.outcome.stdout.as_str(), "ok\n", "stdout")?;
     }
     Ok(())
+}
+
+fn warm_inits_serve_runs_and_are_replaced() -> Result<(), Failed> {
+    let mut config = JailConfig::new(std::env::current_exe()?);
+    config.languages = vec![Language::Python, Language::Bash];
+    config.probe_versions = false;
+    config.warm_inits = 2;
+    config.sandbox_host_uid = common::sandbox_host_uid();
+    config.sandbox_host_gid = common::sandbox_host_uid();
+    let root = tempfile::tempdir()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let backend = Arc::new(JailBackend::new(config));
+        backend.warm_up();
+        let engine = Engine::new(backend.clone(), Workspaces::new(root.path()), EngineConfig::default());
+        for _ in 0..50 {
+            if backend.warm_ready() == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        check_eq(backend.warm_ready(), 2, "warm inits after warm-up")?;
+        for i in 0..4 {
+            let request = RunRequest {
+                conversation_id: format!("warm-{i}"),
+                language: "bash".into(),
+                code: format!("echo run {i}; echo $$"),
+                ..RunRequest::default()
+            };
+            let report = engine.run(request, &()).await?;
+            check_eq(
+                report.outcome.stdout.as_str(),
+                format!("run {i}\n2\n").as_str(),
+                "a warm init runs like a fresh one",
+            )?;
+        }
+        for _ in 0..50 {
+            if backend.warm_ready() == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        check_eq(backend.warm_ready(), 2, "warm inits after four runs")
+    })
 }

@@ -9,7 +9,7 @@ use crate::cli::SandboxArgs;
 pub async fn doctor(args: SandboxArgs) -> anyhow::Result<ExitCode> {
     // A diagnosis does not change the host: no cgroup tuning here (doctor reports whether it is on).
     let args = SandboxArgs { tune_cgroups: false, ..args };
-    let backend = super::jail_backend(&args, None, true)?;
+    let backend = super::jail_backend(&args, None, true, 0)?;
     let checks = sandlot_jail::diagnose(&backend).await;
     for check in &checks {
         let status = match check.status {

@@ -34,12 +34,14 @@ pub fn jail_backend(
     sandbox: &SandboxArgs,
     languages: Option<Vec<sandlot_core::Language>>,
     probe_versions: bool,
+    warm_inits: usize,
 ) -> anyhow::Result<Arc<JailBackend>> {
     let exe = std::env::current_exe().map_err(|e| anyhow::anyhow!("cannot find the sandlot binary: {e}"))?;
     let mut config = JailConfig::new(exe);
     config.sandbox_host_uid = sandbox.sandbox_uid;
     config.sandbox_host_gid = sandbox.sandbox_uid;
     config.probe_versions = probe_versions;
+    config.warm_inits = warm_inits;
     config.tune_cgroups = sandbox.tune_cgroups;
     if let Some(languages) = languages {
         config.languages = languages;
@@ -52,8 +54,10 @@ pub fn app_state(
     sandbox: &SandboxArgs,
     files: &FileUrlArgs,
     default_base_url: &str,
+    warm_inits: usize,
 ) -> anyhow::Result<sandlot_server::AppState> {
-    let backend = jail_backend(sandbox, None, true)?;
+    let backend = jail_backend(sandbox, None, true, warm_inits)?;
+    backend.warm_up();
     let workspaces = sandlot_core::Workspaces::new(&sandbox.root);
     let secret = match &files.file_secret {
         Some(secret) if !secret.is_empty() => secret.clone().into_bytes(),

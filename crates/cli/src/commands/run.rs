@@ -25,7 +25,7 @@ pub async fn run(args: RunArgs, prefork: Option<sandlot_jail::Prefork>) -> anyho
     };
     // Only the requested language's runner is looked up, without asking its version: `run` stays fast.
     let language: Option<Language> = args.language.parse().ok();
-    let backend = super::jail_backend(&args.sandbox, language.map(|l| vec![l]), false)?;
+    let backend = super::jail_backend(&args.sandbox, language.map(|l| vec![l]), false, 0)?;
     if let Some(prefork) = prefork {
         backend.use_prefork(prefork);
     }

@@ -9,7 +9,7 @@ use crate::cli::ServeArgs;
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let base = format!("http://{}", args.addr);
-    let state = super::app_state(&args.sandbox, &args.files, &base)?;
+    let state = super::app_state(&args.sandbox, &args.files, &base, args.warm_inits)?;
     let authenticator = match authenticator(&args) {
         Ok(authenticator) => authenticator,
         Err(message) => {

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use crate::cli::StdioArgs;
 
 pub async fn stdio(args: StdioArgs) -> anyhow::Result<ExitCode> {
-    let state = super::app_state(&args.sandbox, &args.files, "http://127.0.0.1:8080")?;
+    let state = super::app_state(&args.sandbox, &args.files, "http://127.0.0.1:8080", 1)?;
     sandlot_server::mcp::serve_stdio(state).await?;
     Ok(ExitCode::SUCCESS)
 }
