@@ -1,4 +1,4 @@
-//! The `sandlot` binary: `run`, `runners`, `doctor` (and, later, `serve` and `stdio`), plus the hidden jail init
+//! The `sandlot` binary: `serve`, `stdio`, `run`, `runners`, `doctor`, plus the hidden jail init
 //! that the native backend starts by re-executing this binary.
 
 mod cli;
@@ -26,12 +26,24 @@ fn main() -> ExitCode {
         cli::Command::Serve(_) | cli::Command::Stdio(_) => "info,rmcp=warn",
         _ => "warn",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SANDLOT_LOG").unwrap_or_else(|_| default_filter.into());
+    let filter = match std::env::var("SANDLOT_LOG") {
+        Err(_) => tracing_subscriber::EnvFilter::new(default_filter),
+        Ok(directives) => match tracing_subscriber::EnvFilter::try_new(&directives) {
+            Ok(filter) => filter,
+            Err(e) => {
+                eprintln!("sandlot: invalid SANDLOT_LOG={directives:?}: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
     let logs = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter);
-    if std::env::var("SANDLOT_LOG_FORMAT").is_ok_and(|f| f == "json") {
-        logs.json().init();
-    } else {
-        logs.init();
+    match std::env::var("SANDLOT_LOG_FORMAT").as_deref() {
+        Err(_) | Ok("text") => logs.init(),
+        Ok("json") => logs.json().init(),
+        Ok(other) => {
+            eprintln!("sandlot: invalid SANDLOT_LOG_FORMAT={other:?}: expected text or json");
+            return ExitCode::from(2);
+        }
     }
     // `run` drives one sandbox: a single-threaded runtime starts faster; the other commands get the usual one.
     let mut builder = match &cli.command {

@@ -178,7 +178,7 @@ fn serve_with(env: &[(&str, &str)]) -> Output {
 
 #[test]
 fn bad_configuration_stops_the_start_with_one_line_naming_the_variable() {
-    let cases: [(&[(&str, &str)], &str); 5] = [
+    let cases: [(&[(&str, &str)], &str); 10] = [
         (
             &[("SANDLOT_MEMORY_MB", "lots")],
             "sandlot: invalid SANDLOT_MEMORY_MB=\"lots\": invalid digit found in string\n",
@@ -196,6 +196,17 @@ fn bad_configuration_stops_the_start_with_one_line_naming_the_variable() {
             "sandlot: MCP_AUTH_ENABLED needs MCP_AUTH_JWT_SECRET or MCP_AUTH_JWT_PUBLIC_KEY\n",
         ),
         (&[("MCP_API_TOKEN", "")], "sandlot: MCP_API_TOKEN must not be empty\n"),
+        (&[("FILE_SECRET", "")], "sandlot: FILE_SECRET must not be empty\n"),
+        (
+            &[("PUBLIC_BASE_URL", "ftp://x")],
+            "sandlot: invalid PUBLIC_BASE_URL=\"ftp://x\": expected http(s)://host[:port][/path]\n",
+        ),
+        (&[("SANDLOT_LOG_FORMAT", "xml")], "sandlot: invalid SANDLOT_LOG_FORMAT=\"xml\": expected text or json\n"),
+        (&[("SANDLOT_LOG", "info,=")], "sandlot: invalid SANDLOT_LOG=\"info,=\": invalid filter directive\n"),
+        (
+            &[("MCP_AUTH_ENABLED", "true"), ("MCP_AUTH_JWT_SECRET", "s"), ("MCP_API_TOKEN", "t")],
+            "sandlot: MCP_API_TOKEN is not used when MCP_AUTH_ENABLED is true (JWTs only): unset one of them\n",
+        ),
     ];
     for (env, expected) in cases {
         let out = serve_with(env);

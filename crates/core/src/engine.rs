@@ -58,6 +58,20 @@ pub struct Engine {
     permits: Semaphore,
     conversations: Mutex<HashMap<ConversationId, Weak<tokio::sync::Mutex<()>>>>,
     events: tokio::sync::broadcast::Sender<RunEvent>,
+    /// Runs executing now: run id → (conversation, language).
+    in_flight: Mutex<HashMap<String, (ConversationId, Language)>>,
+}
+
+/// Removes a run from the in-flight table however its future ends (finished, failed or dropped).
+struct InFlight<'a> {
+    engine: &'a Engine,
+    run_id: String,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.engine.in_flight_table().remove(&self.run_id);
+    }
 }
 
 impl Engine {
@@ -65,7 +79,18 @@ impl Engine {
     pub fn new(backend: Arc<dyn Backend>, workspaces: Workspaces, config: EngineConfig) -> Self {
         let permits = Semaphore::new(config.max_concurrent_runs.max(1));
         let (events, _) = tokio::sync::broadcast::channel(EVENT_BUFFER);
-        Self { backend, workspaces, config, permits, conversations: Mutex::new(HashMap::new()), events }
+        let (conversations, in_flight) = (Mutex::new(HashMap::new()), Mutex::new(HashMap::new()));
+        Self { backend, workspaces, config, permits, conversations, events, in_flight }
+    }
+
+    fn in_flight_table(&self) -> std::sync::MutexGuard<'_, HashMap<String, (ConversationId, Language)>> {
+        self.in_flight.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The runs executing now: (run id, conversation, language).
+    pub fn in_flight(&self) -> Vec<(String, ConversationId, Language)> {
+        let table = self.in_flight_table();
+        table.iter().map(|(id, (conversation, language))| (id.clone(), conversation.clone(), *language)).collect()
     }
 
     /// A live feed of run events from now on.
@@ -88,9 +113,9 @@ impl Engine {
         self.backend.runners()
     }
 
-    /// Runs executing now.
+    /// How many runs are executing now.
     pub fn active_runs(&self) -> usize {
-        self.config.max_concurrent_runs.max(1).saturating_sub(self.permits.available_permits())
+        self.in_flight_table().len()
     }
 
     /// The backend's name.
@@ -166,6 +191,8 @@ impl Engine {
         let workspace = self.workspaces.prepare(&conversation)?;
         let run_id = uuid::Uuid::new_v4().simple().to_string();
         tracing::info!(run_id, conversation = %conversation, %language, "run started");
+        self.in_flight_table().insert(run_id.clone(), (conversation.clone(), language));
+        let _in_flight = InFlight { engine: self, run_id: run_id.clone() };
         let _ = self.events.send(RunEvent::Started {
             run_id: run_id.clone(),
             conversation_id: conversation.to_string(),

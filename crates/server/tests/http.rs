@@ -114,6 +114,8 @@ async fn signed_urls_download_exact_bytes_with_a_content_type() {
         (status, content_type.as_deref(), body.as_slice()),
         (StatusCode::OK, Some("text/plain"), b"hello\n".as_slice())
     );
+    let response = router.clone().oneshot(get(path_of(&url))).await.unwrap();
+    assert_eq!(response.headers()[header::CONTENT_SECURITY_POLICY], "default-src 'none'; sandbox");
 }
 
 #[tokio::test]
@@ -281,6 +283,11 @@ async fn a_language_without_runner_is_a_failed_result_listing_the_available_ones
     assert_eq!(result["isError"], true);
     assert_eq!(result["structuredContent"]["success"], false);
     assert_eq!(result["structuredContent"]["output"], "no runner for language python; available: none");
+    // A language sandlot does not know at all is answered the same way (not as a protocol error).
+    let (_, value) =
+        rpc(&router, &call(serde_json::json!({ "conversationId": "c", "language": "ruby", "code": "puts 1" }))).await;
+    assert_eq!(value["result"]["isError"], true);
+    assert_eq!(value["result"]["structuredContent"]["output"], "no runner for language ruby; available: none");
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(result["content"][0]["text"].as_str().unwrap()).unwrap(),
         result["structuredContent"]
@@ -293,7 +300,7 @@ async fn a_foreign_host_is_refused() {
     let mut request = post_mcp(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
     request.headers_mut().insert(header::HOST, "evil.example.com".parse().unwrap());
     let (status, _, _) = send(&router, request).await;
-    assert!(status.is_client_error(), "{status}");
+    assert_eq!(status, StatusCode::MISDIRECTED_REQUEST);
 }
 
 fn from_ip(mut request: Request<Body>, ip: [u8; 4]) -> Request<Body> {

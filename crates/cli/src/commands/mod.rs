@@ -13,7 +13,6 @@ use sandlot_jail::{JailBackend, JailConfig};
 
 use crate::cli::{Cli, Command, FileUrlArgs, SandboxArgs};
 
-/// Runs the chosen subcommand.
 /// Runs the chosen subcommand; `prefork` is an init started before the runtime, for `run`.
 pub async fn dispatch(cli: Cli, prefork: Option<sandlot_jail::Prefork>) -> ExitCode {
     let result = match cli.command {
@@ -49,6 +48,20 @@ pub fn jail_backend(
     Ok(Arc::new(JailBackend::new(config)))
 }
 
+/// Checks the file-URL settings before anything is started; the error names the variable.
+pub fn check_file_url_args(files: &FileUrlArgs) -> Result<(), String> {
+    if files.file_secret.as_deref() == Some("") {
+        return Err("FILE_SECRET must not be empty".into());
+    }
+    if let Some(url) = &files.public_base_url {
+        let rest = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"));
+        if rest.is_none_or(|rest| rest.trim_end_matches('/').is_empty() || rest.contains(['?', '#', ' '])) {
+            return Err(format!("invalid PUBLIC_BASE_URL={url:?}: expected http(s)://host[:port][/path]"));
+        }
+    }
+    Ok(())
+}
+
 /// The state every server face shares: an engine over the native backend and the file-URL signer.
 pub fn app_state(
     sandbox: &SandboxArgs,
@@ -60,8 +73,7 @@ pub fn app_state(
     backend.warm_up();
     let workspaces = sandlot_core::Workspaces::new(&sandbox.root);
     let secret = match &files.file_secret {
-        Some(secret) if !secret.is_empty() => secret.clone().into_bytes(),
-        Some(_) => anyhow::bail!("FILE_SECRET must not be empty"),
+        Some(secret) => secret.clone().into_bytes(),
         None => file_secret(&sandbox.root)?,
     };
     let public_base_url = files.public_base_url.clone().unwrap_or_else(|| default_base_url.to_owned());
@@ -100,7 +112,7 @@ fn file_secret(root: &std::path::Path) -> anyhow::Result<Vec<u8>> {
     Ok(secret)
 }
 
-/// 256 random bits as hex.
+/// A random token: two UUIDv4s as hex (244 random bits).
 pub fn random_token() -> String {
     format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
 }

@@ -9,14 +9,16 @@ use crate::cli::ServeArgs;
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let base = format!("http://{}", args.addr);
-    let state = super::app_state(&args.sandbox, &args.files, &base, args.warm_inits)?;
-    let authenticator = match authenticator(&args) {
+    // Every setting is checked before anything starts.
+    let checked = super::check_file_url_args(&args.files).and_then(|()| authenticator(&args));
+    let authenticator = match checked {
         Ok(authenticator) => authenticator,
         Err(message) => {
             eprintln!("sandlot: {message}");
             return Ok(ExitCode::from(2));
         }
     };
+    let state = super::app_state(&args.sandbox, &args.files, &base, args.warm_inits)?;
     // localhost, the loopback addresses, the listen address, and PUBLIC_BASE_URL's host.
     let mut allowed_hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
     allowed_hosts.push(args.addr.ip().to_string());
@@ -49,9 +51,11 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         eprintln!("sandlot: shutting down; {active} run(s) in flight, waiting up to {} s", SHUTDOWN_GRACE.as_secs());
         tokio::spawn(async move {
             tokio::time::sleep(SHUTDOWN_GRACE).await;
-            let active = engine.active_runs();
-            tracing::warn!(killed_runs = active, "grace period over; killing the runs still in flight");
-            eprintln!("sandlot: grace period over; killing {active} run(s)");
+            let in_flight = engine.in_flight();
+            for (run_id, conversation, language) in &in_flight {
+                tracing::warn!(run_id, conversation = %conversation, %language, "run killed at shutdown");
+            }
+            eprintln!("sandlot: grace period over; killing {} run(s)", in_flight.len());
             std::process::exit(0);
         });
     };
@@ -62,6 +66,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
 /// The credential check, and the token when one was generated (to print); an error names the bad setting.
 fn authenticator(args: &ServeArgs) -> Result<(Authenticator, Option<String>), String> {
     if args.auth_enabled {
+        if args.api_token.is_some() {
+            return Err("MCP_API_TOKEN is not used when MCP_AUTH_ENABLED is true (JWTs only): unset one of them".into());
+        }
         let public_key_pem = match &args.jwt_public_key {
             Some(key) if key.trim_start().starts_with("-----BEGIN") => Some(key.clone()),
             Some(path) => Some(

@@ -14,7 +14,13 @@ use crate::AppState;
 use crate::state::unix_now;
 
 fn refuse(status: StatusCode, message: &str) -> Response {
-    (status, axum::Json(serde_json::json!({ "error": status.canonical_reason(), "message": message }))).into_response()
+    let error = match status {
+        StatusCode::FORBIDDEN => "forbidden",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::RANGE_NOT_SATISFIABLE => "range_not_satisfiable",
+        _ => "internal",
+    };
+    (status, axum::Json(serde_json::json!({ "error": error, "message": message }))).into_response()
 }
 
 /// A satisfiable single byte range of a file of `length` bytes: `Ok(None)` for no `Range` header (or one that is
@@ -115,5 +121,8 @@ pub async fn download(
         headers.insert(header::CONTENT_RANGE, value);
     }
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    // A file a sandbox wrote is untrusted: if it is HTML or SVG, it renders in an opaque origin with no script,
+    // never as a page of this server's origin.
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("default-src 'none'; sandbox"));
     response
 }

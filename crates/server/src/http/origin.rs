@@ -15,9 +15,9 @@ use axum::response::{IntoResponse, Response};
 pub struct AllowedHosts(Arc<Vec<String>>);
 
 impl AllowedHosts {
-    /// Host names (no port) or `host:port` authorities.
+    /// Host names, or authorities whose port is ignored (`example.com:8443` allows `example.com` on any port).
     pub fn new(hosts: Vec<String>) -> Self {
-        Self(Arc::new(hosts.into_iter().map(|h| h.to_ascii_lowercase()).collect()))
+        Self(Arc::new(hosts.iter().map(|h| host_of(&h.to_ascii_lowercase()).to_owned()).collect()))
     }
 
     /// The list, for rmcp's own Host check.
@@ -28,23 +28,26 @@ impl AllowedHosts {
     /// Whether an authority (`host`, `host:port`, `[::1]:port`) names an allowed host.
     pub fn allows_authority(&self, authority: &str) -> bool {
         let authority = authority.to_ascii_lowercase();
-        let host = if let Some(rest) = authority.strip_prefix('[') {
-            rest.split(']').next().unwrap_or("")
-        } else {
-            authority.rsplit_once(':').map_or(authority.as_str(), |(host, port)| {
-                if port.chars().all(|c| c.is_ascii_digit()) { host } else { authority.as_str() }
-            })
-        };
-        self.0.iter().any(|allowed| {
-            let allowed_host = allowed.trim_start_matches('[').split(']').next().unwrap_or(allowed);
-            allowed == &authority || allowed_host == host
-        })
+        let host = host_of(&authority);
+        self.0.iter().any(|allowed| allowed == host)
     }
 
     /// Whether an `Origin` header value is allowed (`null` never is).
     pub fn allows_origin(&self, origin: &str) -> bool {
         let Some((scheme, authority)) = origin.split_once("://") else { return false };
         matches!(scheme, "http" | "https") && self.allows_authority(authority.trim_end_matches('/'))
+    }
+}
+
+/// The host of an authority: `[::1]:80` → `::1`, `example.com:80` → `example.com`, `::1` → `::1`.
+fn host_of(authority: &str) -> &str {
+    if let Some(rest) = authority.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or("");
+    }
+    match authority.rsplit_once(':') {
+        // One colon followed by digits is a port; more colons is a bare IPv6 address.
+        Some((host, port)) if !host.contains(':') && port.chars().all(|c| c.is_ascii_digit()) => host,
+        _ => authority,
     }
 }
 
@@ -85,7 +88,7 @@ mod tests {
             "localhost".into(),
             "127.0.0.1".into(),
             "[::1]".into(),
-            "sandbox.example.com".into(),
+            "sandbox.example.com:8443".into(),
         ]);
         for ok in ["localhost", "localhost:8080", "127.0.0.1:1", "[::1]:8080", "Sandbox.Example.com"] {
             assert!(allowed.allows_authority(ok), "{ok}");
@@ -95,6 +98,7 @@ mod tests {
         }
         assert!(allowed.allows_origin("http://localhost:5173"));
         assert!(allowed.allows_origin("https://sandbox.example.com"));
+        assert!(allowed.allows_origin("https://sandbox.example.com:9000"), "the port of PUBLIC_BASE_URL does not bind");
         assert!(!allowed.allows_origin("https://evil.example.com"));
         assert!(!allowed.allows_origin("null"));
         assert!(!allowed.allows_origin("file://localhost"));

@@ -87,12 +87,12 @@ pub async fn call(state: &AppState, arguments: JsonObject) -> Result<CallToolRes
     let request = parse(&arguments)?;
     match state.engine.run(request, &()).await {
         Ok(report) => Ok(render(state, &report)),
-        Err(Error::NoRunner { language, available }) => {
-            let output = format!(
-                "no runner for language {language}; available: {}",
-                if available.is_empty() { "none".to_owned() } else { available.join(", ") }
-            );
-            Ok(failure_without_run(output))
+        Err(Error::NoRunner { language, available }) => Ok(no_runner(&language, &available)),
+        // A language sandlot does not know is, for the caller, one without a runner: a result listing the others.
+        Err(Error::InvalidArgument { field: "language", .. }) => {
+            let language = arguments.get("language").and_then(Value::as_str).unwrap_or_default();
+            let available: Vec<String> = state.engine.runners().iter().map(|r| r.language.to_string()).collect();
+            Ok(no_runner(language, &available))
         }
         Err(error) => Err(errors::from_engine(&error)),
     }
@@ -140,6 +140,11 @@ fn render(state: &AppState, report: &RunReport) -> CallToolResult {
         "filesTruncated": report.files.truncated,
     });
     result(value, outcome.success())
+}
+
+fn no_runner(language: &str, available: &[String]) -> CallToolResult {
+    let available = if available.is_empty() { "none".to_owned() } else { available.join(", ") };
+    failure_without_run(format!("no runner for language {language}; available: {available}"))
 }
 
 fn failure_without_run(output: String) -> CallToolResult {
