@@ -510,3 +510,23 @@ async fn get_on_a_session_opens_its_server_stream() {
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(response.headers()[header::CONTENT_TYPE], "text/event-stream");
 }
+
+#[tokio::test]
+async fn stateless_replies_follow_accept() {
+    let (_root, _state, router) = setup(None);
+    for (accept, expected) in [
+        ("application/json", "application/json"),
+        ("application/json, text/event-stream", "application/json"),
+        ("*/*", "application/json"),
+        ("text/event-stream", "text/event-stream"),
+    ] {
+        let mut request = post_mcp(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+        request.headers_mut().insert(header::ACCEPT, accept.parse().unwrap());
+        let (status, content_type, body) = send(&router, request).await;
+        assert_eq!((status, content_type.as_deref()), (StatusCode::OK, Some(expected)), "{accept}");
+        assert!(String::from_utf8_lossy(&body).contains("sandbox.run_code"), "{accept}");
+    }
+    let mut request = post_mcp(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+    request.headers_mut().insert(header::ACCEPT, "text/html".parse().unwrap());
+    assert_eq!(send(&router, request).await.0, StatusCode::NOT_ACCEPTABLE);
+}

@@ -27,7 +27,10 @@ type Service = StreamableHttpService<SandlotMcp, LocalSessionManager>;
 #[derive(Clone)]
 pub struct McpServices {
     pub sessions: Service,
+    /// Stateless requests, answered with a JSON body.
     pub stateless: Service,
+    /// Stateless requests from a client that accepts only `text/event-stream`, answered as an SSE stream.
+    pub stateless_sse: Service,
     pub session_manager: std::sync::Arc<LocalSessionManager>,
     pub max_sessions: usize,
 }
@@ -42,23 +45,28 @@ fn media_types(headers: &HeaderMap) -> Vec<String> {
         .collect()
 }
 
-/// Rewrites `Accept` to what rmcp insists on; false (answer 406) when the client accepts neither JSON nor SSE.
-fn normalize_accept(headers: &mut HeaderMap, method: &Method) -> bool {
+/// What a client's `Accept` allows.
+struct Accepts {
+    json: bool,
+    sse: bool,
+}
+
+/// Reads `Accept` as a list, then rewrites it to what rmcp insists on (both types).
+fn accepts(headers: &mut HeaderMap) -> Accepts {
     let types = media_types(headers);
     let any = types.is_empty() || types.iter().any(|t| t == "*/*" || t == "application/*" || t == "text/*");
     let json = any || types.iter().any(|t| t == "application/json");
     let sse = any || types.iter().any(|t| t == "text/event-stream");
-    let acceptable = if method == Method::GET { sse } else { json || sse };
-    if acceptable {
-        headers.insert(header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
-    }
-    acceptable
+    headers.insert(header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
+    Accepts { json, sse }
 }
 
 /// Handles every method on `/mcp` and `/mcp/`.
 pub async fn endpoint(State(services): State<McpServices>, request: Request) -> Response {
     let (mut parts, body) = request.into_parts();
-    if !normalize_accept(&mut parts.headers, &parts.method) {
+    let accepts = accepts(&mut parts.headers);
+    let acceptable = if parts.method == Method::GET { accepts.sse } else { accepts.json || accepts.sse };
+    if !acceptable {
         let message = "Not Acceptable: accept application/json or text/event-stream";
         return (StatusCode::NOT_ACCEPTABLE, message).into_response();
     }
@@ -82,7 +90,12 @@ pub async fn endpoint(State(services): State<McpServices>, request: Request) -> 
         return error_response(StatusCode::SERVICE_UNAVAILABLE, id, -32000, &message);
     }
     let request = Request::from_parts(parts, Body::from(bytes));
-    forward(if stateful { services.sessions } else { services.stateless }, request).await
+    let service = match (stateful, accepts.json) {
+        (true, _) => services.sessions,
+        (false, true) => services.stateless,
+        (false, false) => services.stateless_sse,
+    };
+    forward(service, request).await
 }
 
 async fn forward(service: Service, request: Request) -> Response {

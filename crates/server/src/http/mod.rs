@@ -55,18 +55,19 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
         manager.session_config.keep_alive = Some(idle);
         Arc::new(manager)
     };
-    let service = |legacy_session_mode: bool, manager: Arc<LocalSessionManager>| {
+    let service = |legacy_session_mode: bool, json_response: bool, manager: Arc<LocalSessionManager>| {
         let handler = handler.clone();
         let mut config = StreamableHttpServerConfig::default();
         config.allowed_hosts = allowed_hosts.to_vec();
         config.legacy_session_mode = legacy_session_mode;
-        config.json_response = !legacy_session_mode;
+        config.json_response = json_response;
         StreamableHttpService::new(move || Ok(handler.clone()), manager, config)
     };
     let sessions = session_manager(session_idle);
     let services = mcp_endpoint::McpServices {
-        sessions: service(true, sessions.clone()),
-        stateless: service(false, session_manager(session_idle)),
+        sessions: service(true, false, sessions.clone()),
+        stateless: service(false, true, session_manager(session_idle)),
+        stateless_sse: service(false, false, session_manager(session_idle)),
         session_manager: sessions,
         max_sessions,
     };
