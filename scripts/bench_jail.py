@@ -17,28 +17,10 @@ import sys
 import tempfile
 import time
 
+from benchlib import percentile, spawn_and_wait
+
 PYTHON = "/usr/bin/python3"
 CODE = "print(1)"
-
-
-def spawn_and_wait(argv, env):
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        start = time.perf_counter_ns()
-        pid = os.posix_spawn(argv[0], argv, env, file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 1)])
-        _, status = os.waitpid(pid, 0)
-        elapsed = time.perf_counter_ns() - start
-    finally:
-        os.close(devnull)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"command failed ({status}): {' '.join(argv)}")
-    return elapsed / 1e6
-
-
-def percentile(samples, p):
-    ordered = sorted(samples)
-    index = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
-    return ordered[index]
 
 
 def main():

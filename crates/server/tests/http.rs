@@ -3,31 +3,14 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use std::sync::Arc;
+mod common;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
-use sandlot_core::{Backend, Engine, EngineConfig, Job, OutputSink, RunOutcome, RunnerInfo, Signer, Workspaces};
+use sandlot_server::AppState;
 use sandlot_server::http::{AllowedHosts, Authenticator, HttpOptions, app};
-use sandlot_server::{AppState, FileUrls};
 use tower::ServiceExt;
-
-/// An engine with no runner: these tests never run code, they serve what is already in a conversation.
-struct NoRunners;
-
-#[async_trait::async_trait]
-impl Backend for NoRunners {
-    fn name(&self) -> &'static str {
-        "none"
-    }
-    fn runners(&self) -> Vec<RunnerInfo> {
-        Vec::new()
-    }
-    async fn run(&self, _job: Job, _sink: &dyn OutputSink) -> sandlot_core::Result<RunOutcome> {
-        unreachable!("these tests do not run code")
-    }
-}
 
 fn setup(ttl: Option<std::time::Duration>) -> (tempfile::TempDir, AppState, axum::Router) {
     setup_with_sessions(ttl, 100)
@@ -37,10 +20,7 @@ fn setup_with_sessions(
     ttl: Option<std::time::Duration>,
     max_sessions: usize,
 ) -> (tempfile::TempDir, AppState, axum::Router) {
-    let root = tempfile::tempdir().unwrap();
-    let engine = Engine::new(Arc::new(NoRunners), Workspaces::new(root.path()), EngineConfig::default());
-    let files = FileUrls { signer: Signer::new("secret"), public_base_url: "http://test".into(), ttl };
-    let state = AppState { engine: Arc::new(engine), files, shutdown: Default::default() };
+    let (root, state) = common::state("secret", ttl);
     let options = HttpOptions { max_sessions, ..HttpOptions::new(AllowedHosts::new(vec!["localhost".into()])) };
     let router = app(state.clone(), Authenticator::token("tok"), options);
     (root, state, router)

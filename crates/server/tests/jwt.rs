@@ -3,42 +3,20 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod common;
+
 use std::process::Command;
-use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
 use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
-use sandlot_core::{Backend, Engine, EngineConfig, Job, OutputSink, RunOutcome, RunnerInfo, Signer, Workspaces};
 use sandlot_server::http::{AllowedHosts, Authenticator, Credentials, HttpOptions, JwtSettings, app};
-use sandlot_server::{AppState, FileUrls};
 use serde_json::json;
 use tower::ServiceExt;
 
-struct NoRunners;
-
-#[async_trait::async_trait]
-impl Backend for NoRunners {
-    fn name(&self) -> &'static str {
-        "none"
-    }
-    fn runners(&self) -> Vec<RunnerInfo> {
-        Vec::new()
-    }
-    async fn run(&self, _job: Job, _sink: &dyn OutputSink) -> sandlot_core::Result<RunOutcome> {
-        unreachable!("these tests do not run code")
-    }
-}
-
 fn router(settings: JwtSettings) -> (tempfile::TempDir, axum::Router) {
-    let root = tempfile::tempdir().unwrap();
-    let engine = Engine::new(Arc::new(NoRunners), Workspaces::new(root.path()), EngineConfig::default());
-    let state = AppState {
-        engine: Arc::new(engine),
-        files: FileUrls { signer: Signer::new("s"), public_base_url: "http://test".into(), ttl: None },
-        shutdown: Default::default(),
-    };
+    let (root, state) = common::state("s", None);
     let auth = Authenticator::new(Credentials::jwt(&settings).unwrap());
     (root, app(state, auth, HttpOptions::new(AllowedHosts::new(vec!["localhost".into()]))))
 }
