@@ -60,7 +60,8 @@ def test_tampered_expired_and_symlinked_downloads_are_refused(server):
     parts = urllib.parse.urlsplit(url)
     query = dict(urllib.parse.parse_qsl(parts.query))
     base = f"{parts.scheme}://{parts.netloc}"
-    tampered = f"{base}{parts.path}?exp={query['exp']}&sig={query['sig'][:-1]}0"
+    flipped = "1" if query["sig"].endswith("0") else "0"
+    tampered = f"{base}{parts.path}?exp={query['exp']}&sig={query['sig'][:-1]}{flipped}"
     expired = f"{base}{parts.path}?exp=1&sig={query['sig']}"
     other = f"{base}/files/dl/leak?exp={query['exp']}&sig={query['sig']}"
     for bad in (tampered, expired, other):
