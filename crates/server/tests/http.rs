@@ -510,3 +510,28 @@ async fn stateless_replies_follow_accept() {
     request.headers_mut().insert(header::ACCEPT, "text/html".parse().unwrap());
     assert_eq!(send(&router, request).await.0, StatusCode::NOT_ACCEPTABLE);
 }
+
+#[tokio::test]
+async fn legacy_sse_sessions_are_capped_too() {
+    let (_root, _state, router) = setup_with_sessions(None, 2);
+    let open = || {
+        Request::get("/sse")
+            .header(header::HOST, "localhost")
+            .header(header::AUTHORIZATION, "Bearer tok")
+            .body(Body::empty())
+            .unwrap()
+    };
+    // Sessions live as long as their streams: keep the first two responses alive.
+    let first = router.clone().oneshot(open()).await.unwrap();
+    let second = router.clone().oneshot(open()).await.unwrap();
+    assert_eq!((first.status(), second.status()), (StatusCode::OK, StatusCode::OK));
+    assert_eq!(router.clone().oneshot(open()).await.unwrap().status(), StatusCode::SERVICE_UNAVAILABLE);
+    drop(first);
+    tokio::task::yield_now().await;
+    assert_eq!(
+        router.clone().oneshot(open()).await.unwrap().status(),
+        StatusCode::OK,
+        "a closed stream frees its slot"
+    );
+    drop(second);
+}

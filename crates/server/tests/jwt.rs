@@ -74,6 +74,13 @@ async fn hs256_tokens_are_checked_for_key_audience_issuer_and_expiry() {
             "invalid token: Missing required claim: exp",
         ),
         ("not-a-jwt".into(), "invalid token: InvalidToken"),
+        (
+            sign(
+                &json!({ "aud": "sandlot", "iss": "https://issuer.example", "exp": now() + 600, "nbf": now() + 300 }),
+                "shared-secret",
+            ),
+            "invalid token: ImmatureSignature",
+        ),
     ];
     for (token, expected) in cases {
         let (status, body) = call(&router, &token).await;

@@ -18,6 +18,8 @@ use super::credentials::Credentials;
 const MAX_FAILURES: u32 = 3;
 /// The window in which failures are counted.
 const WINDOW: Duration = Duration::from_secs(60);
+/// Addresses remembered at most; beyond, the oldest entry is forgotten (so a flood of addresses cannot grow memory).
+const MAX_TRACKED: usize = 10_000;
 
 /// What every protected request must present, and the failures seen per client IP.
 #[derive(Clone)]
@@ -56,6 +58,12 @@ impl Authenticator {
     fn record_failure(&self, ip: IpAddr) {
         let mut failures = self.failures();
         failures.retain(|_, (start, _)| start.elapsed() < WINDOW);
+        if failures.len() >= MAX_TRACKED
+            && !failures.contains_key(&ip)
+            && let Some(oldest) = failures.iter().min_by_key(|(_, (start, _))| *start).map(|(ip, _)| *ip)
+        {
+            failures.remove(&oldest);
+        }
         let entry = failures.entry(ip).or_insert((Instant::now(), 0));
         entry.1 += 1;
     }

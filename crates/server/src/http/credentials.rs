@@ -70,6 +70,7 @@ impl Credentials {
         }
         validation.set_required_spec_claims(&required);
         validation.leeway = 30;
+        validation.validate_nbf = true;
         Ok(Self::Jwt { key, validation: Box::new(validation) })
     }
 

@@ -32,14 +32,15 @@ const CHANNEL_CAPACITY: usize = 64;
 #[derive(Clone)]
 pub struct LegacySessions {
     handler: SandlotMcp,
+    max_sessions: usize,
     shutdown: tokio_util::sync::CancellationToken,
     senders: Arc<Mutex<HashMap<String, mpsc::Sender<ClientJsonRpcMessage>>>>,
 }
 
 impl LegacySessions {
     /// No session yet; each will be served by a clone of `handler`.
-    pub fn new(handler: SandlotMcp, shutdown: tokio_util::sync::CancellationToken) -> Self {
-        Self { handler, shutdown, senders: Arc::default() }
+    pub fn new(handler: SandlotMcp, shutdown: tokio_util::sync::CancellationToken, max_sessions: usize) -> Self {
+        Self { handler, max_sessions, shutdown, senders: Arc::default() }
     }
 
     fn senders(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::Sender<ClientJsonRpcMessage>>> {
@@ -66,6 +67,10 @@ pub async fn open(State(sessions): State<LegacySessions>, request: Request) -> R
         "/mcp/sse" => "/mcp/message",
         _ => "/message",
     };
+    if sessions.senders().len() >= sessions.max_sessions {
+        let message = format!("too many open SSE sessions (at most {}); retry later", sessions.max_sessions);
+        return (StatusCode::SERVICE_UNAVAILABLE, message).into_response();
+    }
     let id = uuid::Uuid::new_v4().to_string();
     let (to_server, from_client) = mpsc::channel::<ClientJsonRpcMessage>(CHANNEL_CAPACITY);
     let (to_client, from_server) = mpsc::channel::<ServerJsonRpcMessage>(CHANNEL_CAPACITY);

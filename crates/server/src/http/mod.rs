@@ -80,7 +80,7 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
         .route("/mcp/sse", get(legacy_sse::open))
         .route("/message", post(legacy_sse::post))
         .route("/mcp/message", post(legacy_sse::post))
-        .with_state(legacy_sse::LegacySessions::new(handler.clone(), state.shutdown.clone()));
+        .with_state(legacy_sse::LegacySessions::new(handler.clone(), state.shutdown.clone(), max_sessions));
     let run_events = Router::new().route("/mcp/events", get(events::stream)).with_state(state.clone());
     let protected = streamable
         .merge(legacy)
