@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Builds the Docker runner images runner-python, runner-javascript, runner-typescript and runner-bash from
+# runners/Dockerfile-*. Each Dockerfile takes its base as a build argument:
+# - SANDLOT_RUNNER_BASE=<image> uses that image (a registry image such as debian:bookworm-slim; the Dockerfiles
+#   install the interpreter with apt when the base lacks it);
+# - otherwise a local base `sandlot-base:bookworm` is used, made once (and kept) with debootstrap from Debian's
+#   packages and `docker import`: for machines with no image registry, like ours.
+# tsx, the TypeScript runner, is installed from npm on the host into runners/.build/tsx and copied into its image.
+# Needs a running Docker engine (and debootstrap for the local base).  Usage: scripts/build-runners.sh
+set -euo pipefail
+cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
+
+step() { printf '==> %s\n' "$*"; }
+die() { printf 'build-runners.sh: %s\n' "$*" >&2; exit 1; }
+docker info >/dev/null 2>&1 || die "no Docker engine answers (start dockerd)"
+
+base="${SANDLOT_RUNNER_BASE:-}"
+if [[ -z "$base" ]]; then
+    base="sandlot-base:bookworm"
+    if ! docker image inspect "$base" >/dev/null 2>&1; then
+        command -v debootstrap >/dev/null || die "debootstrap is needed to make the local base (apt-get install debootstrap)"
+        mirror="${SANDLOT_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+        rootfs="$(mktemp -d)"
+        trap 'rm -rf "$rootfs"' EXIT
+        step "debootstrap bookworm (python3, nodejs, bash) from $mirror"
+        debootstrap --variant=minbase --include=python3,nodejs,bash,ca-certificates bookworm "$rootfs" "$mirror" >/dev/null
+        rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+        step "docker import -> $base"
+        tar -C "$rootfs" -c . | docker import --change 'CMD ["/bin/bash"]' - "$base" >/dev/null
+    fi
+fi
+
+tsx_version="4.23.15"
+if [[ ! -f runners/.build/tsx/node_modules/tsx/package.json ]] \
+    || ! grep -q "\"version\": \"$tsx_version\"" runners/.build/tsx/node_modules/tsx/package.json; then
+    step "npm install tsx@$tsx_version into runners/.build/tsx"
+    rm -rf runners/.build/tsx
+    mkdir -p runners/.build/tsx
+    npm install --prefix runners/.build/tsx --silent --no-audit --no-fund "tsx@$tsx_version" >/dev/null
+fi
+
+for language in python javascript typescript bash; do
+    step "docker build runner-$language (base $base)"
+    docker build --quiet --build-arg "BASE=$base" -f "runners/Dockerfile-$language" -t "runner-$language" runners >/dev/null
+done
+docker images --filter label=sandbox.runner=true --format '{{.Repository}}:{{.Tag}}  {{.Size}}'
