@@ -13,6 +13,8 @@ cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 step() { printf '==> %s\n' "$*"; }
 die() { printf 'build-runners.sh: %s\n' "$*" >&2; exit 1; }
 docker info >/dev/null 2>&1 || die "no Docker engine answers (start dockerd)"
+# The classic builder: it needs no buildx plugin and works with the API 1.41 of Debian's docker.io.
+export DOCKER_BUILDKIT=0
 
 base="${SANDLOT_RUNNER_BASE:-}"
 if [[ -z "$base" ]]; then
@@ -43,4 +45,5 @@ for language in python javascript typescript bash; do
     step "docker build runner-$language (base $base)"
     docker build --quiet --build-arg "BASE=$base" -f "runners/Dockerfile-$language" -t "runner-$language" runners >/dev/null
 done
+docker image prune --force --filter label=sandbox.runner=true >/dev/null
 docker images --filter label=sandbox.runner=true --format '{{.Repository}}:{{.Tag}}  {{.Size}}'

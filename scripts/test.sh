@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command of sandlot (README: "How to test"). Run it as root from anywhere; CI runs it through .ci/run.
 #
-# On a fresh Debian 12 machine it installs what the tests need (apt: bubblewrap hyperfine iproute2 procps;
+# On a fresh Debian 12 machine it installs what the tests need (apt: bubblewrap hyperfine iproute2 procps, docker.io
+# and debootstrap, then starts dockerd and builds the runner images with scripts/build-runners.sh;
 # npm: tsx, the TypeScript runner for Node 20; PyPI: the official MCP SDK for the end-to-end tests), makes sure
 # cargo-nextest is there, then runs cargo fmt --check, cargo clippy -D warnings, cargo nextest run (profile "ci",
 # .config/nextest.toml) and the end-to-end tests (pytest tests/e2e: real MCP clients against the real binary).
@@ -98,6 +99,27 @@ python_env .venv-e2e 1.30.0 httpx
 python_env .venv-e2e2 2.3.0 httpx2
 command -v npm >/dev/null || apt_install npm
 (cd tests/e2e/ts && npm ci --silent --no-audit --no-fund)
+
+step "Docker engine and runner images (the Docker backend's tests)"
+missing=()
+for package in docker.io debootstrap; do
+    if ! grep -qx 'Status: install ok installed' <<<"$(dpkg -s "$package" 2>/dev/null || true)"; then
+        missing+=("$package")
+    fi
+done
+if (( ${#missing[@]} > 0 )); then
+    apt_install "${missing[@]}"
+fi
+if ! docker info >/dev/null 2>&1; then
+    step "starting dockerd (log: /tmp/sandlot-dockerd.log)"
+    nohup dockerd >/tmp/sandlot-dockerd.log 2>&1 &
+    for _ in $(seq 120); do
+        docker info >/dev/null 2>&1 && break
+        sleep 0.5
+    done
+    docker info >/dev/null 2>&1 || die "dockerd did not start (see /tmp/sandlot-dockerd.log)"
+fi
+scripts/build-runners.sh
 
 step "cargo fmt --all -- --check"
 cargo fmt --all -- --check

@@ -58,11 +58,21 @@ class Server:
 
 @pytest.fixture
 def server(root):
-    """`sandlot serve` on a free port, with a known token and file secret."""
+    """`sandlot serve` on a free port, with a known token and file secret (the native backend)."""
+    yield from start_server(root, {})
+
+
+@pytest.fixture
+def docker_server(root):
+    """`sandlot serve` with the Docker backend (needs dockerd and the runner images, as scripts/test.sh sets up)."""
+    yield from start_server(root, {"SANDLOT_BACKEND": "docker"})
+
+
+def start_server(root, extra_env):
     port = free_port()
     token, secret = "test-token-" + os.urandom(8).hex(), "test-secret-" + os.urandom(8).hex()
     env = dict(os.environ, MCP_API_TOKEN=token, FILE_SECRET=secret, SANDBOX_ROOT=str(root),
-               MCP_HTTP_ADDR=f"127.0.0.1:{port}", SANDLOT_LOG="warn")
+               MCP_HTTP_ADDR=f"127.0.0.1:{port}", SANDLOT_LOG="warn", **extra_env)
     process = subprocess.Popen([sandlot_binary(), "serve"], env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"

@@ -93,9 +93,21 @@ pub struct StdioArgs {
     pub sandbox: SandboxArgs,
 }
 
+/// Which isolation technology runs the code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendKind {
+    /// The Linux-namespace jail built into this binary.
+    Native,
+    /// One Docker container per run (runner images labelled `sandbox.runner=true`; `DOCKER_HOST` is honoured).
+    Docker,
+}
+
 /// Options shared by every command that runs code.
 #[derive(Debug, Clone, Args)]
 pub struct SandboxArgs {
+    /// The backend: native (the built-in jail) or docker.
+    #[arg(long, env = "SANDLOT_BACKEND", value_enum, default_value_t = BackendKind::Native)]
+    pub backend: BackendKind,
     /// Directory holding the conversations (`<root>/<id>/files` is `/data`).
     #[arg(long = "root", env = "SANDBOX_ROOT", default_value = "./sandlot-data")]
     pub root: PathBuf,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use sandlot_jail::{JailBackend, JailConfig};
 
-use crate::cli::{Cli, Command, FileUrlArgs, SandboxArgs};
+use crate::cli::{BackendKind, Cli, Command, FileUrlArgs, SandboxArgs};
 
 /// Runs the chosen subcommand; `prefork` is an init started before the runtime, for `run`.
 pub async fn dispatch(cli: Cli, prefork: Option<sandlot_jail::Prefork>) -> ExitCode {
@@ -62,15 +62,43 @@ pub fn check_file_url_args(files: &FileUrlArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// The state every server face shares: an engine over the native backend and the file-URL signer.
-pub fn app_state(
+/// The backend `--backend` names: the native jail (with `warm_inits` inits kept ready) or Docker. A `server`
+/// first removes the containers a crashed predecessor on the same root left behind.
+pub async fn backend(
+    sandbox: &SandboxArgs,
+    warm_inits: usize,
+    server: bool,
+) -> anyhow::Result<Arc<dyn sandlot_core::Backend>> {
+    Ok(match sandbox.backend {
+        BackendKind::Native => {
+            let backend = jail_backend(sandbox, None, true, warm_inits)?;
+            backend.warm_up();
+            backend
+        }
+        BackendKind::Docker => {
+            std::fs::create_dir_all(&sandbox.root)
+                .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", sandbox.root.display()))?;
+            let owner = std::fs::canonicalize(&sandbox.root).unwrap_or_else(|_| sandbox.root.clone());
+            let config = sandlot_docker::DockerConfig::new(owner.display().to_string());
+            let backend = sandlot_docker::DockerBackend::connect(config)
+                .await
+                .map_err(|e| anyhow::anyhow!("the docker backend is unavailable: {e}"))?;
+            if server {
+                backend.remove_leftovers().await;
+            }
+            Arc::new(backend)
+        }
+    })
+}
+
+/// The state every server face shares: an engine over the chosen backend and the file-URL signer.
+pub async fn app_state(
     sandbox: &SandboxArgs,
     files: &FileUrlArgs,
     default_base_url: &str,
     warm_inits: usize,
 ) -> anyhow::Result<sandlot_server::AppState> {
-    let backend = jail_backend(sandbox, None, true, warm_inits)?;
-    backend.warm_up();
+    let backend = backend(sandbox, warm_inits, true).await?;
     let workspaces = sandlot_core::Workspaces::new(&sandbox.root);
     let secret = match &files.file_secret {
         Some(secret) => secret.clone().into_bytes(),

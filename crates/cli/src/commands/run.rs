@@ -25,10 +25,16 @@ pub async fn run(args: RunArgs, prefork: Option<sandlot_jail::Prefork>) -> anyho
     };
     // Only the requested language's runner is looked up, without asking its version: `run` stays fast.
     let language: Option<Language> = args.language.parse().ok();
-    let backend = super::jail_backend(&args.sandbox, language.map(|l| vec![l]), false, 0)?;
-    if let Some(prefork) = prefork {
-        backend.use_prefork(prefork);
-    }
+    let backend: std::sync::Arc<dyn sandlot_core::Backend> = match args.sandbox.backend {
+        crate::cli::BackendKind::Native => {
+            let backend = super::jail_backend(&args.sandbox, language.map(|l| vec![l]), false, 0)?;
+            if let Some(prefork) = prefork {
+                backend.use_prefork(prefork);
+            }
+            backend
+        }
+        crate::cli::BackendKind::Docker => super::backend(&args.sandbox, 0, false).await?,
+    };
     let engine = Engine::new(backend, Workspaces::new(&args.sandbox.root), args.sandbox.engine_config());
     let request = RunRequest {
         conversation_id: args.conversation.clone(),

@@ -1,0 +1,334 @@
+//! The Docker [`Backend`]: discovery of runner images, and one hardened container per run.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::models::{ContainerCreateBody, HostConfig, ResourcesUlimits};
+use bollard::query_parameters::{
+    AttachContainerOptionsBuilder, KillContainerOptionsBuilder, ListContainersOptionsBuilder, ListImagesOptionsBuilder,
+    RemoveContainerOptionsBuilder, WaitContainerOptionsBuilder,
+};
+use futures::StreamExt;
+use sandlot_core::{
+    Backend, CapturedStream, Job, Language, OutputChunk, OutputSink, RunOutcome, RunnerInfo, Stream, Termination,
+};
+use tokio::io::AsyncWriteExt;
+
+use crate::{Error, Result};
+
+/// The label every container of a run carries (its value is the run id).
+pub const RUN_LABEL: &str = "sandlot.run";
+/// The label naming the sandlot instance that made a container (its value is [`DockerConfig::owner`]), so an
+/// instance removes only its own leftovers, never the running containers of another sandlot on the same engine.
+pub const OWNER_LABEL: &str = "sandlot.owner";
+/// How often `/data` is measured against its quota.
+const DISK_CHECK_INTERVAL: Duration = Duration::from_millis(250);
+
+/// How the Docker backend runs containers.
+#[derive(Debug, Clone)]
+pub struct DockerConfig {
+    /// The uid:gid the runner images run as (the conversation directory is given to it).
+    pub runner_uid: u32,
+    pub runner_gid: u32,
+    /// Who owns the containers: sandlot uses its conversation root (canonical path).
+    pub owner: String,
+}
+
+impl DockerConfig {
+    /// Containers owned by `owner`, run as uid/gid 10001 (the runner images' user).
+    pub fn new(owner: impl Into<String>) -> Self {
+        Self { runner_uid: 10001, runner_gid: 10001, owner: owner.into() }
+    }
+}
+
+/// A runner image for one language.
+#[derive(Debug, Clone)]
+struct Runner {
+    language: Language,
+    image: String,
+    version: String,
+}
+
+/// The Docker backend.
+pub struct DockerBackend {
+    docker: Docker,
+    config: DockerConfig,
+    runners: Vec<Runner>,
+}
+
+impl DockerBackend {
+    /// Connects (honouring `DOCKER_HOST`), negotiates the API version and finds the runner images.
+    pub async fn connect(config: DockerConfig) -> Result<Self> {
+        let docker = Docker::connect_with_local_defaults()
+            .map_err(|e| Error::engine("connect", e))?
+            .negotiate_version()
+            .await
+            .map_err(|e| Error::engine("negotiate the API version", e))?;
+        Ok(Self { runners: discover(&docker).await?, docker, config })
+    }
+
+    /// The engine's version, for `sandlot doctor`.
+    pub async fn engine_version(&self) -> Result<String> {
+        let version = self.docker.version().await.map_err(|e| Error::engine("version", e))?;
+        Ok(format!("{} (API {})", version.version.unwrap_or_default(), version.api_version.unwrap_or_default()))
+    }
+
+    /// Removes the containers an earlier instance with the same owner left behind (a crashed server); call it
+    /// when a server starts, before it runs anything.
+    pub async fn remove_leftovers(&self) {
+        let owner = format!("{OWNER_LABEL}={}", self.config.owner);
+        let filters = HashMap::from([("label", vec![RUN_LABEL, owner.as_str()])]);
+        let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+        let Ok(containers) = self.docker.list_containers(Some(options)).await else { return };
+        for container in containers {
+            if let Some(id) = container.id {
+                tracing::warn!(container = id, "removing a container left by an earlier sandlot");
+                self.remove(&id).await;
+            }
+        }
+    }
+
+    async fn remove(&self, id: &str) {
+        let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
+        if let Err(e) = self.docker.remove_container(id, Some(options)).await {
+            tracing::warn!(container = id, "cannot remove container: {e}");
+        }
+    }
+
+    fn container_body(&self, job: &Job, image: &str) -> ContainerCreateBody {
+        let limits = &job.limits;
+        let memory = i64::try_from(limits.memory_mb * 1024 * 1024).unwrap_or(i64::MAX);
+        let mut env = vec![format!("SANDLOT_CODE_BYTES={}", job.code.len())];
+        env.extend(job.env.iter().map(|(k, v)| format!("{k}={v}")));
+        let file_size = i64::try_from(limits.disk_mb * 1024 * 1024).unwrap_or(i64::MAX);
+        let ulimit =
+            |name: &str, value: i64| ResourcesUlimits { name: Some(name.into()), soft: Some(value), hard: Some(value) };
+        let host = HostConfig {
+            binds: Some(vec![format!("{}:/data:rw", job.workspace.display())]),
+            network_mode: Some("none".into()),
+            readonly_rootfs: Some(true),
+            tmpfs: Some(HashMap::from([(
+                "/tmp".to_owned(),
+                format!("rw,nosuid,nodev,size={}m,mode=1777", limits.tmp_mb),
+            )])),
+            cap_drop: Some(vec!["ALL".into()]),
+            security_opt: Some(vec!["no-new-privileges:true".into()]),
+            memory: Some(memory),
+            memory_swap: Some(memory),
+            nano_cpus: Some((limits.cpus * 1e9) as i64),
+            pids_limit: Some(i64::try_from(limits.pids).unwrap_or(i64::MAX)),
+            ulimits: Some(vec![
+                ulimit("nofile", i64::try_from(limits.open_files).unwrap_or(1024)),
+                ulimit("fsize", file_size),
+                ulimit("core", 0),
+            ]),
+            init: Some(true),
+            ..Default::default()
+        };
+        ContainerCreateBody {
+            image: Some(image.to_owned()),
+            user: Some(format!("{}:{}", self.config.runner_uid, self.config.runner_gid)),
+            working_dir: Some("/data".into()),
+            env: Some(env),
+            labels: Some(HashMap::from([
+                (RUN_LABEL.to_owned(), job.run_id.clone()),
+                (OWNER_LABEL.to_owned(), self.config.owner.clone()),
+            ])),
+            attach_stdin: Some(true),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            open_stdin: Some(true),
+            stdin_once: Some(true),
+            tty: Some(false),
+            network_disabled: Some(true),
+            host_config: Some(host),
+            ..Default::default()
+        }
+    }
+}
+
+/// Images labelled `sandbox.runner=true`, one per language (the most recently created wins).
+async fn discover(docker: &Docker) -> Result<Vec<Runner>> {
+    let filters = HashMap::from([("label", vec!["sandbox.runner=true"])]);
+    let options = ListImagesOptionsBuilder::default().filters(&filters).build();
+    let mut images = docker.list_images(Some(options)).await.map_err(|e| Error::engine("list images", e))?;
+    images.sort_by_key(|image| std::cmp::Reverse(image.created));
+    let mut runners: Vec<Runner> = Vec::new();
+    for image in images {
+        let Some(language) = image.labels.get("sandbox.language").and_then(|l| l.parse::<Language>().ok()) else {
+            continue;
+        };
+        if runners.iter().any(|r| r.language == language) {
+            continue;
+        }
+        let name = image.repo_tags.first().cloned().unwrap_or_else(|| image.id.clone());
+        let version = image.labels.get("sandbox.version").cloned().unwrap_or_else(|| name.clone());
+        runners.push(Runner { language, image: name, version });
+    }
+    runners.sort_by_key(|r| r.language);
+    Ok(runners)
+}
+
+/// Gives the conversation directory to the runner's user, mode 0700 (never world-writable).
+fn prepare_workspace(workspace: &Path, uid: u32, gid: u32) -> Result<()> {
+    if nix::unistd::geteuid().is_root() {
+        nix::unistd::chown(workspace, Some(uid.into()), Some(gid.into()))
+            .map_err(|e| Error::Io { action: format!("chown {}", workspace.display()), source: e.into() })?;
+    }
+    std::fs::set_permissions(workspace, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .map_err(|e| Error::Io { action: format!("chmod {}", workspace.display()), source: e })
+}
+
+enum Ending {
+    Exited(i64),
+    TimedOut,
+    DiskQuota,
+}
+
+#[async_trait]
+impl Backend for DockerBackend {
+    fn name(&self) -> &'static str {
+        "docker"
+    }
+
+    fn runners(&self) -> Vec<RunnerInfo> {
+        self.runners
+            .iter()
+            .map(|r| RunnerInfo { language: r.language, image: r.image.clone(), version: r.version.clone() })
+            .collect()
+    }
+
+    async fn run(&self, job: Job, sink: &dyn OutputSink) -> sandlot_core::Result<RunOutcome> {
+        let runner =
+            self.runners.iter().find(|r| r.language == job.language).ok_or_else(|| sandlot_core::Error::NoRunner {
+                language: job.language.to_string(),
+                available: self.runners.iter().map(|r| r.language.to_string()).collect(),
+            })?;
+        prepare_workspace(&job.workspace, self.config.runner_uid, self.config.runner_gid)?;
+        let started = Instant::now();
+        let created = self
+            .docker
+            .create_container(
+                None::<bollard::query_parameters::CreateContainerOptions>,
+                self.container_body(&job, &runner.image),
+            )
+            .await
+            .map_err(|e| Error::engine("create container", e))?;
+        let id = created.id;
+        let result = self.execute(&id, &job, sink, started).await;
+        let oom = match &result {
+            Ok((Ending::Exited(_), ..)) => self
+                .docker
+                .inspect_container(&id, None::<bollard::query_parameters::InspectContainerOptions>)
+                .await
+                .ok()
+                .and_then(|info| info.state)
+                .and_then(|state| state.oom_killed)
+                .unwrap_or(false),
+            _ => false,
+        };
+        self.remove(&id).await;
+        let (ending, stdout, stderr) = result?;
+        let termination = match ending {
+            Ending::TimedOut => Termination::TimedOut,
+            Ending::DiskQuota => Termination::DiskQuotaExceeded,
+            Ending::Exited(_) if oom => Termination::OutOfMemory,
+            // The init (tini) reports a signal as 128+N; the entrypoint execs the interpreter.
+            Ending::Exited(code) if code > 128 && code < 160 => Termination::Signaled { signal: (code - 128) as i32 },
+            Ending::Exited(code) => Termination::Exited { code: code as i32 },
+        };
+        Ok(RunOutcome {
+            termination,
+            stdout_truncated: stdout.truncated(),
+            stderr_truncated: stderr.truncated(),
+            stdout: stdout.into_text(),
+            stderr: stderr.into_text(),
+            duration: started.elapsed(),
+        })
+    }
+}
+
+impl DockerBackend {
+    async fn execute(
+        &self,
+        id: &str,
+        job: &Job,
+        sink: &dyn OutputSink,
+        started: Instant,
+    ) -> Result<(Ending, CapturedStream, CapturedStream)> {
+        let options =
+            AttachContainerOptionsBuilder::default().stdin(true).stdout(true).stderr(true).stream(true).build();
+        let attached = self.docker.attach_container(id, Some(options)).await.map_err(|e| Error::engine("attach", e))?;
+        self.docker
+            .start_container(id, None::<bollard::query_parameters::StartContainerOptions>)
+            .await
+            .map_err(|e| Error::engine("start container", e))?;
+        let mut input = attached.input;
+        let mut output = attached.output;
+        let feed = async move {
+            // The program may exit without reading; a broken pipe is not an error. The half-close is stdin's end.
+            let _ = input.write_all(job.code.as_bytes()).await;
+            let _ = input.write_all(&job.stdin).await;
+            let _ = input.shutdown().await;
+        };
+        let cap = job.limits.max_output_bytes;
+        let read = async {
+            let (mut stdout, mut stderr) = (CapturedStream::new(cap), CapturedStream::new(cap));
+            while let Some(Ok(chunk)) = output.next().await {
+                let (captured, stream, message) = match chunk {
+                    LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                        (&mut stdout, Stream::Stdout, message)
+                    }
+                    LogOutput::StdErr { message } => (&mut stderr, Stream::Stderr, message),
+                    LogOutput::StdIn { .. } => continue,
+                };
+                let kept = captured.push(&message);
+                if !kept.is_empty() {
+                    sink.output(OutputChunk { stream, data: kept.to_vec() });
+                }
+            }
+            (stdout, stderr)
+        };
+        let wait = async {
+            let options = WaitContainerOptionsBuilder::default().condition("not-running").build();
+            let mut waiter = self.docker.wait_container(id, Some(options));
+            let deadline = job.limits.timeout.saturating_sub(started.elapsed());
+            let quota = job.limits.disk_mb * 1024 * 1024;
+            tokio::select! {
+                status = waiter.next() => match status {
+                    Some(Ok(response)) => Ending::Exited(response.status_code),
+                    Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Ending::Exited(code),
+                    _ => Ending::Exited(-1),
+                },
+                () = tokio::time::sleep(deadline) => Ending::TimedOut,
+                () = watch_disk(&job.workspace, quota) => Ending::DiskQuota,
+            }
+        };
+        let ((), (stdout, stderr), ending) = tokio::join!(feed, read, async {
+            let ending = wait.await;
+            if !matches!(ending, Ending::Exited(_)) {
+                let options = KillContainerOptionsBuilder::default().signal("SIGKILL").build();
+                let _ = self.docker.kill_container(id, Some(options)).await;
+            }
+            ending
+        });
+        Ok((ending, stdout, stderr))
+    }
+}
+
+/// Resolves when `/data` holds more than `quota` bytes, or can no longer be measured.
+async fn watch_disk(workspace: &Path, quota: u64) {
+    loop {
+        tokio::time::sleep(DISK_CHECK_INTERVAL).await;
+        let dir = workspace.to_path_buf();
+        match tokio::task::spawn_blocking(move || sandlot_core::directory_usage(&dir)).await {
+            Ok(Ok((bytes, _))) if bytes > quota => return,
+            Ok(Err(_)) => return,
+            _ => {}
+        }
+    }
+}

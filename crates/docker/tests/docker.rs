@@ -1,0 +1,139 @@
+//! The Docker backend against a real engine and the runner images (`scripts/build-runners.sh`; `scripts/test.sh`
+//! starts dockerd and builds them): the run and attack tests that apply to containers. They fail, not skip, when the
+//! engine or the images are missing.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sandlot_core::{Engine, EngineConfig, Limits, RunReport, RunRequest, Termination, Workspaces};
+use sandlot_docker::{DockerBackend, DockerConfig};
+
+struct Sandbox {
+    _root: tempfile::TempDir,
+    engine: Engine,
+}
+
+async fn sandbox(adjust: impl FnOnce(&mut Limits)) -> Sandbox {
+    let root = tempfile::tempdir().unwrap();
+    let backend = DockerBackend::connect(DockerConfig::new(root.path().display().to_string()))
+        .await
+        .expect("a running Docker engine with the runner images (scripts/build-runners.sh)");
+    let languages: Vec<String> =
+        sandlot_core::Backend::runners(&backend).iter().map(|r| r.language.to_string()).collect();
+    assert_eq!(
+        languages,
+        ["python", "typescript", "javascript", "bash"],
+        "runner images missing: run scripts/build-runners.sh"
+    );
+    let mut config = EngineConfig::default();
+    config.limits.timeout = Duration::from_secs(20);
+    adjust(&mut config.limits);
+    Sandbox { engine: Engine::new(Arc::new(backend), Workspaces::new(root.path()), config), _root: root }
+}
+
+async fn run(sandbox: &Sandbox, conversation: &str, language: &str, code: &str) -> RunReport {
+    let request = RunRequest {
+        conversation_id: conversation.into(),
+        language: language.into(),
+        code: code.into(),
+        ..RunRequest::default()
+    };
+    sandbox.engine.run(request, &()).await.expect("run")
+}
+
+/// Containers still there for one run (other tests run at the same time, so only this run's count).
+fn containers_left(report: &RunReport) -> usize {
+    let out = std::process::Command::new("docker")
+        .args(["ps", "-aq", "--filter", &format!("label=sandlot.run={}", report.run_id)])
+        .output()
+        .expect("docker ps");
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+#[tokio::test]
+async fn every_language_runs_with_exact_streams_and_exit_codes() {
+    let sandbox = sandbox(|_| {}).await;
+    let cases = [
+        (
+            "python",
+            "import sys\nprint('py out')\nprint('py err', file=sys.stderr)\nsys.exit(3)",
+            "py out\n",
+            "py err\n",
+            3,
+        ),
+        ("javascript", "console.log('js', [1, 2].length); process.exit(0)", "js 2\n", "", 0),
+        ("typescript", "const n: number = 6 * 7;\nconsole.log(n)", "42\n", "", 0),
+        ("bash", "echo out; echo err >&2; exit 5", "out\n", "err\n", 5),
+    ];
+    for (language, code, stdout, stderr, exit) in cases {
+        let report = run(&sandbox, "langs", language, code).await;
+        let outcome = &report.outcome;
+        assert_eq!(
+            (outcome.stdout.as_str(), outcome.stderr.as_str(), outcome.termination.clone()),
+            (stdout, stderr, Termination::Exited { code: exit }),
+            "{language}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn runs_as_non_root_without_network() {
+    let sandbox = sandbox(|_| {}).await;
+    let code = "import os, socket\nprint(os.getuid(), os.getgid())\nprint(sorted(l.split(':')[0].strip() for l in open('/proc/net/dev').readlines()[2:]))\ntry:\n    socket.getaddrinfo('example.com', 80)\n    print('dns works')\nexcept OSError:\n    print('no dns')\ntry:\n    open('/etc/evil', 'w')\nexcept OSError as e:\n    print('read-only root', e.errno)";
+    let report = run(&sandbox, "net", "python", code).await;
+    assert_eq!(report.outcome.stdout, "10001 10001\n['lo']\nno dns\nread-only root 30\n", "{report:?}");
+}
+
+#[tokio::test]
+async fn files_persist_and_conversations_are_separate() {
+    let sandbox = sandbox(|_| {}).await;
+    run(&sandbox, "conv-a", "bash", "echo one > /data/note.txt").await;
+    let again = run(&sandbox, "conv-a", "bash", "cat /data/note.txt; echo two >> /data/note.txt").await;
+    assert_eq!(again.outcome.stdout, "one\n");
+    assert_eq!(again.files.files.iter().map(|f| (f.path.as_str(), f.size)).collect::<Vec<_>>(), [("note.txt", 8)]);
+    let other = run(&sandbox, "conv-b", "bash", "ls -A /data; ls /data/.. | grep -c conv- || true").await;
+    assert_eq!(other.outcome.stdout, "0\n");
+}
+
+#[tokio::test]
+async fn stdin_reaches_the_program() {
+    let sandbox = sandbox(|_| {}).await;
+    let request = RunRequest {
+        conversation_id: "stdin".into(),
+        language: "python".into(),
+        code: "import sys\nprint(sys.stdin.read().upper())".into(),
+        stdin: b"hello container".to_vec(),
+        ..RunRequest::default()
+    };
+    let report = sandbox.engine.run(request, &()).await.unwrap();
+    assert_eq!(report.outcome.stdout, "HELLO CONTAINER\n");
+}
+
+#[tokio::test]
+async fn deadline_kills_the_container_and_nothing_is_left() {
+    let sandbox = sandbox(|limits| limits.timeout = Duration::from_secs(2)).await;
+    let started = Instant::now();
+    let report = run(&sandbox, "deadline", "bash", "echo start; (sleep 600 &); sleep 600").await;
+    assert_eq!(report.outcome.termination, Termination::TimedOut);
+    assert_eq!(report.outcome.stdout, "start\n");
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    assert_eq!(containers_left(&report), 0);
+}
+
+#[tokio::test]
+async fn memory_and_pids_limits_hold() {
+    let sandbox = sandbox(|limits| {
+        limits.memory_mb = 64;
+        limits.pids = 32;
+        limits.timeout = Duration::from_secs(5);
+    })
+    .await;
+    let report = run(&sandbox, "limits", "python", "hog = 'x' * (512 * 1024 * 1024)\nprint('survived')").await;
+    assert_eq!(report.outcome.termination, Termination::OutOfMemory, "{report:?}");
+    let report = run(&sandbox, "limits", "bash", "bomb() { bomb | bomb & }; bomb; sleep 30").await;
+    assert_eq!(report.outcome.termination, Termination::TimedOut);
+    assert!(report.outcome.stderr.contains("Resource temporarily unavailable"), "{}", report.outcome.stderr);
+    assert_eq!(containers_left(&report), 0);
+}

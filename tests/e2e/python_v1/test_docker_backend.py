@@ -1,0 +1,43 @@
+"""`SANDLOT_BACKEND=docker sandlot serve` passes the same real-client test as the native backend, for all four
+languages: initialize, list the tools and runners, run code that writes a file, download it by its URL."""
+
+import json
+
+import httpx
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamablehttp_client
+
+PROGRAMS = {
+    "python": ("open('/data/py.txt', 'w').write('python in docker\\n')\nprint('py ok')", "py.txt", b"python in docker\n"),
+    "javascript": ("require('fs').writeFileSync('/data/js.txt', 'javascript in docker\\n'); console.log('js ok')", "js.txt", b"javascript in docker\n"),
+    "typescript": ("import { writeFileSync } from 'fs';\nconst text: string = 'typescript in docker\\n';\nwriteFileSync('/data/ts.txt', text);\nconsole.log('ts ok')", "ts.txt", b"typescript in docker\n"),
+    "bash": ("echo 'bash in docker' > /data/sh.txt; echo sh ok", "sh.txt", b"bash in docker\n"),
+}
+
+
+@pytest.mark.anyio
+async def test_every_language_through_the_docker_backend(docker_server):
+    async with streamablehttp_client(docker_server.mcp_url, headers=docker_server.auth) as (read, write, _):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            runners = await session.call_tool("sandbox.list_runners", {})
+            images = {r["language"]: r["image"] for r in runners.structuredContent["languages"]}
+            assert images == {"bash": "runner-bash:latest", "javascript": "runner-javascript:latest",
+                              "python": "runner-python:latest", "typescript": "runner-typescript:latest"}
+            for language, (code, name, content) in PROGRAMS.items():
+                result = await session.call_tool("sandbox.run_code", {"conversationId": "docker-e2e", "language": language, "code": code})
+                data = result.structuredContent
+                assert result.isError is False, (language, data)
+                assert json.loads(result.content[0].text) == data
+                assert data["stdout"] == f"{name[:2]} ok\n"
+                url = next(f["url"] for f in data["files"] if f["name"] == name)
+                async with httpx.AsyncClient() as client:
+                    assert (await client.get(url)).content == content
+            failed = await session.call_tool("sandbox.run_code", {"conversationId": "docker-e2e", "language": "python", "code": "import sys; sys.exit(9)"})
+            assert (failed.isError, failed.structuredContent["exitCode"]) == (True, 9)
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
