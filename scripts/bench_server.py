@@ -16,35 +16,10 @@ import subprocess
 import tempfile
 import time
 
-from benchlib import percentile, spawn_and_wait
+from benchlib import Connection, percentile, spawn_and_wait
 import urllib.request
 
 PYTHON = "/usr/bin/python3"
-
-
-class Connection:
-    """One keep-alive HTTP/1.1 connection posting JSON-RPC to /mcp (stateless: no session, no initialize)."""
-
-    def __init__(self, port, token):
-        self.sock = socket.create_connection(("127.0.0.1", port))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.token = token
-        self.buffer = b""
-
-    def call(self, payload):
-        body = json.dumps(payload).encode()
-        head = (f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {self.token}\r\n"
-                f"Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n").encode()
-        self.sock.sendall(head + body)
-        while b"\r\n\r\n" not in self.buffer:
-            self.buffer += self.sock.recv(65536)
-        header, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
-        length = int(re.search(rb"(?i)content-length: *(\d+)", header).group(1))
-        while len(self.buffer) < length:
-            self.buffer += self.sock.recv(65536)
-        data, self.buffer = self.buffer[:length], self.buffer[length:]
-        return json.loads(data)
 
 
 def wrk(port, token, connections, seconds, work):

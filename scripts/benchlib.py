@@ -1,6 +1,9 @@
-"""Helpers shared by the benchmark scripts: timing a spawned command, percentiles."""
+"""Helpers shared by the benchmark scripts: timing a spawned command, percentiles, a raw MCP connection."""
 
+import json
 import os
+import re
+import socket
 import time
 
 
@@ -10,12 +13,16 @@ def percentile(samples, p):
     return ordered[min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))]
 
 
-def spawn_and_wait(argv, env):
-    """Milliseconds from posix_spawn to reaping `argv` (stdout discarded); fails on a non-zero exit."""
+def spawn_and_wait(argv, env, stdin_path=None):
+    """Milliseconds from posix_spawn to reaping `argv` (stdout discarded, stdin from `stdin_path` if given); fails
+    on a non-zero exit."""
     devnull = os.open(os.devnull, os.O_WRONLY)
+    actions = [(os.POSIX_SPAWN_DUP2, devnull, 1)]
+    if stdin_path:
+        actions.append((os.POSIX_SPAWN_OPEN, 0, stdin_path, os.O_RDONLY, 0))
     try:
         start = time.perf_counter_ns()
-        pid = os.posix_spawn(argv[0], argv, env, file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 1)])
+        pid = os.posix_spawn(argv[0], argv, env, file_actions=actions)
         _, status = os.waitpid(pid, 0)
         elapsed = time.perf_counter_ns() - start
     finally:
@@ -23,3 +30,49 @@ def spawn_and_wait(argv, env):
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"command failed ({status}): {' '.join(argv)}")
     return elapsed / 1e6
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection posting JSON-RPC to /mcp (stateless: no session, no initialize)."""
+
+    def __init__(self, port, token):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.token = token
+        self.buffer = b""
+
+    def call(self, payload):
+        body = json.dumps(payload).encode()
+        head = (f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {self.token}\r\n"
+                f"Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
+        self.sock.sendall(head + body)
+        while b"\r\n\r\n" not in self.buffer:
+            self.buffer += self.sock.recv(65536)
+        header, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+        length = int(re.search(rb"(?i)content-length: *(\d+)", header).group(1))
+        while len(self.buffer) < length:
+            self.buffer += self.sock.recv(65536)
+        data, self.buffer = self.buffer[:length], self.buffer[length:]
+        return json.loads(data)
+
+
+def start_server(sandlot, env, port):
+    """Starts `sandlot serve` with `env` and waits for /healthz."""
+    import subprocess
+    import urllib.request
+    server = subprocess.Popen([sandlot, "serve"], env=env, stderr=subprocess.DEVNULL)
+    for _ in range(600):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
+            return server
+        except OSError:
+            time.sleep(0.05)
+    server.terminate()
+    raise SystemExit("sandlot serve did not start")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,16 +1,22 @@
-//! `sandlot doctor`: each isolation layer on this host, and a probe run.
+//! `sandlot doctor`: each isolation layer of the native jail on this host and a probe run, then the Docker engine
+//! and its runner images. Exits 1 when the chosen backend (`--backend`) cannot run code.
 
 use std::process::ExitCode;
 
-use sandlot_jail::CheckStatus;
+use sandlot_core::Backend;
+use sandlot_jail::{Check, CheckStatus};
 
-use crate::cli::SandboxArgs;
+use crate::cli::{BackendKind, SandboxArgs};
 
 pub async fn doctor(args: SandboxArgs) -> anyhow::Result<ExitCode> {
     // A diagnosis does not change the host: no cgroup tuning here (doctor reports whether it is on).
     let args = SandboxArgs { tune_cgroups: false, ..args };
     let backend = super::jail_backend(&args, None, true, 0)?;
-    let checks = sandlot_jail::diagnose(&backend).await;
+    let mut checks = sandlot_jail::diagnose(&backend).await;
+    let native_failed = checks.iter().any(|c| c.status == CheckStatus::Failed);
+    let docker = docker_check(&args).await;
+    let docker_failed = docker.status == CheckStatus::Failed;
+    checks.push(docker);
     for check in &checks {
         let status = match check.status {
             CheckStatus::Ok => "ok",
@@ -19,6 +25,28 @@ pub async fn doctor(args: SandboxArgs) -> anyhow::Result<ExitCode> {
         };
         println!("{status:<8} {:<16} {}", check.layer, check.detail);
     }
-    let failed = checks.iter().any(|c| c.status == CheckStatus::Failed);
+    let failed = match args.backend {
+        BackendKind::Native => native_failed,
+        BackendKind::Docker => docker_failed,
+    };
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// The Docker engine, its version and the runner images. Unreachable is a failure only for `--backend docker`.
+async fn docker_check(args: &SandboxArgs) -> Check {
+    let unusable = if args.backend == BackendKind::Docker { CheckStatus::Failed } else { CheckStatus::Missing };
+    let owner = args.root.display().to_string();
+    match sandlot_docker::DockerBackend::connect(sandlot_docker::DockerConfig::new(owner)).await {
+        Err(e) => Check { layer: "docker", status: unusable, detail: format!("unreachable: {e}") },
+        Ok(docker) => {
+            let version = docker.engine_version().await.unwrap_or_else(|e| format!("version unknown: {e}"));
+            let runners: Vec<String> = docker.runners().iter().map(|r| format!("{}={}", r.language, r.image)).collect();
+            if runners.is_empty() {
+                let detail = format!("engine {version}; no runner image (scripts/build-runners.sh)");
+                Check { layer: "docker", status: unusable, detail }
+            } else {
+                Check { layer: "docker", status: CheckStatus::Ok, detail: format!("engine {version}; {}", runners.join(", ")) }
+            }
+        }
+    }
 }

@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""The Docker backend's speed (issue 4): `print(1)` through sandlot's Docker backend (the CLI, and a warm server's
+tools/call), against a raw `docker run --rm -i runner-python` and against the native jail, round-robin.
+
+Usage: bench_docker.py SANDLOT [--runs N]   (root; dockerd running; runner images built)
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+
+from benchlib import Connection, free_port, percentile, spawn_and_wait, start_server
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("sandlot")
+    parser.add_argument("--runs", type=int, default=50)
+    args = parser.parse_args()
+    sandlot = os.path.abspath(args.sandlot)
+    docker = shutil.which("docker")
+    work = tempfile.mkdtemp(prefix="sandlot-bench-docker-")
+    code_file = os.path.join(work, "print1.py")
+    with open(code_file, "w") as f:
+        f.write("print(1)\n")
+    port = free_port()
+    token = "bench-" + os.urandom(8).hex()
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "SANDLOT_LOG": "error", "SANDLOT_PYTHON": "/usr/bin/python3",
+           "MCP_API_TOKEN": token, "MCP_HTTP_ADDR": f"127.0.0.1:{port}", "SANDBOX_ROOT": os.path.join(work, "srv"),
+           "FILE_SECRET": "bench", "SANDLOT_BACKEND": "docker"}
+    server = start_server(sandlot, env, port)
+    try:
+        connection = Connection(port, token)
+        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "sandbox.run_code",
+                "arguments": {"conversationId": "bench", "language": "python", "code": "print(1)"}}}
+
+        def tools_call():
+            import time
+            start = time.perf_counter_ns()
+            reply = connection.call(call)
+            assert reply["result"]["structuredContent"]["stdout"] == "1\n", reply
+            return (time.perf_counter_ns() - start) / 1e6
+
+        native_env = {k: v for k, v in env.items() if k != "SANDLOT_BACKEND"}
+        rows = [
+            ("docker run --rm -i", lambda: spawn_and_wait([docker, "run", "--rm", "-i", "runner-python"], env, code_file)),
+            ("sandlot run (docker)", lambda: spawn_and_wait([sandlot, "run", "-l", "python", "--root", os.path.join(work, "cli"), code_file], env)),
+            ("tools/call (docker)", tools_call),
+            ("sandlot run (native)", lambda: spawn_and_wait([sandlot, "run", "-l", "python", "--root", os.path.join(work, "native"), code_file], native_env)),
+        ]
+        for _ in range(3):
+            for _, measure in rows:
+                measure()
+        samples = {name: [] for name, _ in rows}
+        for _ in range(args.runs):
+            for name, measure in rows:
+                samples[name].append(measure())
+        base50 = percentile(samples["docker run --rm -i"], 50)
+        print(f"print(1), {args.runs} runs each, round-robin")
+        print(f"{'command':<24} {'p50 ms':>8} {'p95 ms':>8} {'mean ms':>8} {'p50/docker run':>15}")
+        for name, _ in rows:
+            s = samples[name]
+            p50 = percentile(s, 50)
+            print(f"{name:<24} {p50:8.2f} {percentile(s, 95):8.2f} {statistics.fmean(s):8.2f} {p50 / base50:15.2f}")
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
