@@ -45,7 +45,11 @@ async fn docker_check(args: &SandboxArgs) -> Check {
                 let detail = format!("engine {version}; no runner image (scripts/build-runners.sh)");
                 Check { layer: "docker", status: unusable, detail }
             } else {
-                Check { layer: "docker", status: CheckStatus::Ok, detail: format!("engine {version}; {}", runners.join(", ")) }
+                Check {
+                    layer: "docker",
+                    status: CheckStatus::Ok,
+                    detail: format!("engine {version}; {}", runners.join(", ")),
+                }
             }
         }
     }
