@@ -17,7 +17,9 @@ fn main() -> ExitCode {
     let cli = cli::parse();
     // `run` starts its jail init now, while this process has a single thread: a fork instead of an exec later.
     let prefork = match &cli.command {
-        cli::Command::Run(_) => sandlot_jail::Prefork::start().ok(),
+        cli::Command::Run(args) if args.sandbox.backend == cli::BackendKind::Native => {
+            sandlot_jail::Prefork::start().ok()
+        }
         _ => None,
     };
     // Logs go to stderr (stdout is the wire for `stdio` and the program's output for `run`); SANDLOT_LOG sets the

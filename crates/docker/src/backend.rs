@@ -63,7 +63,8 @@ pub struct DockerBackend {
 impl DockerBackend {
     /// Connects (honouring `DOCKER_HOST`), negotiates the API version and finds the runner images.
     pub async fn connect(config: DockerConfig) -> Result<Self> {
-        let docker = Docker::connect_with_local_defaults()
+        // DOCKER_HOST as the docker CLI reads it (unix://, tcp:// or http://), else the local socket.
+        let docker = Docker::connect_with_defaults()
             .map_err(|e| Error::engine("connect", e))?
             .negotiate_version()
             .await
@@ -237,6 +238,8 @@ impl Backend for DockerBackend {
             Ending::TimedOut => Termination::TimedOut,
             Ending::DiskQuota => Termination::DiskQuotaExceeded,
             Ending::Exited(_) if oom => Termination::OutOfMemory,
+            // A file stopped at the fsize ulimit (= the disk quota): SIGXFSZ, as the native jail reports it.
+            Ending::Exited(code) if code == 128 + 25 && data_full(&job) => Termination::DiskQuotaExceeded,
             // The init (tini) reports a signal as 128+N; the entrypoint execs the interpreter.
             Ending::Exited(code) if code > 128 && code < 160 => Termination::Signaled { signal: (code - 128) as i32 },
             Ending::Exited(code) => Termination::Exited { code: code as i32 },
@@ -318,6 +321,12 @@ impl DockerBackend {
         });
         Ok((ending, stdout, stderr))
     }
+}
+
+/// Whether `/data` is at its quota.
+fn data_full(job: &Job) -> bool {
+    let quota = job.limits.disk_mb * 1024 * 1024;
+    sandlot_core::directory_usage(&job.workspace).is_ok_and(|(bytes, _)| bytes >= quota)
 }
 
 /// Resolves when `/data` holds more than `quota` bytes, or can no longer be measured.

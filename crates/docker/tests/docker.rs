@@ -137,3 +137,11 @@ async fn memory_and_pids_limits_hold() {
     assert!(report.outcome.stderr.contains("Resource temporarily unavailable"), "{}", report.outcome.stderr);
     assert_eq!(containers_left(&report), 0);
 }
+
+#[tokio::test]
+async fn a_file_past_the_quota_ends_the_run_as_disk_quota_exceeded() {
+    let sandbox = sandbox(|limits| limits.disk_mb = 8).await;
+    let report = run(&sandbox, "quota", "bash", "dd if=/dev/zero of=/data/big bs=1M count=64 2>/dev/null").await;
+    assert_eq!(report.outcome.termination, Termination::DiskQuotaExceeded, "{report:?}");
+    assert_eq!(containers_left(&report), 0);
+}
