@@ -43,4 +43,8 @@ pub trait Backend: Send + Sync {
     /// Runs the job to its end, passing output to `sink` as it comes. Errors are faults of the backend, never of
     /// the code: a program that fails, times out or runs out of memory is a normal [`RunOutcome`].
     async fn run(&self, job: Job, sink: &dyn OutputSink) -> Result<RunOutcome>;
+
+    /// Kills every run still going, when the process is about to exit without waiting for them. Backends whose
+    /// sandboxes die with the process (the native jail: its inits have a parent-death signal) have nothing to do.
+    async fn abort_all(&self) {}
 }

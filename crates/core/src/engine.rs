@@ -118,6 +118,11 @@ impl Engine {
         self.in_flight_table().len()
     }
 
+    /// Kills every run still going (see [`Backend::abort_all`]); for a server that is about to exit.
+    pub async fn abort_all(&self) {
+        self.backend.abort_all().await;
+    }
+
     /// The backend's name.
     pub fn backend_name(&self) -> &'static str {
         self.backend.name()

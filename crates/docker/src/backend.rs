@@ -78,8 +78,8 @@ impl DockerBackend {
         Ok(format!("{} (API {})", version.version.unwrap_or_default(), version.api_version.unwrap_or_default()))
     }
 
-    /// Removes the containers an earlier instance with the same owner left behind (a crashed server); call it
-    /// when a server starts, before it runs anything.
+    /// Removes every container of this owner: at a server's start, what a crashed predecessor left behind; at its
+    /// exit, the runs it is abandoning.
     pub async fn remove_leftovers(&self) {
         let owner = format!("{OWNER_LABEL}={}", self.config.owner);
         let filters = HashMap::from([("label", vec![RUN_LABEL, owner.as_str()])]);
@@ -87,7 +87,7 @@ impl DockerBackend {
         let Ok(containers) = self.docker.list_containers(Some(options)).await else { return };
         for container in containers {
             if let Some(id) = container.id {
-                tracing::warn!(container = id, "removing a container left by an earlier sandlot");
+                tracing::warn!(container = id, "removing a container of this sandlot");
                 self.remove(&id).await;
             }
         }
@@ -201,6 +201,11 @@ impl Backend for DockerBackend {
             .iter()
             .map(|r| RunnerInfo { language: r.language, image: r.image.clone(), version: r.version.clone() })
             .collect()
+    }
+
+    /// Containers outlive this process: remove every container of this owner before it exits.
+    async fn abort_all(&self) {
+        self.remove_leftovers().await;
     }
 
     async fn run(&self, job: Job, sink: &dyn OutputSink) -> sandlot_core::Result<RunOutcome> {

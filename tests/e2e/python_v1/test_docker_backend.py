@@ -41,3 +41,36 @@ async def test_every_language_through_the_docker_backend(docker_server):
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
+
+
+def test_shutdown_removes_the_containers_of_runs_still_going(docker_server):
+    import os
+    import signal
+    import subprocess
+    import threading
+    import time
+
+    owner = os.path.realpath(docker_server.root)
+
+    def containers():
+        out = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=sandlot.owner={owner}"],
+                             capture_output=True, text=True, check=True).stdout
+        return out.split()
+
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "sandbox.run_code", "arguments": {
+        "conversationId": "docker-shutdown", "language": "bash", "code": "sleep 300", "timeoutSeconds": 600}}}
+
+    def run_forever():
+        try:
+            httpx.post(docker_server.mcp_url, json=call, headers=docker_server.auth, timeout=60)
+        except httpx.HTTPError:
+            pass  # the server exits under it
+
+    threading.Thread(target=run_forever, daemon=True).start()
+    deadline = time.monotonic() + 20
+    while not containers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert containers(), "the run's container did not start"
+    docker_server.process.send_signal(signal.SIGTERM)
+    docker_server.process.wait(timeout=30)
+    assert containers() == []

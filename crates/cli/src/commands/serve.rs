@@ -56,6 +56,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 tracing::warn!(run_id, conversation = %conversation, %language, "run killed at shutdown");
             }
             eprintln!("sandlot: grace period over; killing {} run(s)", in_flight.len());
+            engine.abort_all().await;
             std::process::exit(0);
         });
     };
