@@ -24,15 +24,17 @@ def sandbox_processes():
 
 
 def test_sigterm_closes_streams_and_kills_runs_after_the_grace_period(server):
-    ended = threading.Event()
+    connected, ended = threading.Event(), threading.Event()
 
     def listen():
         with httpx.stream("GET", f"{server.base_url}/mcp/events", headers=server.auth, timeout=60) as response:
+            connected.set()
             for _ in response.iter_lines():
                 pass
         ended.set()
 
     threading.Thread(target=listen, daemon=True).start()
+    assert connected.wait(10), "the event stream did not open"
     call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "sandbox.run_code", "arguments": {
         "conversationId": "shutdown", "language": "bash", "code": "sleep 300", "timeoutSeconds": 600}}}
     def run_forever():

@@ -53,11 +53,20 @@ impl ServerHandler for SandlotMcp {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let arguments = request.arguments.unwrap_or_default();
         let started = std::time::Instant::now();
-        let result = tools::call(&self.state, &request.name, arguments).await;
+        let result = match context.meta.get_progress_token() {
+            Some(token) => {
+                let (sink, forwarder) = super::progress::forward(context.peer.clone(), token);
+                let result = tools::call(&self.state, &request.name, arguments, &sink).await;
+                drop(sink);
+                let _ = forwarder.await; // every progress notification goes out before the result
+                result
+            }
+            None => tools::call(&self.state, &request.name, arguments, &()).await,
+        };
         tracing::info!(
             tool = %request.name,
             ok = result.is_ok(),

@@ -3,6 +3,7 @@
 
 mod errors;
 mod handler;
+mod progress;
 mod stdio;
 mod tools;
 

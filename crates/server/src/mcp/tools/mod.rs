@@ -34,9 +34,15 @@ fn canonical_name(name: &str) -> &str {
 }
 
 /// Runs the tool called `name` (either spelling).
-pub async fn call(state: &AppState, name: &str, arguments: JsonObject) -> Result<CallToolResult, McpError> {
+/// `sink` receives the run's output as it comes (for progress notifications).
+pub async fn call(
+    state: &AppState,
+    name: &str,
+    arguments: JsonObject,
+    sink: &dyn sandlot_core::OutputSink,
+) -> Result<CallToolResult, McpError> {
     match canonical_name(name) {
-        run_code::NAME => run_code::call(state, arguments).await,
+        run_code::NAME => run_code::call(state, arguments, sink).await,
         list_runners::NAME => list_runners::call(state, arguments),
         _ => Err(McpError::invalid_params(
             format!("unknown tool {name:?}; available: {}, {}", run_code::NAME, list_runners::NAME),

@@ -83,9 +83,13 @@ fn parse(arguments: &JsonObject) -> Result<RunRequest, McpError> {
     })
 }
 
-pub async fn call(state: &AppState, arguments: JsonObject) -> Result<CallToolResult, McpError> {
+pub async fn call(
+    state: &AppState,
+    arguments: JsonObject,
+    sink: &dyn sandlot_core::OutputSink,
+) -> Result<CallToolResult, McpError> {
     let request = parse(&arguments)?;
-    match state.engine.run(request, &()).await {
+    match state.engine.run(request, sink).await {
         Ok(report) => Ok(render(state, &report)),
         Err(Error::NoRunner { language, available }) => Ok(no_runner(&language, &available)),
         // A language sandlot does not know is, for the caller, one without a runner: a result listing the others.
