@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use bollard::Docker;
@@ -25,8 +25,6 @@ pub const RUN_LABEL: &str = "sandlot.run";
 /// The label naming the sandlot instance that made a container (its value is [`DockerConfig::owner`]), so an
 /// instance removes only its own leftovers, never the running containers of another sandlot on the same engine.
 pub const OWNER_LABEL: &str = "sandlot.owner";
-/// How often `/data` is measured against its quota.
-const DISK_CHECK_INTERVAL: Duration = Duration::from_millis(250);
 
 /// How the Docker backend runs containers.
 #[derive(Debug, Clone)]
@@ -244,7 +242,7 @@ impl Backend for DockerBackend {
             Ending::DiskQuota => Termination::DiskQuotaExceeded,
             Ending::Exited(_) if oom => Termination::OutOfMemory,
             // A file stopped at the fsize ulimit (= the disk quota): SIGXFSZ, as the native jail reports it.
-            Ending::Exited(code) if code == 128 + 25 && data_full(&job) => Termination::DiskQuotaExceeded,
+            Ending::Exited(code) if code == 128 + 25 && sandlot_core::at_quota(&job) => Termination::DiskQuotaExceeded,
             // The init (tini) reports a signal as 128+N; the entrypoint execs the interpreter.
             Ending::Exited(code) if code > 128 && code < 160 => Termination::Signaled { signal: (code - 128) as i32 },
             Ending::Exited(code) => Termination::Exited { code: code as i32 },
@@ -305,7 +303,6 @@ impl DockerBackend {
             let options = WaitContainerOptionsBuilder::default().condition("not-running").build();
             let mut waiter = self.docker.wait_container(id, Some(options));
             let deadline = job.limits.timeout.saturating_sub(started.elapsed());
-            let quota = job.limits.disk_mb * 1024 * 1024;
             tokio::select! {
                 status = waiter.next() => match status {
                     Some(Ok(response)) => Ending::Exited(response.status_code),
@@ -313,7 +310,7 @@ impl DockerBackend {
                     _ => Ending::Exited(-1),
                 },
                 () = tokio::time::sleep(deadline) => Ending::TimedOut,
-                () = watch_disk(&job.workspace, quota) => Ending::DiskQuota,
+                () = sandlot_core::quota_exceeded(job) => Ending::DiskQuota,
             }
         };
         let ((), (stdout, stderr), ending) = tokio::join!(feed, read, async {
@@ -325,24 +322,5 @@ impl DockerBackend {
             ending
         });
         Ok((ending, stdout, stderr))
-    }
-}
-
-/// Whether `/data` is at its quota.
-fn data_full(job: &Job) -> bool {
-    let quota = job.limits.disk_mb * 1024 * 1024;
-    sandlot_core::directory_usage(&job.workspace).is_ok_and(|(bytes, _)| bytes >= quota)
-}
-
-/// Resolves when `/data` holds more than `quota` bytes, or can no longer be measured.
-async fn watch_disk(workspace: &Path, quota: u64) {
-    loop {
-        tokio::time::sleep(DISK_CHECK_INTERVAL).await;
-        let dir = workspace.to_path_buf();
-        match tokio::task::spawn_blocking(move || sandlot_core::directory_usage(&dir)).await {
-            Ok(Ok((bytes, _))) if bytes > quota => return,
-            Ok(Err(_)) => return,
-            _ => {}
-        }
     }
 }

@@ -3,7 +3,7 @@
 //! output caps and the final kill.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
@@ -29,8 +29,6 @@ pub const INIT_SUBCOMMAND: &str = "__jail-init";
 
 /// Uid and gid inside the sandbox.
 const SANDBOX_ID: u32 = 1000;
-/// How often `/data` is measured against its quota while a run goes on.
-const DISK_CHECK_INTERVAL: Duration = Duration::from_millis(250);
 /// How long the init may take to reap the sandbox after its pid 1 was killed.
 const KILL_GRACE: Duration = Duration::from_secs(5);
 /// How long output may keep flowing after the init is gone (it cannot: everything died with pid 1).
@@ -215,15 +213,13 @@ impl Backend for JailBackend {
         let (ending, reports, stdout, stderr, duration) = result?;
         // A program killed by RLIMIT_FSIZE (the quota as the largest file) shows as SIGXFSZ, or, when a shell ran
         // it, as the shell's exit code 128+SIGXFSZ with /data at its quota.
-        let quota_bytes = job.limits.disk_mb * 1024 * 1024;
-        let data_full = || sandlot_core::directory_usage(&job.workspace).is_ok_and(|(bytes, _)| bytes >= quota_bytes);
         let termination = match ending {
             Ending::TimedOut => Termination::TimedOut,
             Ending::DiskQuota => Termination::DiskQuotaExceeded,
             Ending::Exited(status) => {
                 let last = reports.iter().rev().find(|r| !matches!(r, Report::Started { .. }));
                 match last {
-                    Some(Report::Exited { code }) if *code == 128 + libc::SIGXFSZ && data_full() => {
+                    Some(Report::Exited { code }) if *code == 128 + libc::SIGXFSZ && sandlot_core::at_quota(&job) => {
                         Termination::DiskQuotaExceeded
                     }
                     Some(Report::Exited { code }) => Termination::Exited { code: *code },
@@ -300,7 +296,6 @@ impl JailBackend {
         let cap = job.limits.max_output_bytes;
         let read_stdout = read_capped(stdout, Stream::Stdout, cap, sink);
         let read_stderr = read_capped(stderr, Stream::Stderr, cap, sink);
-        let quota = job.limits.disk_mb * 1024 * 1024;
         let wait = async {
             let ending = tokio::select! {
                 status = init.wait() => match status {
@@ -308,7 +303,7 @@ impl JailBackend {
                     Err(e) => return Err(Error::io("wait for jail init", e)),
                 },
                 () = tokio::time::sleep(job.limits.timeout) => Ending::TimedOut,
-                () = watch_disk(&job.workspace, quota) => Ending::DiskQuota,
+                () = sandlot_core::quota_exceeded(job) => Ending::DiskQuota,
             };
             kill_tree(init_pid.load(Ordering::SeqCst), &mut init);
             if tokio::time::timeout(KILL_GRACE, init.wait()).await.is_err() {
@@ -346,24 +341,6 @@ fn kill_tree(init_pid: i32, init: &mut InitProcess) {
         let _ = kill(Pid::from_raw(init_pid), Signal::SIGKILL);
     } else {
         init.kill();
-    }
-}
-
-/// Resolves when `/data` holds more than `quota` bytes, or can no longer be measured (a directory the program made
-/// unreadable, a tree nested deeper than the walk goes): a quota that cannot be checked is treated as exceeded.
-async fn watch_disk(workspace: &Path, quota: u64) {
-    loop {
-        tokio::time::sleep(DISK_CHECK_INTERVAL).await;
-        let dir = workspace.to_path_buf();
-        let usage = tokio::task::spawn_blocking(move || sandlot_core::directory_usage(&dir)).await;
-        match usage {
-            Ok(Ok((bytes, _))) if bytes > quota => return,
-            Ok(Err(e)) => {
-                tracing::warn!(workspace = %workspace.display(), "cannot measure /data, stopping the run: {e}");
-                return;
-            }
-            _ => {}
-        }
     }
 }
 
