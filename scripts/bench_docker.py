@@ -11,7 +11,7 @@ import shutil
 import statistics
 import tempfile
 
-from benchlib import Connection, free_port, percentile, spawn_and_wait, start_server
+from benchlib import Connection, free_port, percentile, round_robin, spawn_and_wait, start_server
 
 
 def main():
@@ -50,13 +50,7 @@ def main():
             ("tools/call (docker)", tools_call),
             ("sandlot run (native)", lambda: spawn_and_wait([sandlot, "run", "-l", "python", "--root", os.path.join(work, "native"), code_file], native_env)),
         ]
-        for _ in range(3):
-            for _, measure in rows:
-                measure()
-        samples = {name: [] for name, _ in rows}
-        for _ in range(args.runs):
-            for name, measure in rows:
-                samples[name].append(measure())
+        samples = round_robin(rows, args.runs, 3)
         base50 = percentile(samples["docker run --rm -i"], 50)
         print(f"print(1), {args.runs} runs each, round-robin")
         print(f"{'command':<24} {'p50 ms':>8} {'p95 ms':>8} {'mean ms':>8} {'p50/docker run':>15}")

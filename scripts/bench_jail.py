@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import percentile, spawn_and_wait
+from benchlib import percentile, round_robin, spawn_and_wait
 
 PYTHON = "/usr/bin/python3"
 CODE = "print(1)"
@@ -57,13 +57,8 @@ def main():
     else:
         print("bubblewrap not installed: its row is left out (apt-get install bubblewrap)", file=sys.stderr)
 
-    for _ in range(args.warmup):
-        for _, argv in commands:
-            spawn_and_wait(argv, env)
-    samples = {name: [] for name, _ in commands}
-    for _ in range(args.runs):
-        for name, argv in commands:
-            samples[name].append(spawn_and_wait(argv, env))
+    rows = [(name, lambda argv=argv: spawn_and_wait(argv, env)) for name, argv in commands]
+    samples = round_robin(rows, args.runs, args.warmup)
 
     bare50 = percentile(samples["bare python3"], 50)
     bare95 = percentile(samples["bare python3"], 95)

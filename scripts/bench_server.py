@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import time
 
-from benchlib import Connection, percentile, spawn_and_wait
+from benchlib import Connection, percentile, round_robin, spawn_and_wait
 import urllib.request
 
 PYTHON = "/usr/bin/python3"
@@ -78,13 +78,7 @@ def main():
             ("sandlot run", lambda: spawn_and_wait([sandlot, "run", "-l", "python", "--root", os.path.join(work, "cli"), code_file], env)),
             ("tools/call over HTTP", mcp_call),
         ]
-        for _ in range(10):
-            for _, measure in rows:
-                measure()
-        samples = {name: [] for name, _ in rows}
-        for _ in range(args.runs):
-            for name, measure in rows:
-                samples[name].append(measure())
+        samples = round_robin(rows, args.runs, 10)
         bare50, bare95 = percentile(samples["bare python3"], 50), percentile(samples["bare python3"], 95)
         print(f"python3 -c 'print(1)', {args.runs} runs each, round-robin; interpreter {PYTHON}")
         print(f"{'command':<24} {'p50 ms':>8} {'p95 ms':>8} {'mean ms':>8} {'p50/bare':>9} {'p95/bare':>9}")

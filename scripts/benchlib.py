@@ -32,6 +32,19 @@ def spawn_and_wait(argv, env, stdin_path=None):
     return elapsed / 1e6
 
 
+def round_robin(rows, runs, warmup):
+    """Runs every `(name, measure)` row `warmup` times, then `runs` times, one of each per round (so that drift on
+    the machine hits all rows alike); returns the milliseconds each `measure()` returned, by name."""
+    for _ in range(warmup):
+        for _, measure in rows:
+            measure()
+    samples = {name: [] for name, _ in rows}
+    for _ in range(runs):
+        for name, measure in rows:
+            samples[name].append(measure())
+    return samples
+
+
 class Connection:
     """One keep-alive HTTP/1.1 connection posting JSON-RPC to /mcp (stateless: no session, no initialize)."""
 
