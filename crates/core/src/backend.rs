@@ -29,6 +29,8 @@ pub struct Job {
     pub limits: Limits,
     /// The host directory mounted read-write at `/data`; it exists.
     pub workspace: PathBuf,
+    /// Cancelled when the caller gives up: the backend kills the sandbox and reports `Termination::Cancelled`.
+    pub cancel: tokio_util::sync::CancellationToken,
 }
 
 /// An isolation technology: runs one job at a time per call, concurrently across calls.

@@ -62,15 +62,34 @@ pub struct Engine {
     in_flight: Mutex<HashMap<String, (ConversationId, Language)>>,
 }
 
-/// Removes a run from the in-flight table however its future ends (finished, failed or dropped).
+/// Removes a run from the in-flight table however its future ends (finished, failed or dropped). A run whose future
+/// is dropped before it ended was cancelled (its caller went away or cancelled the request; dropping the backend's
+/// future kills the sandbox): that is logged and announced as a `Cancelled` end.
 struct InFlight<'a> {
     engine: &'a Engine,
     run_id: String,
+    conversation: ConversationId,
+    language: Language,
+    started: std::time::Instant,
+    ended: bool,
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.engine.in_flight_table().remove(&self.run_id);
+        if !self.ended {
+            tracing::info!(run_id = self.run_id, conversation = %self.conversation, "run cancelled");
+            let outcome = RunOutcome {
+                termination: crate::Termination::Cancelled,
+                stdout: String::new(),
+                stderr: String::new(),
+                stdout_truncated: false,
+                stderr_truncated: false,
+                duration: self.started.elapsed(),
+            };
+            let event = RunEvent::finished(&self.run_id, self.conversation.as_str(), self.language, &outcome);
+            let _ = self.engine.events.send(event);
+        }
     }
 }
 
@@ -197,7 +216,14 @@ impl Engine {
         let run_id = uuid::Uuid::new_v4().simple().to_string();
         tracing::info!(run_id, conversation = %conversation, %language, "run started");
         self.in_flight_table().insert(run_id.clone(), (conversation.clone(), language));
-        let _in_flight = InFlight { engine: self, run_id: run_id.clone() };
+        let mut in_flight = InFlight {
+            engine: self,
+            run_id: run_id.clone(),
+            conversation: conversation.clone(),
+            language,
+            started: std::time::Instant::now(),
+            ended: false,
+        };
         let _ = self.events.send(RunEvent::Started {
             run_id: run_id.clone(),
             conversation_id: conversation.to_string(),
@@ -211,8 +237,11 @@ impl Engine {
             env: request.env,
             limits: limits.clone(),
             workspace,
+            cancel: request.cancel,
         };
-        let outcome = match self.backend.run(job, sink).await {
+        let result = self.backend.run(job, sink).await;
+        in_flight.ended = true;
+        let outcome = match result {
             Ok(outcome) => outcome,
             Err(error) => {
                 tracing::error!(run_id, %error, "run failed");

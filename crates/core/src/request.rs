@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// One request to run code, as it arrives from a face. The engine validates every field.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct RunRequest {
     /// The conversation whose `/data` the run sees; validated as a [`crate::ConversationId`].
     pub conversation_id: String,
@@ -18,4 +18,6 @@ pub struct RunRequest {
     pub env: BTreeMap<String, String>,
     /// Deadline; the engine's default when absent, never more than its ceiling.
     pub timeout: Option<Duration>,
+    /// Cancelling it stops the run (its sandbox is killed; the outcome is `Cancelled`).
+    pub cancel: tokio_util::sync::CancellationToken,
 }

@@ -182,10 +182,35 @@ fn prepare_workspace(workspace: &Path, uid: u32, gid: u32) -> Result<()> {
         .map_err(|e| Error::Io { action: format!("chmod {}", workspace.display()), source: e })
 }
 
+/// Removes a run's container if the run's future is dropped before it removed it (a cancelled run).
+struct ContainerGuard {
+    docker: Docker,
+    id: String,
+    armed: bool,
+}
+
+impl Drop for ContainerGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (docker, id) = (self.docker.clone(), self.id.clone());
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
+                if let Err(e) = docker.remove_container(&id, Some(options)).await {
+                    tracing::warn!(container = id, "cannot remove a cancelled run's container: {e}");
+                }
+            });
+        }
+    }
+}
+
 enum Ending {
     Exited(i64),
     TimedOut,
     DiskQuota,
+    Cancelled,
 }
 
 #[async_trait]
@@ -223,6 +248,7 @@ impl Backend for DockerBackend {
             .await
             .map_err(|e| Error::engine("create container", e))?;
         let id = created.id;
+        let mut guard = ContainerGuard { docker: self.docker.clone(), id: id.clone(), armed: true };
         let result = self.execute(&id, &job, sink, started).await;
         let oom = match &result {
             Ok((Ending::Exited(_), ..)) => self
@@ -236,10 +262,12 @@ impl Backend for DockerBackend {
             _ => false,
         };
         self.remove(&id).await;
+        guard.armed = false;
         let (ending, stdout, stderr) = result?;
         let termination = match ending {
             Ending::TimedOut => Termination::TimedOut,
             Ending::DiskQuota => Termination::DiskQuotaExceeded,
+            Ending::Cancelled => Termination::Cancelled,
             Ending::Exited(_) if oom => Termination::OutOfMemory,
             // A file stopped at the fsize ulimit (= the disk quota): SIGXFSZ, as the native jail reports it.
             Ending::Exited(code) if code == 128 + 25 && sandlot_core::at_quota(&job) => Termination::DiskQuotaExceeded,
@@ -311,6 +339,7 @@ impl DockerBackend {
                 },
                 () = tokio::time::sleep(deadline) => Ending::TimedOut,
                 () = sandlot_core::quota_exceeded(job) => Ending::DiskQuota,
+                () = job.cancel.cancelled() => Ending::Cancelled,
             }
         };
         let ((), (stdout, stderr), ending) = tokio::join!(feed, read, async {

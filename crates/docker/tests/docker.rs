@@ -145,3 +145,26 @@ async fn a_file_past_the_quota_ends_the_run_as_disk_quota_exceeded() {
     assert_eq!(report.outcome.termination, Termination::DiskQuotaExceeded, "{report:?}");
     assert_eq!(containers_left(&report), 0);
 }
+
+#[tokio::test]
+async fn cancelling_a_run_removes_its_container() {
+    let sandbox = sandbox(|_| {}).await;
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let request = RunRequest {
+        conversation_id: "cancel".into(),
+        language: "bash".into(),
+        code: "sleep 600".into(),
+        cancel: cancel.clone(),
+        ..RunRequest::default()
+    };
+    let canceller = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        canceller.cancel();
+    });
+    let started = Instant::now();
+    let report = sandbox.engine.run(request, &()).await.unwrap();
+    assert_eq!(report.outcome.termination, Termination::Cancelled);
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert_eq!(containers_left(&report), 0);
+}

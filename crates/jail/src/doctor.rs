@@ -141,6 +141,7 @@ async fn probe_run(backend: &JailBackend, language: Language) -> Check {
         env: BTreeMap::new(),
         limits: Limits::default(),
         workspace: dir.clone(),
+        cancel: Default::default(),
     };
     let result = backend.run(job, &()).await;
     let _ = std::fs::remove_dir_all(&dir);

@@ -165,6 +165,7 @@ enum Ending {
     Exited(std::process::ExitStatus),
     TimedOut,
     DiskQuota,
+    Cancelled,
 }
 
 #[async_trait]
@@ -216,6 +217,7 @@ impl Backend for JailBackend {
         let termination = match ending {
             Ending::TimedOut => Termination::TimedOut,
             Ending::DiskQuota => Termination::DiskQuotaExceeded,
+            Ending::Cancelled => Termination::Cancelled,
             Ending::Exited(status) => {
                 let last = reports.iter().rev().find(|r| !matches!(r, Report::Started { .. }));
                 match last {
@@ -304,6 +306,7 @@ impl JailBackend {
                 },
                 () = tokio::time::sleep(job.limits.timeout) => Ending::TimedOut,
                 () = sandlot_core::quota_exceeded(job) => Ending::DiskQuota,
+                () = job.cancel.cancelled() => Ending::Cancelled,
             };
             kill_tree(init_pid.load(Ordering::SeqCst), &mut init);
             if tokio::time::timeout(KILL_GRACE, init.wait()).await.is_err() {

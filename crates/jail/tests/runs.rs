@@ -27,6 +27,7 @@ fn main() {
         ("an_oom_is_not_blamed_on_the_next_run", an_oom_is_not_blamed_on_the_next_run),
         ("concurrent_runs_get_their_own_limits", concurrent_runs_get_their_own_limits),
         ("warm_inits_serve_runs_and_are_replaced", warm_inits_serve_runs_and_are_replaced),
+        ("cancelling_a_run_kills_it_at_once", cancelling_a_run_kills_it_at_once),
     ]);
 }
 
@@ -242,4 +243,27 @@ fn warm_inits_serve_runs_and_are_replaced() -> Result<(), Failed> {
         }
         check_eq(backend.warm_ready(), 2, "warm inits after four runs")
     })
+}
+
+fn cancelling_a_run_kills_it_at_once() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|limits| limits.timeout = Duration::from_secs(60));
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let request = RunRequest {
+        conversation_id: "cancel".into(),
+        language: "bash".into(),
+        code: "(setsid sleep 600 &); sleep 600".into(),
+        cancel: cancel.clone(),
+        ..RunRequest::default()
+    };
+    let canceller = cancel.clone();
+    sandbox.runtime.spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        canceller.cancel();
+    });
+    let started = Instant::now();
+    let report = sandbox.runtime.block_on(sandbox.engine.run(request, &()))?;
+    check_eq(report.outcome.termination.clone(), Termination::Cancelled, &describe(&report))?;
+    check(started.elapsed() < Duration::from_millis(1500), || format!("cancelled after {:?}", started.elapsed()))?;
+    let left = common::processes_of_uid(common::sandbox_host_uid());
+    check(left.is_empty(), || format!("processes left after cancelling: {left:?}"))
 }

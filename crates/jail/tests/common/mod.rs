@@ -82,7 +82,7 @@ impl Sandbox {
             code: code.into(),
             stdin,
             env,
-            timeout: None,
+            ..RunRequest::default()
         };
         self.runtime.block_on(self.engine.run(request, &())).expect("run")
     }

@@ -60,12 +60,14 @@ impl ServerHandler for SandlotMcp {
         let result = match context.meta.get_progress_token() {
             Some(token) => {
                 let (sink, forwarder) = super::progress::forward(context.peer.clone(), token);
-                let result = tools::call(&self.state, &request.name, arguments, &sink).await;
+                // `notifications/cancelled` (and, for HTTP, the client going away) cancels `context.ct`: the run is
+                // then killed and ends as cancelled.
+                let result = tools::call(&self.state, &request.name, arguments, &sink, context.ct.clone()).await;
                 drop(sink);
                 let _ = forwarder.await; // every progress notification goes out before the result
                 result
             }
-            None => tools::call(&self.state, &request.name, arguments, &()).await,
+            None => tools::call(&self.state, &request.name, arguments, &(), context.ct.clone()).await,
         };
         tracing::info!(
             tool = %request.name,

@@ -72,7 +72,7 @@ pub fn definition() -> Tool {
     .with_annotations(ToolAnnotations::new().read_only(false).destructive(false).idempotent(false).open_world(false))
 }
 
-fn parse(arguments: &JsonObject) -> Result<RunRequest, McpError> {
+fn parse(arguments: &JsonObject, cancel: tokio_util::sync::CancellationToken) -> Result<RunRequest, McpError> {
     Ok(RunRequest {
         conversation_id: required_string(arguments, "conversationId")?,
         language: required_string(arguments, "language")?,
@@ -80,6 +80,7 @@ fn parse(arguments: &JsonObject) -> Result<RunRequest, McpError> {
         timeout: optional_seconds(arguments, "timeoutSeconds")?.map(Duration::from_secs_f64),
         env: optional_string_map(arguments, "env")?,
         stdin: optional_string(arguments, "stdin")?.unwrap_or_default().into_bytes(),
+        cancel,
     })
 }
 
@@ -87,8 +88,9 @@ pub async fn call(
     state: &AppState,
     arguments: JsonObject,
     sink: &dyn sandlot_core::OutputSink,
+    cancel: tokio_util::sync::CancellationToken,
 ) -> Result<CallToolResult, McpError> {
-    let request = parse(&arguments)?;
+    let request = parse(&arguments, cancel)?;
     match state.engine.run(request, sink).await {
         Ok(report) => Ok(render(state, &report)),
         Err(Error::NoRunner { language, available }) => Ok(no_runner(&language, &available)),
