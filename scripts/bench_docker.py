@@ -33,21 +33,11 @@ def main():
     server = start_server(sandlot, env, port)
     try:
         connection = Connection(port, token)
-        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "sandbox.run_code",
-                "arguments": {"conversationId": "bench", "language": "python", "code": "print(1)"}}}
-
-        def tools_call():
-            import time
-            start = time.perf_counter_ns()
-            reply = connection.call(call)
-            assert reply["result"]["structuredContent"]["stdout"] == "1\n", reply
-            return (time.perf_counter_ns() - start) / 1e6
-
         native_env = {k: v for k, v in env.items() if k != "SANDLOT_BACKEND"}
         rows = [
             ("docker run --rm -i", lambda: spawn_and_wait([docker, "run", "--rm", "-i", "runner-python"], env, code_file)),
             ("sandlot run (docker)", lambda: spawn_and_wait([sandlot, "run", "-l", "python", "--root", os.path.join(work, "cli"), code_file], env)),
-            ("tools/call (docker)", tools_call),
+            ("tools/call (docker)", connection.run_code_ms),
             ("sandlot run (native)", lambda: spawn_and_wait([sandlot, "run", "-l", "python", "--root", os.path.join(work, "native"), code_file], native_env)),
         ]
         samples = round_robin(rows, args.runs, 3)

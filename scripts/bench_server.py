@@ -6,18 +6,14 @@ Usage: bench_server.py SANDLOT [--runs N] [--seconds S]   (run as root; wrk must
 """
 
 import argparse
-import json
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import tempfile
-import time
 
-from benchlib import Connection, percentile, round_robin, spawn_and_wait
-import urllib.request
+from benchlib import Connection, free_port, percentile, round_robin, spawn_and_wait, start_server
 
 PYTHON = "/usr/bin/python3"
 
@@ -45,38 +41,20 @@ def main():
     args = parser.parse_args()
     sandlot = os.path.abspath(args.sandlot)
     work = tempfile.mkdtemp(prefix="sandlot-bench-server-")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     token = "bench-" + os.urandom(8).hex()
     env = {"PATH": "/usr/bin:/bin", "SANDLOT_PYTHON": PYTHON, "SANDLOT_LOG": "error", "MCP_API_TOKEN": token,
            "MCP_HTTP_ADDR": f"127.0.0.1:{port}", "SANDBOX_ROOT": os.path.join(work, "root"), "FILE_SECRET": "bench"}
-    server = subprocess.Popen([sandlot, "serve"], env=env, stderr=subprocess.DEVNULL)
+    server = start_server(sandlot, env, port)
     try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.05)
         code_file = os.path.join(work, "print1.py")
         with open(code_file, "w") as f:
             f.write("print(1)\n")
         connection = Connection(port, token)
-        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                "params": {"name": "sandbox.run_code", "arguments": {"conversationId": "bench", "language": "python", "code": "print(1)"}}}
-
-        def mcp_call():
-            start = time.perf_counter_ns()
-            reply = connection.call(call)
-            elapsed = (time.perf_counter_ns() - start) / 1e6
-            assert reply["result"]["structuredContent"]["stdout"] == "1\n", reply
-            return elapsed
-
         rows = [
             ("bare python3", lambda: spawn_and_wait([PYTHON, "-c", "print(1)"], env)),
             ("sandlot run", lambda: spawn_and_wait([sandlot, "run", "-l", "python", "--root", os.path.join(work, "cli"), code_file], env)),
-            ("tools/call over HTTP", mcp_call),
+            ("tools/call over HTTP", connection.run_code_ms),
         ]
         samples = round_robin(rows, args.runs, 10)
         bare50, bare95 = percentile(samples["bare python3"], 50), percentile(samples["bare python3"], 95)

@@ -199,11 +199,9 @@ impl Engine {
     /// Runs a request to its end. Runs of one conversation happen one at a time, in arrival order.
     pub async fn run(&self, request: RunRequest, sink: &dyn OutputSink) -> Result<RunReport> {
         let (conversation, language, limits, request) = self.validate(request)?;
-        if !self.backend.runners().iter().any(|r| r.language == language) {
-            return Err(Error::NoRunner {
-                language: language.to_string(),
-                available: self.backend.runners().iter().map(|r| r.language.to_string()).collect(),
-            });
+        let runners = self.backend.runners();
+        if !runners.iter().any(|r| r.language == language) {
+            return Err(Error::no_runner(language, runners.iter().map(|r| r.language)));
         }
         let lock = self.conversation_lock(&conversation);
         let _turn = lock.lock().await;

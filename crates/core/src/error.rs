@@ -39,6 +39,14 @@ impl Error {
         Self::InvalidArgument { field, message: message.into() }
     }
 
+    /// Builds an [`Error::NoRunner`] for `language`, listing the `available` ones.
+    pub fn no_runner(language: crate::Language, available: impl IntoIterator<Item = crate::Language>) -> Self {
+        Self::NoRunner {
+            language: language.to_string(),
+            available: available.into_iter().map(|l| l.to_string()).collect(),
+        }
+    }
+
     /// Builds an [`Error::Io`] for `action` on `path`.
     pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Self::Io { action, path: path.into(), source }

@@ -16,6 +16,7 @@ mod output;
 mod quota;
 mod request;
 mod signer;
+mod stop;
 mod workspaces;
 
 pub use backend::{Backend, Job, RunnerInfo};
@@ -30,4 +31,5 @@ pub use output::{CapturedStream, OutputChunk, OutputSink, Stream};
 pub use quota::{DISK_CHECK_INTERVAL, at_quota, quota_exceeded};
 pub use request::RunRequest;
 pub use signer::Signer;
-pub use workspaces::{FileEntry, FileListing, Workspaces, directory_usage};
+pub use stop::{Stop, stop_reason};
+pub use workspaces::{FileEntry, FileListing, Workspaces, directory_usage, hand_over};

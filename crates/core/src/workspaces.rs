@@ -131,6 +131,15 @@ impl Workspaces {
     }
 }
 
+/// Gives a conversation directory to the uid a backend runs code as (`owner`, when the server may change owners,
+/// that is as root) and makes it private to that owner (mode 0700, never world-writable).
+pub fn hand_over(dir: &Path, owner: Option<(u32, u32)>) -> std::io::Result<()> {
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::chown(dir, Some(uid), Some(gid))?;
+    }
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+}
+
 /// Total bytes and number of regular files under `dir`, without following symlinks. Files with non-UTF-8 names
 /// count; a directory that cannot be opened or a tree nested deeper than the walk goes is an error.
 pub fn directory_usage(dir: &Path) -> std::io::Result<(u64, u64)> {

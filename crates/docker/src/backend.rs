@@ -1,7 +1,6 @@
 //! The Docker [`Backend`]: discovery of runner images, and one hardened container per run.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::time::Instant;
 
 use async_trait::async_trait;
@@ -14,7 +13,8 @@ use bollard::query_parameters::{
 };
 use futures::StreamExt;
 use sandlot_core::{
-    Backend, CapturedStream, Job, Language, OutputChunk, OutputSink, RunOutcome, RunnerInfo, Stream, Termination,
+    Backend, CapturedStream, Job, Language, OutputChunk, OutputSink, RunOutcome, RunnerInfo, Stop, Stream, Termination,
+    stop_reason,
 };
 use tokio::io::AsyncWriteExt;
 
@@ -172,16 +172,6 @@ async fn discover(docker: &Docker) -> Result<Vec<Runner>> {
     Ok(runners)
 }
 
-/// Gives the conversation directory to the runner's user, mode 0700 (never world-writable).
-fn prepare_workspace(workspace: &Path, uid: u32, gid: u32) -> Result<()> {
-    if nix::unistd::geteuid().is_root() {
-        nix::unistd::chown(workspace, Some(uid.into()), Some(gid.into()))
-            .map_err(|e| Error::Io { action: format!("chown {}", workspace.display()), source: e.into() })?;
-    }
-    std::fs::set_permissions(workspace, std::os::unix::fs::PermissionsExt::from_mode(0o700))
-        .map_err(|e| Error::Io { action: format!("chmod {}", workspace.display()), source: e })
-}
-
 /// Removes a run's container if the run's future is dropped before it removed it (a cancelled run).
 struct ContainerGuard {
     docker: Docker,
@@ -206,11 +196,10 @@ impl Drop for ContainerGuard {
     }
 }
 
+/// How the waiting ended: the container exited (with this status), or sandlot stopped the run.
 enum Ending {
     Exited(i64),
-    TimedOut,
-    DiskQuota,
-    Cancelled,
+    Stopped(Stop),
 }
 
 #[async_trait]
@@ -232,12 +221,14 @@ impl Backend for DockerBackend {
     }
 
     async fn run(&self, job: Job, sink: &dyn OutputSink) -> sandlot_core::Result<RunOutcome> {
-        let runner =
-            self.runners.iter().find(|r| r.language == job.language).ok_or_else(|| sandlot_core::Error::NoRunner {
-                language: job.language.to_string(),
-                available: self.runners.iter().map(|r| r.language.to_string()).collect(),
-            })?;
-        prepare_workspace(&job.workspace, self.config.runner_uid, self.config.runner_gid)?;
+        let runner = self
+            .runners
+            .iter()
+            .find(|r| r.language == job.language)
+            .ok_or_else(|| sandlot_core::Error::no_runner(job.language, self.runners.iter().map(|r| r.language)))?;
+        let owner = nix::unistd::geteuid().is_root().then_some((self.config.runner_uid, self.config.runner_gid));
+        sandlot_core::hand_over(&job.workspace, owner)
+            .map_err(|e| Error::Io { action: format!("hand over {}", job.workspace.display()), source: e })?;
         let started = Instant::now();
         let created = self
             .docker
@@ -265,9 +256,7 @@ impl Backend for DockerBackend {
         guard.armed = false;
         let (ending, stdout, stderr) = result?;
         let termination = match ending {
-            Ending::TimedOut => Termination::TimedOut,
-            Ending::DiskQuota => Termination::DiskQuotaExceeded,
-            Ending::Cancelled => Termination::Cancelled,
+            Ending::Stopped(stop) => stop.termination(),
             Ending::Exited(_) if oom => Termination::OutOfMemory,
             // A file stopped at the fsize ulimit (= the disk quota): SIGXFSZ, as the native jail reports it.
             Ending::Exited(code) if code == 128 + 25 && sandlot_core::at_quota(&job) => Termination::DiskQuotaExceeded,
@@ -337,9 +326,7 @@ impl DockerBackend {
                     Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Ending::Exited(code),
                     _ => Ending::Exited(-1),
                 },
-                () = tokio::time::sleep(deadline) => Ending::TimedOut,
-                () = sandlot_core::quota_exceeded(job) => Ending::DiskQuota,
-                () = job.cancel.cancelled() => Ending::Cancelled,
+                stop = stop_reason(job, deadline) => Ending::Stopped(stop),
             }
         };
         let ((), (stdout, stderr), ending) = tokio::join!(feed, read, async {

@@ -12,7 +12,8 @@ use async_trait::async_trait;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use sandlot_core::{
-    Backend, CapturedStream, Job, Language, OutputChunk, OutputSink, RunOutcome, RunnerInfo, Stream, Termination,
+    Backend, CapturedStream, Job, Language, OutputChunk, OutputSink, RunOutcome, RunnerInfo, Stop, Stream, Termination,
+    stop_reason,
 };
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 
@@ -160,12 +161,10 @@ impl JailBackend {
     }
 }
 
-/// How the waiting ended.
+/// How the waiting ended: the init exited, or sandlot stopped the run.
 enum Ending {
     Exited(std::process::ExitStatus),
-    TimedOut,
-    DiskQuota,
-    Cancelled,
+    Stopped(Stop),
 }
 
 #[async_trait]
@@ -187,18 +186,14 @@ impl Backend for JailBackend {
 
     async fn run(&self, job: Job, sink: &dyn OutputSink) -> sandlot_core::Result<RunOutcome> {
         tracing::debug!(run_id = job.run_id, "jail run requested");
-        let runner =
-            self.runners.iter().find(|r| r.language == job.language).ok_or_else(|| sandlot_core::Error::NoRunner {
-                language: job.language.to_string(),
-                available: self.runners.iter().map(|r| r.language.to_string()).collect(),
-            })?;
-        if self.root {
-            let (uid, gid) = (self.config.sandbox_host_uid, self.config.sandbox_host_gid);
-            nix::unistd::chown(&job.workspace, Some(uid.into()), Some(gid.into()))
-                .map_err(|e| Error::io(format!("chown {}", job.workspace.display()), e.into()))?;
-        }
-        std::fs::set_permissions(&job.workspace, std::os::unix::fs::PermissionsExt::from_mode(0o700))
-            .map_err(|e| Error::io(format!("chmod {}", job.workspace.display()), e))?;
+        let runner = self
+            .runners
+            .iter()
+            .find(|r| r.language == job.language)
+            .ok_or_else(|| sandlot_core::Error::no_runner(job.language, self.runners.iter().map(|r| r.language)))?;
+        let owner = self.root.then_some((self.config.sandbox_host_uid, self.config.sandbox_host_gid));
+        sandlot_core::hand_over(&job.workspace, owner)
+            .map_err(|e| Error::io(format!("hand over {}", job.workspace.display()), e))?;
         let cgroup = self
             .cgroups
             .acquire(&job.limits)
@@ -215,9 +210,7 @@ impl Backend for JailBackend {
         // A program killed by RLIMIT_FSIZE (the quota as the largest file) shows as SIGXFSZ, or, when a shell ran
         // it, as the shell's exit code 128+SIGXFSZ with /data at its quota.
         let termination = match ending {
-            Ending::TimedOut => Termination::TimedOut,
-            Ending::DiskQuota => Termination::DiskQuotaExceeded,
-            Ending::Cancelled => Termination::Cancelled,
+            Ending::Stopped(stop) => stop.termination(),
             Ending::Exited(status) => {
                 let last = reports.iter().rev().find(|r| !matches!(r, Report::Started { .. }));
                 match last {
@@ -304,9 +297,7 @@ impl JailBackend {
                     Ok(status) => return Ok(Ending::Exited(status)),
                     Err(e) => return Err(Error::io("wait for jail init", e)),
                 },
-                () = tokio::time::sleep(job.limits.timeout) => Ending::TimedOut,
-                () = sandlot_core::quota_exceeded(job) => Ending::DiskQuota,
-                () = job.cancel.cancelled() => Ending::Cancelled,
+                stop = stop_reason(job, job.limits.timeout) => Ending::Stopped(stop),
             };
             kill_tree(init_pid.load(Ordering::SeqCst), &mut init);
             if tokio::time::timeout(KILL_GRACE, init.wait()).await.is_err() {

@@ -43,11 +43,11 @@ impl ServerHandler for SandlotMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(tools::catalogue()))
+        Ok(ListToolsResult::with_all_items(tools::catalogue().to_vec()))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        tools::catalogue().into_iter().find(|t| t.name == name)
+        tools::catalogue().iter().find(|t| t.name == name).cloned()
     }
 
     async fn call_tool(

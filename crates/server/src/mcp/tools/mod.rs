@@ -11,16 +11,19 @@ use rmcp::model::{CallToolResult, JsonObject, Tool};
 
 use crate::AppState;
 
-/// The tools, each under its dotted and its underscore name.
-pub fn catalogue() -> Vec<Tool> {
-    let mut tools = Vec::new();
-    for tool in [run_code::definition(), list_runners::definition()] {
-        let mut alias = tool.clone();
-        alias.name = underscore_name(&tool.name).into();
-        tools.push(tool);
-        tools.push(alias);
-    }
-    tools
+/// The tools, each under its dotted and its underscore name; built once (their schemas never change).
+pub fn catalogue() -> &'static [Tool] {
+    static CATALOGUE: std::sync::OnceLock<Vec<Tool>> = std::sync::OnceLock::new();
+    CATALOGUE.get_or_init(|| {
+        let mut tools = Vec::new();
+        for tool in [run_code::definition(), list_runners::definition()] {
+            let mut alias = tool.clone();
+            alias.name = underscore_name(&tool.name).into();
+            tools.push(tool);
+            tools.push(alias);
+        }
+        tools
+    })
 }
 
 /// `sandbox.run_code` → `sandbox_run_code`.
