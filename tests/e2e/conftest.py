@@ -55,6 +55,12 @@ class Server:
     def auth(self):
         return {"Authorization": f"Bearer {self.token}"}
 
+    @property
+    def stdio_env(self):
+        """The environment of a `sandlot stdio` sharing this server's root and secret, so its URLs download here."""
+        return {"SANDBOX_ROOT": str(self.root), "FILE_SECRET": self.file_secret, "PUBLIC_BASE_URL": self.base_url,
+                "SANDLOT_LOG": "warn", "PATH": "/usr/local/bin:/usr/bin:/bin"}
+
 
 @pytest.fixture
 def server(root):

@@ -83,8 +83,7 @@ async def test_stdio(server):
     params = StdioServerParameters(
         command=sandlot_binary(),
         args=["stdio"],
-        env={"SANDBOX_ROOT": str(server.root), "FILE_SECRET": server.file_secret, "PUBLIC_BASE_URL": server.base_url,
-             "SANDLOT_LOG": "warn", "PATH": "/usr/local/bin:/usr/bin:/bin"},
+        env=server.stdio_env,
     )
 
     async def download(url):
