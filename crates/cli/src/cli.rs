@@ -24,7 +24,7 @@ pub enum Command {
     /// Report each isolation layer on this host and run a probe; exits non-zero when the jail cannot run.
     Doctor(SandboxArgs),
     /// Serve MCP over HTTP: Streamable HTTP at /mcp, signed downloads at /files, /healthz.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Serve MCP over stdin and stdout (for clients that start the server themselves).
     Stdio(StdioArgs),
 }
@@ -82,6 +82,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub files: FileUrlArgs,
     #[command(flatten)]
+    pub service: ServiceArgs,
+    #[command(flatten)]
     pub sandbox: SandboxArgs,
 }
 
@@ -90,7 +92,38 @@ pub struct StdioArgs {
     #[command(flatten)]
     pub files: FileUrlArgs,
     #[command(flatten)]
+    pub service: ServiceArgs,
+    #[command(flatten)]
     pub sandbox: SandboxArgs,
+}
+
+/// How a server shares itself among callers, and what it remembers of their runs.
+#[derive(Debug, Clone, Args)]
+pub struct ServiceArgs {
+    /// Runs executing at once (default: 2 × the cores); more wait in a FIFO queue.
+    #[arg(long, env = "SANDLOT_MAX_CONCURRENT_RUNS", value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub max_concurrent_runs: Option<u64>,
+    /// Runs that may wait for their turn; beyond, a call gets a busy result with a retry hint at once.
+    #[arg(long, env = "SANDLOT_MAX_QUEUED", default_value_t = 256)]
+    pub max_queued: usize,
+    /// Seconds a run may wait for its turn before it gets the busy result.
+    #[arg(long, env = "SANDLOT_QUEUE_WAIT_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
+    pub queue_wait_secs: u64,
+    /// Keep each run's code in the history (<root>/sandlot.db); its size and SHA-256 are always kept.
+    #[arg(long, env = "SANDLOT_STORE_CODE", default_value_t = false, action = clap::ArgAction::Set)]
+    pub store_code: bool,
+}
+
+impl ServiceArgs {
+    /// `config` with this queue.
+    pub fn apply(&self, mut config: EngineConfig) -> EngineConfig {
+        if let Some(runs) = self.max_concurrent_runs {
+            config.max_concurrent_runs = usize::try_from(runs).unwrap_or(usize::MAX);
+        }
+        config.max_queued = self.max_queued;
+        config.queue_wait_limit = Duration::from_secs(self.queue_wait_secs);
+        config
+    }
 }
 
 /// Which isolation technology runs the code.

@@ -49,4 +49,8 @@ pub trait Backend: Send + Sync {
     /// Kills every run still going, when the process is about to exit without waiting for them. Backends whose
     /// sandboxes die with the process (the native jail: its inits have a parent-death signal) have nothing to do.
     async fn abort_all(&self) {}
+
+    /// Removes what a predecessor that crashed left behind (processes, cgroups, containers, temporary files), at
+    /// the start of a server.
+    async fn remove_leftovers(&self) {}
 }

@@ -1,15 +1,19 @@
-//! The orchestrator of one run: validate, lock the conversation, take a permit, prepare `/data`, run, list files.
+//! The orchestrator of one run: validate, record it, wait for its turn, prepare `/data`, run, list files, record
+//! the end.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
-
+use crate::admission::{Admission, Refusal};
+use crate::history::NewRun;
+use crate::ledger::Ledger;
 use crate::{
-    Backend, ConversationId, EVENT_BUFFER, Error, FileListing, Job, Language, Limits, OutputSink, Result, RunEvent,
-    RunOutcome, RunRequest, RunnerInfo, Workspaces,
+    Backend, ConversationId, Error, FileListing, History, Job, Language, Limits, OutputSink, Result, RunEvent,
+    RunOutcome, RunRequest, RunnerInfo, Termination, Workspaces,
 };
+
+/// Largest accepted `metadata` object, serialized, in bytes.
+pub const MAX_METADATA_BYTES: usize = 16 * 1024;
 
 /// The engine's knobs; the defaults match DESIGN.md's table.
 #[derive(Debug, Clone)]
@@ -18,8 +22,12 @@ pub struct EngineConfig {
     pub limits: Limits,
     /// The longest timeout a request may ask for.
     pub max_timeout: Duration,
-    /// Runs executing at once across all conversations; more wait for a permit.
+    /// Runs executing at once across all conversations; more wait in the queue.
     pub max_concurrent_runs: usize,
+    /// Runs waiting at most; beyond, a run is refused as busy at once.
+    pub max_queued: usize,
+    /// The longest a run waits for its turn before it is refused as busy.
+    pub queue_wait_limit: Duration,
     /// Largest accepted code (and stdin), in bytes.
     pub max_code_bytes: usize,
     /// Most files listed in a result.
@@ -31,7 +39,9 @@ impl Default for EngineConfig {
         Self {
             limits: Limits::default(),
             max_timeout: Duration::from_secs(3600),
-            max_concurrent_runs: 8,
+            max_concurrent_runs: 2 * std::thread::available_parallelism().map_or(1, usize::from),
+            max_queued: 256,
+            queue_wait_limit: Duration::from_secs(60),
             max_code_bytes: 1024 * 1024,
             max_files_listed: 1000,
         }
@@ -55,66 +65,36 @@ pub struct Engine {
     backend: Arc<dyn Backend>,
     workspaces: Workspaces,
     config: EngineConfig,
-    permits: Semaphore,
-    conversations: Mutex<HashMap<ConversationId, Weak<tokio::sync::Mutex<()>>>>,
-    events: tokio::sync::broadcast::Sender<RunEvent>,
-    /// Runs executing now: run id → (conversation, language).
-    in_flight: Mutex<HashMap<String, (ConversationId, Language)>>,
-}
-
-/// Removes a run from the in-flight table however its future ends (finished, failed or dropped). A run whose future
-/// is dropped before it ended was cancelled (its caller went away or cancelled the request; dropping the backend's
-/// future kills the sandbox): that is logged and announced as a `Cancelled` end.
-struct InFlight<'a> {
-    engine: &'a Engine,
-    run_id: String,
-    conversation: ConversationId,
-    language: Language,
-    started: std::time::Instant,
-    ended: bool,
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.engine.in_flight_table().remove(&self.run_id);
-        if !self.ended {
-            tracing::info!(run_id = self.run_id, conversation = %self.conversation, "run cancelled");
-            let outcome = RunOutcome {
-                termination: crate::Termination::Cancelled,
-                stdout: String::new(),
-                stderr: String::new(),
-                stdout_truncated: false,
-                stderr_truncated: false,
-                duration: self.started.elapsed(),
-            };
-            let event = RunEvent::finished(&self.run_id, self.conversation.as_str(), self.language, &outcome);
-            let _ = self.engine.events.send(event);
-        }
-    }
+    admission: Admission,
+    ledger: Ledger,
 }
 
 impl Engine {
-    /// An engine over `backend`, keeping conversations under `workspaces`.
+    /// An engine over `backend`, keeping conversations under `workspaces`, with no history.
     pub fn new(backend: Arc<dyn Backend>, workspaces: Workspaces, config: EngineConfig) -> Self {
-        let permits = Semaphore::new(config.max_concurrent_runs.max(1));
-        let (events, _) = tokio::sync::broadcast::channel(EVENT_BUFFER);
-        let (conversations, in_flight) = (Mutex::new(HashMap::new()), Mutex::new(HashMap::new()));
-        Self { backend, workspaces, config, permits, conversations, events, in_flight }
+        let admission = Admission::new(config.max_concurrent_runs, config.max_queued, config.queue_wait_limit);
+        Self { backend, workspaces, config, admission, ledger: Ledger::new(None) }
     }
 
-    fn in_flight_table(&self) -> std::sync::MutexGuard<'_, HashMap<String, (ConversationId, Language)>> {
-        self.in_flight.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// The same engine, recording every run in `history`.
+    pub fn with_history(mut self, history: History) -> Self {
+        self.ledger = Ledger::new(Some(history));
+        self
+    }
+
+    /// The run history, if this engine keeps one.
+    pub fn history(&self) -> Option<&History> {
+        self.ledger.history()
     }
 
     /// The runs executing now: (run id, conversation, language).
     pub fn in_flight(&self) -> Vec<(String, ConversationId, Language)> {
-        let table = self.in_flight_table();
-        table.iter().map(|(id, (conversation, language))| (id.clone(), conversation.clone(), *language)).collect()
+        self.ledger.in_flight()
     }
 
     /// A live feed of run events from now on.
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<RunEvent> {
-        self.events.subscribe()
+        self.ledger.subscribe()
     }
 
     /// The conversation directories.
@@ -134,12 +114,27 @@ impl Engine {
 
     /// How many runs are executing now.
     pub fn active_runs(&self) -> usize {
-        self.in_flight_table().len()
+        self.ledger.active_runs()
+    }
+
+    /// How many runs wait for their turn now.
+    pub fn queued_runs(&self) -> usize {
+        self.admission.waiting()
     }
 
     /// Kills every run still going (see [`Backend::abort_all`]); for a server that is about to exit.
     pub async fn abort_all(&self) {
         self.backend.abort_all().await;
+    }
+
+    /// Cleans up after a predecessor that crashed: runs it left in flight are marked interrupted in the history, and
+    /// the sandboxes it left behind are removed ([`Backend::remove_leftovers`]). Returns the interrupted run ids.
+    pub async fn recover(&self) -> Result<Vec<String>> {
+        self.backend.remove_leftovers().await;
+        match self.history() {
+            Some(history) => history.recover(),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// The backend's name.
@@ -169,6 +164,9 @@ impl Engine {
         for (name, value) in &request.env {
             validate_env(name, value)?;
         }
+        if let Some(metadata) = &request.metadata {
+            validate_metadata(metadata)?;
+        }
         let mut limits = self.config.limits.clone();
         if let Some(timeout) = request.timeout {
             if timeout.is_zero() {
@@ -185,48 +183,41 @@ impl Engine {
         Ok((conversation, language, limits, request))
     }
 
-    fn conversation_lock(&self, id: &ConversationId) -> Arc<tokio::sync::Mutex<()>> {
-        let mut map = self.conversations.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        map.retain(|_, weak| weak.strong_count() > 0);
-        if let Some(lock) = map.get(id).and_then(Weak::upgrade) {
-            return lock;
-        }
-        let lock = Arc::new(tokio::sync::Mutex::new(()));
-        map.insert(id.clone(), Arc::downgrade(&lock));
-        lock
-    }
-
-    /// Runs a request to its end. Runs of one conversation happen one at a time, in arrival order.
+    /// Runs a request to its end. It waits its turn in the queue (runs of one conversation go one at a time, in
+    /// arrival order); its timeout counts from its start. Dropping the future cancels the run.
     pub async fn run(&self, request: RunRequest, sink: &dyn OutputSink) -> Result<RunReport> {
         let (conversation, language, limits, request) = self.validate(request)?;
         let runners = self.backend.runners();
         if !runners.iter().any(|r| r.language == language) {
             return Err(Error::no_runner(language, runners.iter().map(|r| r.language)));
         }
-        let lock = self.conversation_lock(&conversation);
-        let _turn = lock.lock().await;
-        let _permit = self
-            .permits
-            .acquire()
-            .await
-            .map_err(|_| Error::Backend { backend: self.backend.name(), message: "engine is shutting down".into() })?;
-        let workspace = self.workspaces.prepare(&conversation)?;
         let run_id = uuid::Uuid::new_v4().simple().to_string();
-        tracing::info!(run_id, conversation = %conversation, %language, "run started");
-        self.in_flight_table().insert(run_id.clone(), (conversation.clone(), language));
-        let mut in_flight = InFlight {
-            engine: self,
-            run_id: run_id.clone(),
-            conversation: conversation.clone(),
+        let mut entry = self.ledger.accept(NewRun {
+            id: &run_id,
+            conversation: &conversation,
+            caller: &request.caller,
             language,
-            started: std::time::Instant::now(),
-            ended: false,
-        };
-        let _ = self.events.send(RunEvent::Started {
-            run_id: run_id.clone(),
-            conversation_id: conversation.to_string(),
-            language,
+            code: &request.code,
+            metadata: request.metadata.as_ref(),
         });
+        let _turn = match self.admission.wait_turn(&conversation, &request.cancel).await {
+            Ok(turn) => turn,
+            Err(Refusal::Busy { reason, retry_after }) => {
+                let error = Error::Busy { reason, retry_after };
+                tracing::warn!(run_id, conversation = %conversation, %error, "run refused");
+                entry.refuse(&error);
+                return Err(error);
+            }
+            Err(Refusal::Cancelled) => {
+                drop(entry); // recorded as cancelled
+                let outcome = RunOutcome::empty(Termination::Cancelled, Duration::ZERO);
+                let files = self.workspaces.list(&conversation, self.config.max_files_listed)?;
+                return Ok(RunReport { run_id, conversation_id: conversation, language, limits, outcome, files });
+            }
+        };
+        let workspace = self.workspaces.prepare(&conversation)?;
+        tracing::info!(run_id, conversation = %conversation, %language, "run started");
+        entry.start();
         let job = Job {
             run_id: run_id.clone(),
             language,
@@ -237,22 +228,17 @@ impl Engine {
             workspace,
             cancel: request.cancel,
         };
-        let result = self.backend.run(job, sink).await;
-        in_flight.ended = true;
+        let result = self.backend.run(job, &entry.sink(sink)).await;
         let outcome = match result {
             Ok(outcome) => outcome,
             Err(error) => {
                 tracing::error!(run_id, %error, "run failed");
-                let _ = self.events.send(RunEvent::Failed {
-                    run_id: run_id.clone(),
-                    conversation_id: conversation.to_string(),
-                    language,
-                    error: error.to_string(),
-                });
+                entry.fail(&error);
                 return Err(error);
             }
         };
-        let _ = self.events.send(RunEvent::finished(&run_id, conversation.as_str(), language, &outcome));
+        self.admission.record_duration(outcome.duration);
+        entry.finish(&outcome);
         let files = self.workspaces.list(&conversation, self.config.max_files_listed)?;
         tracing::info!(
             run_id,
@@ -264,6 +250,18 @@ impl Engine {
         );
         Ok(RunReport { run_id, conversation_id: conversation, language, limits, outcome, files })
     }
+}
+
+/// `metadata` is a JSON object of at most [`MAX_METADATA_BYTES`] serialized.
+fn validate_metadata(metadata: &serde_json::Value) -> Result<()> {
+    if !metadata.is_object() {
+        return Err(Error::invalid("metadata", "must be a JSON object"));
+    }
+    let size = metadata.to_string().len();
+    if size > MAX_METADATA_BYTES {
+        return Err(Error::invalid("metadata", format!("is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}")));
+    }
+    Ok(())
 }
 
 /// Environment variable names are `[A-Za-z_][A-Za-z0-9_]*`; values have no NUL byte.

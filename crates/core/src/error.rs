@@ -28,6 +28,14 @@ pub enum Error {
     #[error("{action} {}: {source}", path.display())]
     Io { action: &'static str, path: PathBuf, source: std::io::Error },
 
+    /// Too many runs are waiting (or this one waited too long): try again later.
+    #[error("sandlot is busy: {reason}; retry in {} s", retry_after.as_secs())]
+    Busy { reason: String, retry_after: std::time::Duration },
+
+    /// The run history could not be read or written.
+    #[error("run history: {message}")]
+    History { message: String },
+
     /// The backend could not run the job (not the code failing: that is a normal outcome).
     #[error("backend {backend}: {message}")]
     Backend { backend: &'static str, message: String },

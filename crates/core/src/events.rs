@@ -1,9 +1,9 @@
-//! Run events: what the engine announces as runs start and finish, for live listeners (`/mcp/events`). Slow
+//! Run events: what the engine announces as runs start, print and finish, for live listeners (`/mcp/events`). Slow
 //! listeners miss events rather than slow the engine down (a bounded broadcast channel).
 
 use std::time::Duration;
 
-use crate::{Language, RunOutcome, Termination};
+use crate::{Language, RunOutcome, Stream, Termination};
 
 /// Events kept for a listener that has not read them yet; older ones are dropped for it.
 pub const EVENT_BUFFER: usize = 1024;
@@ -19,6 +19,17 @@ pub enum RunEvent {
         #[serde(rename = "conversationId")]
         conversation_id: String,
         language: Language,
+    },
+    /// A chunk of the run's output, as it was read (`seq` counts a run's chunks from 0).
+    Output {
+        #[serde(rename = "runId")]
+        run_id: String,
+        #[serde(rename = "conversationId")]
+        conversation_id: String,
+        stream: Stream,
+        seq: u64,
+        /// The bytes as text (invalid UTF-8 replaced).
+        data: String,
     },
     /// The run ended (however it ended).
     Finished {
@@ -50,6 +61,7 @@ impl RunEvent {
     pub fn conversation_id(&self) -> &str {
         match self {
             RunEvent::Started { conversation_id, .. }
+            | RunEvent::Output { conversation_id, .. }
             | RunEvent::Finished { conversation_id, .. }
             | RunEvent::Failed { conversation_id, .. } => conversation_id,
         }
@@ -59,6 +71,7 @@ impl RunEvent {
     pub fn method(&self) -> &'static str {
         match self {
             RunEvent::Started { .. } => "notifications/sandlot/run_started",
+            RunEvent::Output { .. } => "notifications/sandlot/run_output",
             RunEvent::Finished { .. } | RunEvent::Failed { .. } => "notifications/sandlot/run_finished",
         }
     }

@@ -2,14 +2,18 @@
 //!
 //! A face (CLI, MCP, REST) builds a [`RunRequest`] and hands it to the [`Engine`], which validates it, prepares the
 //! conversation's workspace, and drives a [`Backend`] (the native jail, Docker, ...) to produce a [`RunOutcome`].
+//! Every run is accounted for in a ledger: the runs in flight, a live event feed and the SQLite run history.
 //! No HTTP, no MCP and no `unsafe` live here.
 
+mod admission;
 mod backend;
 mod conversation_id;
 mod engine;
 mod error;
 mod events;
+mod history;
 mod language;
+mod ledger;
 mod limits;
 mod outcome;
 mod output;
@@ -21,9 +25,10 @@ mod workspaces;
 
 pub use backend::{Backend, Job, RunnerInfo};
 pub use conversation_id::ConversationId;
-pub use engine::{Engine, EngineConfig, RunReport};
+pub use engine::{Engine, EngineConfig, MAX_METADATA_BYTES, RunReport};
 pub use error::{Error, Result};
 pub use events::{EVENT_BUFFER, RunEvent};
+pub use history::{History, MAX_LISTED_RUNS, Outcome, RunRecord};
 pub use language::Language;
 pub use limits::Limits;
 pub use outcome::{RunOutcome, Termination};

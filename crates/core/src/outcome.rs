@@ -59,6 +59,18 @@ pub struct RunOutcome {
 }
 
 impl RunOutcome {
+    /// An outcome with no output (a run cancelled before it printed anything).
+    pub fn empty(termination: Termination, duration: Duration) -> Self {
+        Self {
+            termination,
+            stdout: String::new(),
+            stderr: String::new(),
+            stdout_truncated: false,
+            stderr_truncated: false,
+            duration,
+        }
+    }
+
     /// True only for exit code 0.
     pub fn success(&self) -> bool {
         self.termination == Termination::Exited { code: 0 }

@@ -18,6 +18,10 @@ pub struct RunRequest {
     pub env: BTreeMap<String, String>,
     /// Deadline; the engine's default when absent, never more than its ceiling.
     pub timeout: Option<Duration>,
+    /// Who asks (the API key's name, the JWT's subject, `stdio`, `cli`); recorded in the history.
+    pub caller: String,
+    /// The caller's own JSON object about the run (at most 16 KiB), recorded in the history as given.
+    pub metadata: Option<serde_json::Value>,
     /// Cancelling it stops the run (its sandbox is killed; the outcome is `Cancelled`).
     pub cancel: tokio_util::sync::CancellationToken,
 }

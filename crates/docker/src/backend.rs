@@ -76,21 +76,6 @@ impl DockerBackend {
         Ok(format!("{} (API {})", version.version.unwrap_or_default(), version.api_version.unwrap_or_default()))
     }
 
-    /// Removes every container of this owner: at a server's start, what a crashed predecessor left behind; at its
-    /// exit, the runs it is abandoning.
-    pub async fn remove_leftovers(&self) {
-        let owner = format!("{OWNER_LABEL}={}", self.config.owner);
-        let filters = HashMap::from([("label", vec![RUN_LABEL, owner.as_str()])]);
-        let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
-        let Ok(containers) = self.docker.list_containers(Some(options)).await else { return };
-        for container in containers {
-            if let Some(id) = container.id {
-                tracing::warn!(container = id, "removing a container of this sandlot");
-                self.remove(&id).await;
-            }
-        }
-    }
-
     async fn remove(&self, id: &str) {
         let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
         if let Err(e) = self.docker.remove_container(id, Some(options)).await {
@@ -213,6 +198,21 @@ impl Backend for DockerBackend {
             .iter()
             .map(|r| RunnerInfo { language: r.language, image: r.image.clone(), version: r.version.clone() })
             .collect()
+    }
+
+    /// Removes every container of this owner: at a server's start, what a crashed predecessor left behind; at its
+    /// exit, the runs it is abandoning.
+    async fn remove_leftovers(&self) {
+        let owner = format!("{OWNER_LABEL}={}", self.config.owner);
+        let filters = HashMap::from([("label", vec![RUN_LABEL, owner.as_str()])]);
+        let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+        let Ok(containers) = self.docker.list_containers(Some(options)).await else { return };
+        for container in containers {
+            if let Some(id) = container.id {
+                tracing::warn!(container = id, "removing a container of this sandlot");
+                self.remove(&id).await;
+            }
+        }
     }
 
     /// Containers outlive this process: remove every container of this owner before it exits.

@@ -105,6 +105,31 @@ impl CgroupSupport {
         }
     }
 
+    /// Removes every slot nobody holds, killing what a crashed sandlot left running in it first; slots held by
+    /// live runs (of this or another sandlot process) are left alone. Returns how many slots still had processes.
+    pub async fn remove_unused_slots(&self) -> usize {
+        let mut with_leftovers = 0;
+        for slot in 0..MAX_SLOTS {
+            let Some((dirs, oom_file)) = self.slot_dirs(slot) else { return 0 };
+            let Ok(lock) = std::fs::File::open(&dirs[0]) else { continue };
+            // SAFETY: flock on a descriptor we own.
+            if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } < 0 {
+                continue; // held by a live run
+            }
+            let group = RunCgroup { dirs, oom_file, oom_baseline: 0, _lock: lock };
+            if group.kill_all() {
+                with_leftovers += 1;
+                tracing::warn!(slot, "killing processes a crashed sandlot left in its cgroup");
+            }
+            if group.drain().await {
+                for dir in &group.dirs {
+                    let _ = std::fs::remove_dir(dir);
+                }
+            }
+        }
+        with_leftovers
+    }
+
     /// Takes a free slot (creating it the first time) and writes the run's limits into it.
     ///
     /// Groups are reused rather than created and removed per run: `mkdir` and `rmdir` of a memory cgroup cost about
@@ -266,15 +291,22 @@ impl RunCgroup {
         found
     }
 
-    /// Kills what is left (retrying while the kernel finishes tearing processes down), then frees the slot.
-    pub async fn release(self) {
+    /// Kills what is left, retrying while the kernel finishes tearing processes down; false if some remain.
+    async fn drain(&self) -> bool {
         for attempt in 0..50 {
             if !self.kill_all() {
-                return;
+                return true;
             }
             tokio::time::sleep(Duration::from_millis(if attempt < 10 { 2 } else { 20 })).await;
         }
-        tracing::warn!(dirs = ?self.dirs, "processes are still in a run's cgroup; its slot stays taken");
-        std::mem::forget(self); // keep the lock: nobody may reuse a group that still has processes
+        false
+    }
+
+    /// Kills what is left, then frees the slot.
+    pub async fn release(self) {
+        if !self.drain().await {
+            tracing::warn!(dirs = ?self.dirs, "processes are still in a run's cgroup; its slot stays taken");
+            std::mem::forget(self); // keep the lock: nobody may reuse a group that still has processes
+        }
     }
 }

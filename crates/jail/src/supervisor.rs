@@ -173,6 +173,15 @@ impl Backend for JailBackend {
         "native"
     }
 
+    /// A crashed sandlot's sandboxes die with it (their inits have a parent-death signal and each is the pid 1 of
+    /// its namespace); what can be left is cgroup slots, with a straggler at worst: those are emptied and removed.
+    async fn remove_leftovers(&self) {
+        let with_leftovers = self.cgroups.remove_unused_slots().await;
+        if with_leftovers > 0 {
+            tracing::warn!(slots = with_leftovers, "killed processes left in cgroups by an earlier sandlot");
+        }
+    }
+
     fn runners(&self) -> Vec<RunnerInfo> {
         self.runners
             .iter()

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use sandlot_jail::{JailBackend, JailConfig};
 
-use crate::cli::{BackendKind, Cli, Command, FileUrlArgs, SandboxArgs};
+use crate::cli::{BackendKind, Cli, Command, FileUrlArgs, SandboxArgs, ServiceArgs};
 
 /// Runs the chosen subcommand; `prefork` is an init started before the runtime, for `run`.
 pub async fn dispatch(cli: Cli, prefork: Option<sandlot_jail::Prefork>) -> ExitCode {
@@ -19,7 +19,7 @@ pub async fn dispatch(cli: Cli, prefork: Option<sandlot_jail::Prefork>) -> ExitC
         Command::Run(args) => run::run(args, prefork).await,
         Command::Runners(args) => runners::runners(args),
         Command::Doctor(args) => doctor::doctor(args).await,
-        Command::Serve(args) => serve::serve(args).await,
+        Command::Serve(args) => serve::serve(*args).await,
         Command::Stdio(args) => stdio::stdio(args).await,
     };
     result.unwrap_or_else(|e| {
@@ -62,13 +62,8 @@ pub fn check_file_url_args(files: &FileUrlArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// The backend `--backend` names: the native jail (with `warm_inits` inits kept ready) or Docker. A `server`
-/// first removes the containers a crashed predecessor on the same root left behind.
-pub async fn backend(
-    sandbox: &SandboxArgs,
-    warm_inits: usize,
-    server: bool,
-) -> anyhow::Result<Arc<dyn sandlot_core::Backend>> {
+/// The backend `--backend` names: the native jail (with `warm_inits` inits kept ready) or Docker.
+pub async fn backend(sandbox: &SandboxArgs, warm_inits: usize) -> anyhow::Result<Arc<dyn sandlot_core::Backend>> {
     Ok(match sandbox.backend {
         BackendKind::Native => {
             let backend = jail_backend(sandbox, None, true, warm_inits)?;
@@ -83,29 +78,36 @@ pub async fn backend(
             let backend = sandlot_docker::DockerBackend::connect(config)
                 .await
                 .map_err(|e| anyhow::anyhow!("the docker backend is unavailable: {e}"))?;
-            if server {
-                backend.remove_leftovers().await;
-            }
             Arc::new(backend)
         }
     })
 }
 
-/// The state every server face shares: an engine over the chosen backend and the file-URL signer.
+/// The state every server face shares: an engine over the chosen backend, with its queue and its history
+/// (`<root>/sandlot.db`), and the file-URL signer. What a crashed predecessor left behind is cleaned up first.
 pub async fn app_state(
     sandbox: &SandboxArgs,
+    service: &ServiceArgs,
     files: &FileUrlArgs,
     default_base_url: &str,
     warm_inits: usize,
 ) -> anyhow::Result<sandlot_server::AppState> {
-    let backend = backend(sandbox, warm_inits, true).await?;
+    let backend = backend(sandbox, warm_inits).await?;
     let workspaces = sandlot_core::Workspaces::new(&sandbox.root);
     let secret = match &files.file_secret {
         Some(secret) => secret.clone().into_bytes(),
         None => file_secret(&sandbox.root)?,
     };
     let public_base_url = files.public_base_url.clone().unwrap_or_else(|| default_base_url.to_owned());
-    let engine = sandlot_core::Engine::new(backend, workspaces, sandbox.engine_config());
+    std::fs::create_dir_all(&sandbox.root)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", sandbox.root.display()))?;
+    let history = sandlot_core::History::open(sandbox.root.join("sandlot.db"), service.store_code)?;
+    let config = service.apply(sandbox.engine_config());
+    let engine = sandlot_core::Engine::new(backend, workspaces, config).with_history(history);
+    let interrupted = engine.recover().await?;
+    for run_id in &interrupted {
+        tracing::warn!(run_id, "run interrupted: it was in flight when the previous server stopped");
+    }
     Ok(sandlot_server::AppState {
         engine: Arc::new(engine),
         files: sandlot_server::FileUrls {

@@ -33,7 +33,7 @@ pub async fn run(args: RunArgs, prefork: Option<sandlot_jail::Prefork>) -> anyho
             }
             backend
         }
-        crate::cli::BackendKind::Docker => super::backend(&args.sandbox, 0, false).await?,
+        crate::cli::BackendKind::Docker => super::backend(&args.sandbox, 0).await?,
     };
     let engine = Engine::new(backend, Workspaces::new(&args.sandbox.root), args.sandbox.engine_config());
     let request = RunRequest {

@@ -18,7 +18,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    let state = super::app_state(&args.sandbox, &args.files, &base, args.warm_inits).await?;
+    let state = super::app_state(&args.sandbox, &args.service, &args.files, &base, args.warm_inits).await?;
     // localhost, the loopback addresses, the listen address, and PUBLIC_BASE_URL's host.
     let mut allowed_hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
     allowed_hosts.push(args.addr.ip().to_string());

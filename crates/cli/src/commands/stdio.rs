@@ -9,7 +9,7 @@ pub async fn stdio(args: StdioArgs) -> anyhow::Result<ExitCode> {
         eprintln!("sandlot: {message}");
         return Ok(ExitCode::from(2));
     }
-    let state = super::app_state(&args.sandbox, &args.files, "http://127.0.0.1:8080", 1).await?;
+    let state = super::app_state(&args.sandbox, &args.service, &args.files, "http://127.0.0.1:8080", 1).await?;
     sandlot_server::mcp::serve_stdio(state).await?;
     Ok(ExitCode::SUCCESS)
 }

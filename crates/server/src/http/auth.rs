@@ -1,6 +1,7 @@
 //! Bearer authentication: `Authorization: Bearer <credential>`, checked by [`Credentials`] (a static token or
 //! JWTs). A missing or wrong credential gets 401 with `{"error":"unauthorized","message":...}`; after 3 failures
 //! from one IP within 60 s, every request from that IP gets 429 with `Retry-After` for the rest of the window.
+//! An accepted request carries its [`Caller`] in its extensions.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -13,6 +14,10 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::credentials::Credentials;
+
+/// Who made an authenticated request (`api-token`, or the JWT's subject); the run history records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller(pub String);
 
 /// Failures allowed per IP and window before it is refused.
 const MAX_FAILURES: u32 = 3;
@@ -87,7 +92,7 @@ fn too_many(retry_after: u64) -> Response {
 }
 
 /// Lets the request through only with the right bearer token.
-pub async fn require_bearer(State(token): State<Authenticator>, request: Request, next: Next) -> Response {
+pub async fn require_bearer(State(token): State<Authenticator>, mut request: Request, next: Next) -> Response {
     let ip = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
     if let Some(retry_after) = ip.and_then(|ip| token.blocked_for(ip)) {
         return too_many(retry_after);
@@ -100,7 +105,10 @@ pub async fn require_bearer(State(token): State<Authenticator>, request: Request
     });
     let failure = match presented {
         Some(Some(presented)) => match token.credentials.verify(&presented) {
-            Ok(()) => return next.run(request).await,
+            Ok(caller) => {
+                request.extensions_mut().insert(Caller(caller));
+                return next.run(request).await;
+            }
             Err(why) => why,
         },
         None => "missing Authorization header (expected: Bearer <token>)".to_owned(),

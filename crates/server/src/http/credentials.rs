@@ -74,18 +74,22 @@ impl Credentials {
         Ok(Self::Jwt { key, validation: Box::new(validation) })
     }
 
-    /// Checks a presented bearer credential; the error says why it was refused.
-    pub fn verify(&self, presented: &str) -> Result<(), String> {
+    /// Checks a presented bearer credential and returns who presented it: `api-token` for the static token, the
+    /// JWT's `sub` (or `jwt` without one). The error says why it was refused.
+    pub fn verify(&self, presented: &str) -> Result<String, String> {
         match self {
             Self::Token(token) => {
                 if bool::from(presented.as_bytes().ct_eq(token.as_bytes())) {
-                    Ok(())
+                    Ok("api-token".into())
                 } else {
                     Err("invalid bearer token".into())
                 }
             }
             Self::Jwt { key, validation } => jsonwebtoken::decode::<serde_json::Value>(presented, key, validation)
-                .map(|_| ())
+                .map(|data| match data.claims.get("sub") {
+                    Some(serde_json::Value::String(subject)) if !subject.is_empty() => subject.clone(),
+                    _ => "jwt".into(),
+                })
                 .map_err(|e| format!("invalid token: {e}")),
         }
     }

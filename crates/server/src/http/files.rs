@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use sandlot_core::{ConversationId, Error};
 
 use crate::AppState;
@@ -20,7 +20,7 @@ fn refuse(status: StatusCode, message: &str) -> Response {
         StatusCode::RANGE_NOT_SATISFIABLE => "range_not_satisfiable",
         _ => "internal",
     };
-    (status, axum::Json(serde_json::json!({ "error": error, "message": message }))).into_response()
+    super::rest_error::rest_error(status, error, message)
 }
 
 /// A satisfiable single byte range of a file of `length` bytes: `Ok(None)` for no `Range` header (or one that is

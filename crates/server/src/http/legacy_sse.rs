@@ -48,14 +48,16 @@ impl LegacySessions {
     }
 }
 
-/// Removes a session when its event stream is dropped (the client went away).
+/// Removes a session when its event stream is dropped (the client went away), cancelling its runs.
 struct SessionGuard {
     id: String,
     sessions: LegacySessions,
+    closed: tokio_util::sync::CancellationToken,
 }
 
 impl Drop for SessionGuard {
     fn drop(&mut self) {
+        self.closed.cancel();
         self.sessions.senders().remove(&self.id);
         tracing::debug!(session = self.id, "legacy SSE session closed");
     }
@@ -75,7 +77,9 @@ pub async fn open(State(sessions): State<LegacySessions>, request: Request) -> R
     let (to_server, from_client) = mpsc::channel::<ClientJsonRpcMessage>(CHANNEL_CAPACITY);
     let (to_client, from_server) = mpsc::channel::<ServerJsonRpcMessage>(CHANNEL_CAPACITY);
     sessions.senders().insert(id.clone(), to_server);
-    let handler = sessions.handler.clone();
+    let caller = request.extensions().get::<super::Caller>().map_or_else(|| "anonymous".into(), |c| c.0.clone());
+    let closed = tokio_util::sync::CancellationToken::new();
+    let handler = sessions.handler.for_caller(caller).ending_with(closed.clone());
     let session = id.clone();
     tokio::spawn(async move {
         let transport = SinkStreamTransport::new(PollSender::new(to_client), ReceiverStream::new(from_client));
@@ -87,7 +91,7 @@ pub async fn open(State(sessions): State<LegacySessions>, request: Request) -> R
         }
     });
     let shutdown = sessions.shutdown.clone();
-    let guard = SessionGuard { id: id.clone(), sessions };
+    let guard = SessionGuard { id: id.clone(), sessions, closed };
     let endpoint = Event::default().event("endpoint").data(format!("{message_path}?sessionId={id}"));
     let messages = ReceiverStream::new(from_server).map(move |message| {
         let _alive = &guard; // the session lives as long as its stream

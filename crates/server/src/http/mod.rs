@@ -1,5 +1,6 @@
-//! The HTTP face: `fn app(state) -> Router` with `/mcp` (Streamable HTTP), signed `/files` downloads and
-//! `/healthz`, behind bearer-token authentication where the contract asks for it.
+//! The HTTP face: `fn app(state) -> Router` with `/mcp` (Streamable HTTP), the legacy SSE pair, `/mcp/events`,
+//! the run history at `/v1/runs`, signed `/files` downloads and `/healthz`, behind bearer-token authentication
+//! where the contract asks for it.
 
 mod auth;
 mod credentials;
@@ -10,6 +11,8 @@ mod legacy_sse;
 mod mcp_endpoint;
 mod origin;
 mod request_log;
+mod rest_error;
+mod runs;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +22,7 @@ use axum::routing::{any, get, post};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
-pub use auth::Authenticator;
+pub use auth::{Authenticator, Caller};
 pub use credentials::{Credentials, JwtSettings};
 pub use origin::AllowedHosts;
 
@@ -49,7 +52,7 @@ impl HttpOptions {
 /// `Origin`; CORS lets browser clients on allowed origins call the MCP endpoints.
 pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Router {
     let HttpOptions { allowed_hosts, session_idle, max_sessions } = options;
-    let handler = SandlotMcp::new(state.clone());
+    let handler = SandlotMcp::new(state.clone(), "anonymous");
     let session_manager = |idle: Duration| {
         let mut manager = LocalSessionManager::default();
         manager.session_config.keep_alive = Some(idle);
@@ -61,7 +64,7 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
         config.allowed_hosts = allowed_hosts.to_vec();
         config.legacy_session_mode = legacy_session_mode;
         config.json_response = json_response;
-        StreamableHttpService::new(move || Ok(handler.clone()), manager, config)
+        StreamableHttpService::new(move || Ok(handler.for_session()), manager, config)
     };
     let sessions = session_manager(session_idle);
     let services = mcp_endpoint::McpServices {
@@ -82,9 +85,14 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
         .route("/mcp/message", post(legacy_sse::post))
         .with_state(legacy_sse::LegacySessions::new(handler.clone(), state.shutdown.clone(), max_sessions));
     let run_events = Router::new().route("/mcp/events", get(events::stream)).with_state(state.clone());
+    let rest = Router::new()
+        .route("/v1/runs", get(runs::list))
+        .route("/v1/runs/{run_id}", get(runs::get))
+        .with_state(state.clone());
     let protected = streamable
         .merge(legacy)
         .merge(run_events)
+        .merge(rest)
         .layer(axum::middleware::from_fn_with_state(token, auth::require_bearer));
     Router::new()
         .merge(protected)

@@ -1,14 +1,22 @@
-//! The rmcp handler: server info and instructions, `tools/list` and `tools/call`.
+//! The rmcp handler: server info and instructions, `tools/list` and `tools/call` (with live output), the run
+//! history as resources, and `logging/setLevel`.
+#![allow(deprecated)] // MCP logging is deprecated by SEP-2577, but clients of earlier protocol versions use it
+
+use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, InitializeResult, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, Tool,
+    CallToolRequestParams, CallToolResponse, Implementation, InitializeResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, LoggingLevel, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ServerCapabilities, SetLevelRequestParams, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use tokio_util::sync::CancellationToken;
 
-use super::tools;
+use super::live_output::{self, Listeners};
+use super::{history, tools};
 use crate::AppState;
+use crate::http::Caller;
 
 /// What a model is told about the server at initialize.
 const INSTRUCTIONS: &str = "sandlot runs code in an isolated Linux sandbox with no network access. \
@@ -18,22 +26,58 @@ written there persist across calls with the same conversationId, and every file 
 download URL. Each run has limits on time, memory, processes and output; print what you need to see. \
 sandbox.list_runners lists the available languages and their versions.";
 
-/// The MCP server: the default tool profile over the shared engine.
+/// The MCP server: the default tool profile over the shared engine. One clone serves one session
+/// ([`SandlotMcp::for_session`]), which keeps that session's logging level.
 #[derive(Clone)]
 pub struct SandlotMcp {
     state: AppState,
+    /// Who calls when the request itself does not say (stdio; a legacy SSE session's opener).
+    caller: String,
+    /// The level the client set with `logging/setLevel`, for this session.
+    log_level: Arc<Mutex<Option<LoggingLevel>>>,
+    /// Cancelled when the session's client went away (stdin closed, legacy SSE stream closed): its runs stop.
+    session_end: CancellationToken,
 }
 
 impl SandlotMcp {
-    /// A handler over `state`.
-    pub fn new(state: AppState) -> Self {
-        Self { state }
+    /// A handler over `state` whose calls come from `caller` unless an HTTP request names its own.
+    pub fn new(state: AppState, caller: impl Into<String>) -> Self {
+        Self { state, caller: caller.into(), log_level: Arc::default(), session_end: CancellationToken::new() }
+    }
+
+    /// A handler for a new session: the same server, no logging level yet.
+    pub fn for_session(&self) -> Self {
+        Self::new(self.state.clone(), self.caller.clone())
+    }
+
+    /// The same handler, whose runs are cancelled when `session_end` is.
+    pub fn ending_with(self, session_end: CancellationToken) -> Self {
+        Self { session_end, ..self }
+    }
+
+    /// A handler for a new session of `caller`.
+    pub fn for_caller(&self, caller: impl Into<String>) -> Self {
+        Self { caller: caller.into(), ..self.for_session() }
+    }
+
+    /// The authenticated caller of this request (set by the HTTP auth layer), else the session's.
+    fn caller_of(&self, context: &RequestContext<RoleServer>) -> String {
+        context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Caller>())
+            .map_or_else(|| self.caller.clone(), |caller| caller.0.clone())
+    }
+
+    fn log_level(&self) -> Option<LoggingLevel> {
+        *self.log_level.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
 impl ServerHandler for SandlotMcp {
     fn get_info(&self) -> InitializeResult {
-        InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
+        let capabilities = ServerCapabilities::builder().enable_tools().enable_resources().enable_logging().build();
+        InitializeResult::new(capabilities)
             .with_server_info(Implementation::new("sandlot", env!("CARGO_PKG_VERSION")))
             .with_instructions(INSTRUCTIONS)
     }
@@ -57,17 +101,27 @@ impl ServerHandler for SandlotMcp {
     ) -> Result<CallToolResponse, McpError> {
         let arguments = request.arguments.unwrap_or_default();
         let started = std::time::Instant::now();
-        let result = match context.meta.get_progress_token() {
-            Some(token) => {
-                let (sink, forwarder) = super::progress::forward(context.peer.clone(), token);
-                // `notifications/cancelled` (and, for HTTP, the client going away) cancels `context.ct`: the run is
-                // then killed and ends as cancelled.
-                let result = tools::call(&self.state, &request.name, arguments, &sink, context.ct.clone()).await;
+        let caller = self.caller_of(&context);
+        let listeners = Listeners { progress: context.meta.get_progress_token(), log_level: self.log_level() };
+        // The run is killed, and ends as cancelled, on `notifications/cancelled` or a stateless HTTP request
+        // dropped (rmcp cancels `context.ct`), or when the session's client goes away (`session_end`).
+        let cancel = self.session_end.child_token();
+        let _stop_linking = cancel.clone().drop_guard();
+        let (request_ct, linked) = (context.ct.clone(), cancel.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                () = request_ct.cancelled() => linked.cancel(),
+                () = linked.cancelled() => {}
+            }
+        });
+        let result = match live_output::forward(context.peer.clone(), listeners) {
+            Some((sink, forwarder)) => {
+                let result = tools::call(&self.state, &request.name, arguments, caller, &sink, cancel).await;
                 drop(sink);
-                let _ = forwarder.await; // every progress notification goes out before the result
+                let _ = forwarder.await; // all live output goes out before the result
                 result
             }
-            None => tools::call(&self.state, &request.name, arguments, &(), context.ct.clone()).await,
+            None => tools::call(&self.state, &request.name, arguments, caller, &(), cancel).await,
         };
         tracing::info!(
             tool = %request.name,
@@ -77,5 +131,38 @@ impl ServerHandler for SandlotMcp {
             "tool call"
         );
         result.map(CallToolResponse::Complete)
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        *self.log_level.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(request.level);
+        Ok(())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        history::list(&self.state)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        Ok(ListResourceTemplatesResult::with_all_items(history::templates()))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        history::read(&self.state, &request.uri).map(ReadResourceResponse::Complete)
     }
 }

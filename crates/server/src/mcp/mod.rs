@@ -3,7 +3,8 @@
 
 mod errors;
 mod handler;
-mod progress;
+mod history;
+mod live_output;
 mod stdio;
 mod tools;
 

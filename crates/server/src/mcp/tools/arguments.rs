@@ -53,6 +53,15 @@ pub fn optional_string_map(arguments: &JsonObject, field: &str) -> Result<BTreeM
     }
 }
 
+/// An optional JSON object, kept as it is.
+pub fn optional_object(arguments: &JsonObject, field: &str) -> Result<Option<Value>, McpError> {
+    match arguments.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(object @ Value::Object(_)) => Ok(Some(object.clone())),
+        Some(other) => Err(invalid_argument(field, format!("{field} must be an object, not {}", kind(other)))),
+    }
+}
+
 fn kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",

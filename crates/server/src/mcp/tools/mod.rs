@@ -36,17 +36,18 @@ fn canonical_name(name: &str) -> &str {
     [run_code::NAME, list_runners::NAME].into_iter().find(|tool| underscore_name(tool) == name).unwrap_or(name)
 }
 
-/// Runs the tool called `name` (either spelling).
-/// `sink` receives the run's output as it comes (for progress notifications); cancelling `cancel` stops the run.
+/// Runs the tool called `name` (either spelling) for `caller` (recorded in the run history).
+/// `sink` receives the run's output as it comes (for live output); cancelling `cancel` stops the run.
 pub async fn call(
     state: &AppState,
     name: &str,
     arguments: JsonObject,
+    caller: String,
     sink: &dyn sandlot_core::OutputSink,
     cancel: tokio_util::sync::CancellationToken,
 ) -> Result<CallToolResult, McpError> {
     match canonical_name(name) {
-        run_code::NAME => run_code::call(state, arguments, sink, cancel).await,
+        run_code::NAME => run_code::call(state, arguments, caller, sink, cancel).await,
         list_runners::NAME => list_runners::call(state, arguments),
         _ => Err(McpError::invalid_params(
             format!("unknown tool {name:?}; available: {}, {}", run_code::NAME, list_runners::NAME),

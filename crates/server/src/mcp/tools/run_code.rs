@@ -1,16 +1,18 @@
-//! `sandbox.run_code {conversationId, language, code, timeoutSeconds?, env?, stdin?}`: runs code in the
+//! `sandbox.run_code {conversationId, language, code, timeoutSeconds?, env?, stdin?, metadata?}`: runs code in the
 //! conversation's sandbox and returns `{success, output, stdout, stderr, exitCode, timedOut, truncated, durationMs,
-//! files: [{name, url, size}], filesTruncated}` as structured content and as the same JSON in a text block.
+//! files: [{name, url, size}], filesTruncated, runId, outcome}` as structured content and as the same JSON in a
+//! text block. A server too busy to queue the run answers at once with `{success: false, busy: true,
+//! retryAfterSeconds, outcome: "busy", ...}`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::ErrorData as McpError;
 use rmcp::model::{CallToolResult, JsonObject, Tool, ToolAnnotations};
-use sandlot_core::{Error, RunReport, RunRequest, Termination};
+use sandlot_core::{Error, Outcome, RunReport, RunRequest, Termination};
 use serde_json::{Value, json};
 
-use super::arguments::{optional_seconds, optional_string, optional_string_map, required_string};
+use super::arguments::{optional_object, optional_seconds, optional_string, optional_string_map, required_string};
 use super::list_runners::object;
 use crate::AppState;
 use crate::mcp::errors;
@@ -34,7 +36,8 @@ pub fn definition() -> Tool {
             "code": { "type": "string", "description": "The program's source code (at most 1 MiB)." },
             "timeoutSeconds": { "type": "number", "exclusiveMinimum": 0, "description": "Deadline of the run." },
             "env": { "type": "object", "additionalProperties": { "type": "string" }, "description": "Extra environment variables." },
-            "stdin": { "type": "string", "description": "Text fed to the program's standard input." }
+            "stdin": { "type": "string", "description": "Text fed to the program's standard input." },
+            "metadata": { "type": "object", "description": "Your own JSON object about the run (at most 16 KiB), kept in the run history." }
         },
         "required": ["conversationId", "language", "code"]
     });
@@ -57,7 +60,15 @@ pub fn definition() -> Tool {
                     "required": ["name", "url", "size"]
                 }
             },
-            "filesTruncated": { "type": "boolean" }
+            "filesTruncated": { "type": "boolean" },
+            "runId": { "type": "string", "description": "The run's id in the history (sandlot://runs/{runId})" },
+            "outcome": {
+                "type": "string",
+                "enum": ["ok", "error", "timeout", "oom", "cancelled", "busy", "internal"],
+                "description": "How the run ended"
+            },
+            "busy": { "type": "boolean", "description": "The server was too busy to queue the run; retry later" },
+            "retryAfterSeconds": { "type": "integer", "description": "With busy: when to retry" }
         },
         "required": ["success", "output", "stdout", "stderr", "exitCode", "timedOut", "truncated", "durationMs", "files"]
     });
@@ -72,7 +83,11 @@ pub fn definition() -> Tool {
     .with_annotations(ToolAnnotations::new().read_only(false).destructive(false).idempotent(false).open_world(false))
 }
 
-fn parse(arguments: &JsonObject, cancel: tokio_util::sync::CancellationToken) -> Result<RunRequest, McpError> {
+fn parse(
+    arguments: &JsonObject,
+    caller: String,
+    cancel: tokio_util::sync::CancellationToken,
+) -> Result<RunRequest, McpError> {
     Ok(RunRequest {
         conversation_id: required_string(arguments, "conversationId")?,
         language: required_string(arguments, "language")?,
@@ -80,6 +95,8 @@ fn parse(arguments: &JsonObject, cancel: tokio_util::sync::CancellationToken) ->
         timeout: optional_seconds(arguments, "timeoutSeconds")?.map(Duration::from_secs_f64),
         env: optional_string_map(arguments, "env")?,
         stdin: optional_string(arguments, "stdin")?.unwrap_or_default().into_bytes(),
+        metadata: optional_object(arguments, "metadata")?,
+        caller,
         cancel,
     })
 }
@@ -87,12 +104,14 @@ fn parse(arguments: &JsonObject, cancel: tokio_util::sync::CancellationToken) ->
 pub async fn call(
     state: &AppState,
     arguments: JsonObject,
+    caller: String,
     sink: &dyn sandlot_core::OutputSink,
     cancel: tokio_util::sync::CancellationToken,
 ) -> Result<CallToolResult, McpError> {
-    let request = parse(&arguments, cancel)?;
+    let request = parse(&arguments, caller, cancel)?;
     match state.engine.run(request, sink).await {
         Ok(report) => Ok(render(state, &report)),
+        Err(error @ Error::Busy { retry_after, .. }) => Ok(busy(&error, retry_after)),
         Err(Error::NoRunner { language, available }) => Ok(no_runner(&language, &available)),
         // A language sandlot does not know is, for the caller, one without a runner: a result listing the others.
         Err(Error::InvalidArgument { field: "language", .. }) => {
@@ -144,8 +163,19 @@ fn render(state: &AppState, report: &RunReport) -> CallToolResult {
         "durationMs": outcome.duration.as_millis() as u64,
         "files": files,
         "filesTruncated": report.files.truncated,
+        "runId": report.run_id,
+        "outcome": Outcome::of(&outcome.termination),
     });
     result(value, outcome.success())
+}
+
+/// The answer when the queue is full (or the wait was too long): nothing ran; try again after the hint.
+fn busy(error: &Error, retry_after: Duration) -> CallToolResult {
+    let mut value = failure_value(error.to_string());
+    value["busy"] = Value::Bool(true);
+    value["retryAfterSeconds"] = json!(retry_after.as_secs().max(1));
+    value["outcome"] = json!(Outcome::Busy);
+    result(value, false)
 }
 
 fn no_runner(language: &str, available: &[String]) -> CallToolResult {
@@ -154,7 +184,11 @@ fn no_runner(language: &str, available: &[String]) -> CallToolResult {
 }
 
 fn failure_without_run(output: String) -> CallToolResult {
-    let value = json!({
+    result(failure_value(output), false)
+}
+
+fn failure_value(output: String) -> Value {
+    json!({
         "success": false,
         "output": output,
         "stdout": "",
@@ -165,8 +199,7 @@ fn failure_without_run(output: String) -> CallToolResult {
         "durationMs": 0,
         "files": [],
         "filesTruncated": false,
-    });
-    result(value, false)
+    })
 }
 
 #[cfg(test)]

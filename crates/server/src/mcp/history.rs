@@ -1,0 +1,72 @@
+//! The run history as MCP resources: `sandlot://runs/{runId}` (one run's record) and
+//! `sandlot://conversations/{conversationId}/runs` (a conversation's newest runs), announced as resource templates.
+//! `resources/list` lists the newest runs. Contents are JSON, the same records `GET /v1/runs` serves.
+
+use rmcp::ErrorData as McpError;
+use rmcp::model::{ListResourcesResult, ReadResourceResult, Resource, ResourceContents, ResourceTemplate};
+use sandlot_core::{ConversationId, History, RunRecord};
+use serde_json::json;
+
+use super::errors;
+use crate::AppState;
+
+const RUN_PREFIX: &str = "sandlot://runs/";
+const CONVERSATION_PREFIX: &str = "sandlot://conversations/";
+const CONVERSATION_SUFFIX: &str = "/runs";
+/// Runs in `resources/list` and in a conversation's resource.
+const LISTED_RUNS: usize = 50;
+
+/// The two templates.
+pub fn templates() -> Vec<ResourceTemplate> {
+    vec![
+        ResourceTemplate::new("sandlot://runs/{runId}", "run")
+            .with_title("A run")
+            .with_description("One run from the history: who ran what, when, how it ended")
+            .with_mime_type("application/json"),
+        ResourceTemplate::new("sandlot://conversations/{conversationId}/runs", "conversation-runs")
+            .with_title("A conversation's runs")
+            .with_description("The newest 50 runs of a conversation, newest first")
+            .with_mime_type("application/json"),
+    ]
+}
+
+fn history(state: &AppState) -> Result<&History, McpError> {
+    state.engine.history().ok_or_else(|| McpError::internal_error("this server keeps no run history", None))
+}
+
+/// The newest runs, as resources.
+pub fn list(state: &AppState) -> Result<ListResourcesResult, McpError> {
+    let runs = history(state)?.list(None, LISTED_RUNS).map_err(|e| errors::from_engine(&e))?;
+    let resources = runs
+        .iter()
+        .map(|run| {
+            let outcome = run.outcome.map_or(run.state.as_str(), |o| o.as_str());
+            Resource::new(format!("{RUN_PREFIX}{}", run.id), format!("run {}", run.id))
+                .with_description(format!("{} in {}, {outcome}, {}", run.language, run.conversation_id, run.queued_at))
+                .with_mime_type("application/json")
+        })
+        .collect();
+    Ok(ListResourcesResult::with_all_items(resources))
+}
+
+/// Reads `sandlot://runs/{id}` or `sandlot://conversations/{id}/runs`.
+pub fn read(state: &AppState, uri: &str) -> Result<ReadResourceResult, McpError> {
+    let not_found = |what: String| McpError::resource_not_found(what, Some(json!({ "uri": uri })));
+    let body = if let Some(run_id) = uri.strip_prefix(RUN_PREFIX) {
+        let record: RunRecord = history(state)?
+            .get(run_id)
+            .map_err(|e| errors::from_engine(&e))?
+            .ok_or_else(|| not_found(format!("no run {run_id:?} in the history")))?;
+        json!(record)
+    } else if let Some(id) = uri.strip_prefix(CONVERSATION_PREFIX).and_then(|r| r.strip_suffix(CONVERSATION_SUFFIX)) {
+        let conversation = ConversationId::parse(id).map_err(|e| errors::from_engine(&e))?;
+        let runs = history(state)?.list(Some(&conversation), LISTED_RUNS).map_err(|e| errors::from_engine(&e))?;
+        json!({ "conversationId": conversation.as_str(), "runs": runs })
+    } else {
+        return Err(not_found(format!(
+            "unknown resource {uri:?}; expected sandlot://runs/{{runId}} or sandlot://conversations/{{conversationId}}/runs"
+        )));
+    };
+    let text = serde_json::to_string_pretty(&body).unwrap_or_default();
+    Ok(ReadResourceResult::new(vec![ResourceContents::text(text, uri).with_mime_type("application/json")]))
+}
