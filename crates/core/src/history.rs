@@ -1,6 +1,8 @@
 //! The run history: every run the engine accepts is a row in an embedded SQLite database
 //! (`<SANDBOX_ROOT>/sandlot.db`, WAL journal), written when it is queued, when it starts and when it ends, so a run
 //! is never lost: one the server was killed in the middle of is found at the next start and marked `interrupted`.
+//! Each row names the process that owns it (pid and start time), so servers sharing a root (`serve` and `stdio`)
+//! never mark each other's live runs.
 //! Code is kept only when asked (`SANDLOT_STORE_CODE`); its size and SHA-256 always are.
 
 use std::path::{Path, PathBuf};
@@ -20,6 +22,7 @@ CREATE TABLE IF NOT EXISTS runs (
     id TEXT PRIMARY KEY,
     conversation_id TEXT NOT NULL,
     caller TEXT NOT NULL,
+    server TEXT NOT NULL,
     language TEXT NOT NULL,
     code_bytes INTEGER NOT NULL,
     code_sha256 TEXT NOT NULL,
@@ -162,6 +165,8 @@ pub struct History {
     connection: Mutex<Connection>,
     path: PathBuf,
     store_code: bool,
+    /// This process, as rows name their owner.
+    server: String,
 }
 
 impl std::fmt::Debug for History {
@@ -179,7 +184,8 @@ impl History {
             .execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000;")
             .and_then(|()| connection.execute_batch(SCHEMA))
             .map_err(|e| database_error(&path, "set up", e))?;
-        Ok(Self { connection: Mutex::new(connection), path, store_code })
+        let server = process_identity(std::process::id()).unwrap_or_default();
+        Ok(Self { connection: Mutex::new(connection), path, store_code, server })
     }
 
     /// The database file.
@@ -195,23 +201,29 @@ impl History {
         self.connection().execute(sql, params).map_err(|e| database_error(&self.path, action, e))
     }
 
-    /// Marks every run left queued or running by an earlier process as interrupted; returns their ids.
+    /// Marks every run left queued or running by a process that is gone as interrupted; returns their ids.
     pub fn recover(&self) -> Result<Vec<String>> {
         let connection = self.connection();
-        let ids = connection
-            .prepare("SELECT id FROM runs WHERE state != 'finished' ORDER BY queued_at")
+        let unfinished = connection
+            .prepare("SELECT id, server FROM runs WHERE state != 'finished' ORDER BY queued_at")
             .and_then(|mut statement| {
-                statement.query_map([], |row| row.get::<_, String>(0))?.collect::<rusqlite::Result<Vec<_>>>()
+                statement
+                    .query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))?
+                    .collect::<rusqlite::Result<Vec<_>>>()
             })
             .map_err(|e| database_error(&self.path, "read", e))?;
-        connection
-            .execute(
-                "UPDATE runs SET state = 'finished', outcome = 'interrupted', finished_at = ?1, \
-                 error = 'the server stopped while the run was in flight' WHERE state != 'finished'",
-                params![unix_ms(SystemTime::now())],
-            )
-            .map_err(|e| database_error(&self.path, "update", e))?;
-        Ok(ids)
+        let orphans: Vec<String> =
+            unfinished.into_iter().filter(|(_, server)| !process_alive(server)).map(|(id, _)| id).collect();
+        for id in &orphans {
+            connection
+                .execute(
+                    "UPDATE runs SET state = 'finished', outcome = 'interrupted', finished_at = ?2, \
+                     error = 'the server stopped while the run was in flight' WHERE id = ?1",
+                    params![id, unix_ms(SystemTime::now())],
+                )
+                .map_err(|e| database_error(&self.path, "update", e))?;
+        }
+        Ok(orphans)
     }
 
     /// Records a run that was just accepted (queued).
@@ -220,12 +232,13 @@ impl History {
         let metadata = run.metadata.map(serde_json::Value::to_string);
         self.write(
             "insert into",
-            "INSERT INTO runs (id, conversation_id, caller, language, code_bytes, code_sha256, code, metadata, \
-             state, queued_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'queued', ?9)",
+            "INSERT INTO runs (id, conversation_id, caller, server, language, code_bytes, code_sha256, code, \
+             metadata, state, queued_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'queued', ?10)",
             params![
                 run.id,
                 run.conversation.as_str(),
                 run.caller,
+                self.server,
                 run.language.as_str(),
                 run.code.len() as i64,
                 sha256,
@@ -322,6 +335,21 @@ fn record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         stderr_bytes: row.get::<_, i64>(17)? as u64,
         truncated: row.get(18)?,
     })
+}
+
+/// `<pid>:<start time>` of a process (its start time tells a reused pid apart), from `/proc/<pid>/stat`.
+fn process_identity(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name (which may hold spaces, inside parentheses); start time is field 22.
+    let after_name = &stat[stat.rfind(')')? + 2..];
+    let start_time = after_name.split_whitespace().nth(19)?;
+    Some(format!("{pid}:{start_time}"))
+}
+
+/// Whether the process a row names still runs.
+fn process_alive(server: &str) -> bool {
+    let Some(pid) = server.split(':').next().and_then(|pid| pid.parse::<u32>().ok()) else { return false };
+    process_identity(pid).as_deref() == Some(server)
 }
 
 fn database_error(path: &Path, action: &str, error: rusqlite::Error) -> Error {
@@ -429,6 +457,8 @@ mod tests {
             history.finished("done", &ending).unwrap();
         }
         let history = History::open(&path, false).unwrap();
+        assert_eq!(history.recover().unwrap(), Vec::<String>::new(), "this process still owns them");
+        history.connection().execute("UPDATE runs SET server = '4194999:1'", []).unwrap(); // an owner that is gone
         let mut recovered = history.recover().unwrap();
         recovered.sort();
         assert_eq!(recovered, ["running", "waiting"]);
@@ -436,6 +466,15 @@ mod tests {
             ["running", "waiting", "done"].iter().map(|id| history.get(id).unwrap().unwrap().outcome).collect();
         assert_eq!(outcomes, [Some(Outcome::Interrupted), Some(Outcome::Interrupted), Some(Outcome::Error)]);
         assert_eq!(history.recover().unwrap(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_process_is_named_by_pid_and_start_time() {
+        let me = process_identity(std::process::id()).unwrap();
+        assert!(me.starts_with(&format!("{}:", std::process::id())), "{me}");
+        assert!(process_alive(&me));
+        assert!(!process_alive(&format!("{}:0", std::process::id())), "a reused pid is another process");
+        assert!(!process_alive("not a process"));
     }
 
     #[test]

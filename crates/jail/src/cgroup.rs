@@ -121,9 +121,12 @@ impl CgroupSupport {
                 with_leftovers += 1;
                 tracing::warn!(slot, "killing processes a crashed sandlot left in its cgroup");
             }
-            if group.drain().await {
+            // A crashed server's sandboxes are still being torn down by the kernel when its successor starts.
+            if group.drain(Duration::from_secs(10)).await {
                 for dir in &group.dirs {
-                    let _ = std::fs::remove_dir(dir);
+                    if let Err(e) = remove_empty_group(dir).await {
+                        tracing::warn!(dir = %dir.display(), "cannot remove a leftover cgroup: {e}");
+                    }
                 }
             }
         }
@@ -162,6 +165,20 @@ impl CgroupSupport {
             return Ok(Some(group));
         }
         Err(std::io::Error::other(format!("all {MAX_SLOTS} cgroup slots are busy")))
+    }
+}
+
+/// Removes an empty group, retrying while the kernel still counts exiting tasks in it (EBUSY).
+async fn remove_empty_group(dir: &Path) -> std::io::Result<()> {
+    let mut attempts = 0;
+    loop {
+        match std::fs::remove_dir(dir) {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && attempts < 100 => {
+                attempts += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            result => return result,
+        }
     }
 }
 
@@ -291,11 +308,16 @@ impl RunCgroup {
         found
     }
 
-    /// Kills what is left, retrying while the kernel finishes tearing processes down; false if some remain.
-    async fn drain(&self) -> bool {
-        for attempt in 0..50 {
+    /// Kills what is left, retrying while the kernel finishes tearing processes down, for at most `patience`;
+    /// false if some remain.
+    async fn drain(&self, patience: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + patience;
+        for attempt in 0.. {
             if !self.kill_all() {
                 return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
             }
             tokio::time::sleep(Duration::from_millis(if attempt < 10 { 2 } else { 20 })).await;
         }
@@ -304,7 +326,7 @@ impl RunCgroup {
 
     /// Kills what is left, then frees the slot.
     pub async fn release(self) {
-        if !self.drain().await {
+        if !self.drain(Duration::from_secs(1)).await {
             tracing::warn!(dirs = ?self.dirs, "processes are still in a run's cgroup; its slot stays taken");
             std::mem::forget(self); // keep the lock: nobody may reuse a group that still has processes
         }

@@ -5,7 +5,7 @@
 
 const $ = (id) => document.getElementById(id);
 const ui = {
-  keyForm: $("key-form"), key: $("api-key"), remember: $("remember"), language: $("language"),
+  keyForm: $("key-form"), key: $("api-key"), connect: $("connect"), remember: $("remember"), language: $("language"),
   conversation: $("conversation"), newConversation: $("new-conversation"), editor: $("editor"), gutter: $("gutter"),
   run: $("run"), stop: $("stop"), runStatus: $("run-status"), elapsed: $("elapsed"), connection: $("connection"),
   error: $("error"), summary: $("summary"), output: $("output"), files: $("files"), filesNote: $("files-note"),
@@ -16,7 +16,6 @@ const STARTERS = {
   python: `# Files written to the working directory (/data) stay with this conversation.
 import time
 
-print("Hello from Python!")
 values = [3, 7, 4, 9, 6]
 for i, v in enumerate(values):
     print(f"step {i}: {v}", flush=True)
@@ -66,7 +65,6 @@ const OUTCOMES = {
 };
 const IMAGE = /\.(png|jpe?g|gif|svg|webp)$/i;
 
-// ---------------------------------------------------------------------------------------------------------------
 // Storage: the key lives in sessionStorage (this tab), and in localStorage only when "remember" is ticked.
 
 const KEY = "sandlot.apiKey";
@@ -80,30 +78,31 @@ function saveKey() {
   else localStorage.removeItem(KEY);
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // The MCP client.
 
+// An HTTP status other than 2xx (401 wrong key, 429 locked out, 404 session gone, ...).
 class HttpError extends Error {
   constructor(status, message, retryAfter) {
     super(message);
     Object.assign(this, { status, retryAfter });
   }
 }
+// A JSON-RPC error response: { code, message, data }.
 class RpcError extends Error {
   constructor({ code, message, data }) {
     super(message);
     Object.assign(this, { code, data });
   }
 }
+// The server could not be reached, or a stream ended before the response.
 class LostConnection extends Error {}
 
-const mcp = { ready: null, session: null, protocol: "2025-06-18", nextId: 1, logging: false, key: null };
+const mcp = { ready: null, session: null, protocol: "2025-06-18", nextId: 1, logging: false, key: null, listener: null };
 
 function headers() {
-  const h = { "Content-Type": "application/json", Accept: "application/json, text/event-stream" };
-  h.Authorization = `Bearer ${mcp.key}`;
-  if (mcp.session) Object.assign(h, { "Mcp-Session-Id": mcp.session, "MCP-Protocol-Version": mcp.protocol });
-  return h;
+  const session = mcp.session ? { "Mcp-Session-Id": mcp.session, "MCP-Protocol-Version": mcp.protocol } : {};
+  const accept = "application/json, text/event-stream";
+  return { "Content-Type": "application/json", Accept: accept, Authorization: `Bearer ${mcp.key}`, ...session };
 }
 
 async function failure(response) {
@@ -187,8 +186,29 @@ async function initialize() {
   mcp.protocol = result.protocolVersion || mcp.protocol;
   await notify("notifications/initialized");
   // With logging on, the server sends output as log messages that tell stdout from stderr.
-  mcp.logging = await send("logging/setLevel", { level: "info" }).then(() => true, () => false);
+  const logging = await send("logging/setLevel", { level: "info" }).then(() => true, () => false);
+  mcp.logging = logging && (await openListener());
   return result;
+}
+
+// Log messages belong to no request, so the server (rmcp) sends them on the session's standalone stream,
+// GET /mcp, rather than on the response stream of the tools/call. Opens that stream and resolves once it is open
+// (true) or refused (false); when it ends, live output falls back to progress notifications.
+async function openListener() {
+  const listener = (mcp.listener = new AbortController());
+  let response;
+  try {
+    response = await fetch("/mcp", { headers: headers(), signal: listener.signal });
+  } catch {
+    return false;
+  }
+  if (!response.ok || !(response.headers.get("Content-Type") || "").includes("text/event-stream")) return false;
+  (async () => {
+    for await (const message of sseMessages(response.body)) if (current) onRunNotification(current, message);
+  })().catch(() => {}).finally(() => {
+    if (mcp.listener === listener) mcp.logging = false;
+  });
+  return true;
 }
 
 // One session per key, opened on first use; a failed attempt is forgotten so the next use tries again.
@@ -203,6 +223,7 @@ function connect() {
 }
 
 function closeSession() {
+  mcp.listener?.abort();
   if (mcp.session) {
     fetch("/mcp", { method: "DELETE", headers: headers(), keepalive: true }).catch(() => {});
   }
@@ -216,7 +237,7 @@ async function request(method, params, options) {
     return await send(method, params, options);
   } catch (error) {
     if (!(error instanceof HttpError && error.status === 404)) throw error;
-    Object.assign(mcp, { ready: null, session: null });
+    closeSession();
     await connect();
     return send(method, params, options);
   }
@@ -234,7 +255,6 @@ async function rest(path) {
   return response.json();
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // Messages a person understands.
 
 function describe(error) {
@@ -270,7 +290,6 @@ function setConnection(text, kind = "") {
   ui.connection.className = `connection ${kind}`;
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // Small DOM helpers.
 
 function el(tag, props = {}, ...children) {
@@ -293,13 +312,15 @@ function formatBytes(n) {
 
 const formatMs = (ms) => (ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(2)} s`);
 
-// "Python 3.11.2" from "Python 3.11.2", "bash 5.2.15" from "GNU bash, version 5.2.15(1)-release (...)".
+// "python 3.11.2" from "Python 3.11.2", "bash 5.2.15" from "GNU bash, version 5.2.15(1)-release (...)", but
+// "typescript (tsx v4.23.15)" when the version names another program.
 function runnerLabel({ language, version }) {
   const number = (version || "").match(/\d+(\.\d+)+/);
-  return number ? `${language} ${number[0]}` : language;
+  if (!number) return language;
+  const upToNumber = version.slice(0, number.index + number[0].length);
+  return upToNumber.toLowerCase().includes(language) ? `${language} ${number[0]}` : `${language} (${upToNumber})`;
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // The editor: a textarea with a line-number gutter. Tab indents (Shift+Tab outdents); after Escape, Tab moves the
 // focus on as usual, so keyboard users are never trapped. Enter keeps the current line's indentation.
 
@@ -365,7 +386,6 @@ function saveDraft() {
   store("drafts", JSON.stringify(drafts));
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // Languages, from sandbox.list_runners once connected.
 
 function fillLanguages(runners) {
@@ -398,7 +418,6 @@ async function connectAndLoad() {
   }
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // Conversation ids: letters, digits, '.', '_' and '-', starting with a letter or digit, at most 128.
 
 function freshConversation() {
@@ -415,7 +434,6 @@ function setConversation(id) {
   loadHistory();
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // Output.
 
 // Appends a chunk, merging it into the last span when the stream is the same; follows the end only when the
@@ -441,13 +459,13 @@ function showSummary(outcome, facts, explanation) {
   ui.summary.hidden = false;
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // Running code.
 
-let current = null; // the run in progress: { controller, id, started, sawLogs, stopping, timer }
+let current = null; // the run in progress (see runCode)
 
 function setRunning(running) {
   ui.run.disabled = running;
+  ui.connect.disabled = running; // a new session would cut the run's stream
   ui.stop.disabled = !running;
   ui.elapsed.textContent = "";
   if (running) ui.runStatus.textContent = "Running…";
@@ -456,20 +474,37 @@ function setRunning(running) {
 function onRunNotification(run, message) {
   const params = message.params || {};
   if (message.method === "notifications/message" && typeof params.data?.text === "string") {
-    run.sawLogs = true;
-    appendOutput(params.data.stream === "stderr" ? "stderr" : "stdout", params.data.text);
-  } else if (message.method === "notifications/progress" && !mcp.logging && !run.sawLogs) {
+    const stream = params.data.stream === "stderr" ? "stderr" : "stdout";
+    run.logged[stream] += params.data.text;
+    appendOutput(stream, params.data.text);
+  } else if (message.method === "notifications/progress" && !mcp.logging) {
     appendOutput("stdout", params.message || ""); // progress does not say which stream; fixed up at the end
   }
 }
 
 // The outcome, from the server when it says, else from the older fields.
-function outcomeOf(r, run) {
+function outcomeOf(r) {
   if (r.outcome) return r.outcome;
   if (r.busy) return "busy";
   if (r.timedOut) return "timeout";
-  if (run.stopping && r.exitCode === 130) return "cancelled";
   return r.success ? "ok" : "error";
+}
+
+// Makes the output whole once the result is in. Log messages travel apart from the result (see openListener), so
+// the last ones may not have arrived: what is missing of each stream is appended. When the live output cannot be
+// matched to the result (it came as progress, which does not tell the streams apart, or some was lost), the
+// output is shown again from the result: stdout, then stderr.
+function completeOutput(run, r) {
+  if (typeof r.stdout !== "string") { // no result from the server (a stopped run): keep what came live
+    if (!ui.output.firstChild) clearOutput("The program printed nothing.");
+    return;
+  }
+  const streams = ["stdout", "stderr"];
+  const matches = streams.every((s) => (r[s] || "").startsWith(run.logged[s]));
+  const live = run.logged.stdout || run.logged.stderr;
+  if (!(live && matches)) clearOutput();
+  for (const s of streams) appendOutput(s, (r[s] || "").slice(live && matches ? run.logged[s].length : 0));
+  if (!ui.output.firstChild) clearOutput("The program printed nothing.");
 }
 
 // Why the server did not run the code at all (busy, or no runner for the language), if it did not.
@@ -484,20 +519,14 @@ function refusal(r, outcome) {
 
 function showResult(run, result) {
   const r = result.structuredContent || {};
-  const outcome = outcomeOf(r, run);
+  const outcome = outcomeOf(r);
   const refused = refusal(r, outcome);
   if (refused) {
     showError(refused);
     ui.runStatus.textContent = "The run did not start.";
     return;
   }
-  if (!run.sawLogs && (r.stdout || r.stderr)) {
-    clearOutput();
-    appendOutput("stdout", r.stdout);
-    appendOutput("stderr", r.stderr);
-  } else if (!ui.output.querySelector("span:not(.placeholder)")) {
-    clearOutput("The program printed nothing.");
-  }
+  completeOutput(run, r);
   const [label, , explain] = OUTCOMES[outcome] || [outcome, "", () => ""];
   const facts = [
     r.exitCode != null && r.exitCode >= 0 && `exit ${r.exitCode}`,
@@ -519,7 +548,10 @@ function haveKey() {
 
 async function runCode() {
   if (current || !haveKey() || !ui.conversation.reportValidity()) return;
-  const run = { controller: new AbortController(), id: null, started: performance.now(), sawLogs: false, stopping: false };
+  const run = {
+    controller: new AbortController(), id: null, started: performance.now(), stopping: false,
+    logged: { stdout: "", stderr: "" }, // live output received as log messages, by stream
+  };
   current = run;
   setRunning(true);
   ui.error.hidden = true;
@@ -568,7 +600,6 @@ async function stopRun() {
   await notify("notifications/cancelled", { requestId: run.id, reason: "stopped by user" }).catch(() => run.controller.abort());
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // Files of the conversation, as the last run listed them.
 
 function renderFiles(files, truncated) {
@@ -576,14 +607,19 @@ function renderFiles(files, truncated) {
     el("a", { href: f.url, download: f.name.split("/").pop() }, f.name),
     el("span", { className: "size" }, formatBytes(f.size)))));
   ui.previews.replaceChildren(...files.filter((f) => IMAGE.test(f.name)).map((f) => el("figure", {},
-    el("img", { src: f.url, alt: `Preview of ${f.name}` }),
+    preview(f),
     el("figcaption", {}, f.name))));
   ui.filesNote.textContent = files.length
     ? `${files.length} file${files.length === 1 ? "" : "s"} in /data${truncated ? " (more not listed)" : ""}.`
     : "No files in /data yet.";
 }
 
-// ---------------------------------------------------------------------------------------------------------------
+function preview(file) {
+  const img = el("img", { src: file.url, alt: `Preview of ${file.name}` });
+  img.addEventListener("load", () => img.classList.toggle("small", img.naturalWidth < 96 && img.naturalHeight < 96));
+  return img;
+}
+
 // History: the conversation's runs, newest first; a run can be reopened into the editor.
 
 let reopened = null; // id of the run shown from history
@@ -625,7 +661,10 @@ async function reopen(id) {
     }
     ui.language.value = run.language;
     store("language", run.language);
-    if (typeof run.code === "string") setCode(run.code);
+    if (typeof run.code === "string") {
+      setCode(run.code);
+      saveDraft();
+    }
     const outcome = run.state === "finished" ? run.outcome : run.state;
     const facts = [run.exitCode != null && `exit ${run.exitCode}`, run.durationMs != null && formatMs(run.durationMs)];
     const codeNote = typeof run.code === "string" ? "Its code is in the editor." : "This server does not keep code, so the editor is unchanged.";
@@ -639,7 +678,6 @@ async function reopen(id) {
   }
 }
 
-// ---------------------------------------------------------------------------------------------------------------
 // Wiring.
 
 function start() {
@@ -647,7 +685,7 @@ function start() {
   ui.remember.checked = remembered !== null;
   ui.key.value = remembered ?? sessionStorage.getItem(KEY) ?? "";
   fillLanguages(DEFAULT_LANGUAGES);
-  setCode(drafts[ui.language.value] ?? STARTERS[ui.language.value] ?? "");
+  changeLanguage();
   setConversation(stored("conversation") || freshConversation());
 
   ui.keyForm.addEventListener("submit", (event) => {

@@ -1,0 +1,65 @@
+"""Restart safety: `kill -9` of the server in the middle of a run, then a new server on the same root. The run is
+in the history as interrupted, and nothing of it is left: no process, no cgroup."""
+
+import glob
+import os
+import signal
+import threading
+import time
+
+import httpx
+
+from conftest import start_server
+from test_cancellation import SLEEPER, wait_for_sandbox
+from test_run_history import call
+from test_shutdown import sandbox_processes
+
+
+def cgroup_slots():
+    """sandlot's cgroup slot directories, in every hierarchy (v1 or v2)."""
+    return glob.glob("/sys/fs/cgroup/sandlot/slot-*") + glob.glob("/sys/fs/cgroup/*/sandlot/slot-*")
+
+
+def test_a_run_killed_with_its_server_is_interrupted_and_cleaned_up(root):
+    first = start_server(root, {})
+    server = next(first)
+    arguments = {"conversationId": "crash", "language": "python", "code": SLEEPER, "timeoutSeconds": 120}
+    threading.Thread(target=lambda: _ignore_errors(call, server, arguments), daemon=True).start()
+    wait_for_sandbox()
+    deadline = time.monotonic() + 10
+    while True:
+        runs = httpx.get(f"{server.base_url}/v1/runs", params={"conversationId": "crash"}, headers=server.auth)
+        if [r["state"] for r in runs.json()["runs"]] == ["running"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    [run] = runs.json()["runs"]
+    assert run["state"] == "running"
+    assert cgroup_slots(), "the run should hold a cgroup slot"
+
+    os.kill(server.process.pid, signal.SIGKILL)
+    server.process.wait(10)
+
+    second = start_server(root, {})
+    restarted = next(second)
+    try:
+        record = httpx.get(f"{restarted.base_url}/v1/runs/{run['id']}", headers=restarted.auth).json()
+        assert (record["state"], record["outcome"]) == ("finished", "interrupted")
+        assert record["error"] == "the server stopped while the run was in flight"
+        deadline = time.monotonic() + 5
+        while sandbox_processes() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sandbox_processes() == []
+        assert cgroup_slots() == [], "the crashed run's cgroup slot should have been removed at the restart"
+        # The restarted server serves as usual.
+        again = call(restarted, {"conversationId": "crash", "language": "bash", "code": "echo fine"})
+        assert (again["stdout"], again["outcome"]) == ("fine\n", "ok")
+    finally:
+        for generator in (first, second):
+            next(generator, None)  # runs start_server's clean-up (terminate and wait)
+
+
+def _ignore_errors(function, *args):
+    try:
+        function(*args)
+    except Exception:  # the server is killed under this call on purpose
+        pass
