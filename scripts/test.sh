@@ -3,7 +3,8 @@
 #
 # On a fresh Debian 12 machine it installs what the tests need (apt: bubblewrap hyperfine iproute2 procps, docker.io
 # and debootstrap, then starts dockerd and builds the runner images with scripts/build-runners.sh;
-# npm: tsx, the TypeScript runner for Node 20; PyPI: the official MCP SDK for the end-to-end tests), makes sure
+# chromium for the playground's browser test; npm: tsx, the TypeScript runner for Node 20, and playwright-core;
+# PyPI: the official MCP SDK for the end-to-end tests), makes sure
 # cargo-nextest is there, then runs cargo fmt --check, cargo clippy -D warnings, cargo nextest run (profile "ci",
 # .config/nextest.toml) and the end-to-end tests (pytest tests/e2e: real MCP clients against the real binary).
 # The jail's tests need root (cgroups, a dedicated sandbox uid, user namespaces): they fail, not skip, without it,
@@ -100,6 +101,10 @@ python_env .venv-e2e2 2.3.0 httpx2
 command -v npm >/dev/null || apt_install npm
 (cd tests/e2e/ts && npm ci --silent --no-audit --no-fund)
 
+step "browser for the playground test (Debian's chromium, driven by playwright-core from npm; no browser download)"
+[[ -x /usr/bin/chromium ]] || apt_install chromium
+(cd tests/e2e/browser && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --silent --no-audit --no-fund)
+
 step "Docker engine and runner images (the Docker backend's tests)"
 missing=()
 for package in docker.io debootstrap; do
@@ -135,5 +140,7 @@ cargo build --quiet --bin sandlot
 .venv-e2e/bin/python -m pytest -q tests/e2e/python_v1
 .venv-e2e2/bin/python -m pytest -q tests/e2e/python_v2
 (cd tests/e2e/ts && node --test)
+step "the playground in headless Chromium (screenshots: tests/e2e/browser/artifacts/)"
+(cd tests/e2e/browser && node --test)
 
 step "all checks passed"

@@ -1,5 +1,6 @@
 //! The HTTP face: `fn app(state) -> Router` with `/mcp` (Streamable HTTP), the legacy SSE pair, `/mcp/events`,
-//! the run history at `/v1/runs`, signed `/files` downloads and `/healthz`, behind bearer-token authentication
+//! the run history at `/v1/runs`, the playground at `/`, signed `/files` downloads and `/healthz`, behind
+//! bearer-token authentication
 //! where the contract asks for it.
 
 mod auth;
@@ -10,6 +11,7 @@ mod jsonrpc;
 mod legacy_sse;
 mod mcp_endpoint;
 mod origin;
+mod playground;
 mod request_log;
 mod rest_error;
 mod runs;
@@ -47,8 +49,9 @@ impl HttpOptions {
     }
 }
 
-/// The whole HTTP app. The MCP endpoints need the bearer token; `/files` (signed URLs), `/healthz` and the OAuth
-/// discovery probes (answered 404 at once: sandlot does not do OAuth) do not. Every route checks `Host` and
+/// The whole HTTP app. The MCP endpoints and `/v1/runs` need the bearer token; the playground page, `/files`
+/// (signed URLs), `/healthz` and the OAuth discovery probes (answered 404 at once: sandlot does not do OAuth) do
+/// not. Every route checks `Host` and
 /// `Origin`; CORS lets browser clients on allowed origins call the MCP endpoints.
 pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Router {
     let HttpOptions { allowed_hosts, session_idle, max_sessions } = options;
@@ -96,6 +99,9 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
         .layer(axum::middleware::from_fn_with_state(token, auth::require_bearer));
     Router::new()
         .merge(protected)
+        .route("/", get(playground::index))
+        .route("/assets/playground.css", get(playground::css))
+        .route("/assets/playground.js", get(playground::js))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/files/{conversation_id}/{*path}", get(files::download))
         .route("/.well-known/{*probe}", any(not_found))
