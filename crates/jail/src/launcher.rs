@@ -21,6 +21,9 @@ use tokio::net::unix::pipe;
 
 use crate::{Error, INIT_SUBCOMMAND, Result};
 
+/// Held while an init is spawned with an inheritable report pipe (see [`InitProcess::exec`]).
+static SPAWN_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// An init forked before the process started any thread, waiting for its spec.
 #[derive(Debug)]
 pub struct Prefork {
@@ -88,9 +91,19 @@ fn receiver(reader: PipeReader) -> std::io::Result<pipe::Receiver> {
 
 impl InitProcess {
     /// Starts `program __jail-init <report fd>`.
+    ///
+    /// The child inherits the report pipe's write end because that one descriptor is made inheritable just for the
+    /// spawn, under [`SPAWN_LOCK`], so no other init spawned at the same moment inherits it too. That keeps the
+    /// command free of a `pre_exec` hook, so the standard library starts it with `posix_spawn` (a vfork that shares
+    /// the server's memory) rather than `fork`, which would copy the page tables of the whole server for each run.
     pub fn exec(program: &Path) -> Result<(Self, InitPipes)> {
+        let _spawning = SPAWN_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let (report_reader, report_writer) = std::io::pipe().map_err(|e| Error::io("create report pipe", e))?;
         let report_fd = report_writer.as_raw_fd();
+        // SAFETY: fcntl on a descriptor this function owns; it only clears its close-on-exec flag.
+        if unsafe { libc::fcntl(report_fd, libc::F_SETFD, 0) } < 0 {
+            return Err(Error::io("make the report pipe inheritable", std::io::Error::last_os_error()));
+        }
         let mut command = tokio::process::Command::new(program);
         command
             .arg(INIT_SUBCOMMAND)
@@ -100,18 +113,9 @@ impl InitProcess {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        // SAFETY: the closure runs between fork and exec and only calls fcntl, which is async-signal-safe; it
-        // clears close-on-exec on the report pipe in this child alone.
-        unsafe {
-            command.pre_exec(move || {
-                if libc::fcntl(report_fd, libc::F_SETFD, 0) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
         let mut child = command.spawn().map_err(|e| Error::io(format!("start {}", program.display()), e))?;
         drop(report_writer);
+        drop(_spawning);
         let (Some(stdin), Some(stdout), Some(stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
             return Err(Error::io("take init pipes", std::io::ErrorKind::BrokenPipe.into()));
