@@ -4,10 +4,12 @@ The binary is $SANDLOT_BIN, or the debug build under target/. These tests start 
 jail's own tests; scripts/test.sh runs them as root after the Rust tests (which build the binary).
 """
 
+import json
 import os
 import pathlib
 import socket
 import subprocess
+import threading
 import time
 
 import httpx
@@ -95,3 +97,36 @@ def start_server(root, extra_env):
     yield Server(base, token, secret, root, process)
     process.terminate()
     process.wait(timeout=15)
+
+
+class RunEvents:
+    """A listener on `GET /mcp/events?conversationId=`, in a thread, collecting the JSON-RPC notifications of one
+    conversation until the first run_finished. `start()` returns once the stream is open; `wait()` returns them."""
+
+    def __init__(self, server, conversation):
+        self.url = f"{server.base_url}/mcp/events?conversationId={conversation}"
+        self.headers = server.auth
+        self.events, self.content_type = [], None
+        self._open = threading.Event()
+        self._thread = threading.Thread(target=self._listen, daemon=True)
+
+    def _listen(self):
+        with httpx.stream("GET", self.url, headers=self.headers, timeout=30) as response:
+            self.content_type = response.headers.get("content-type", "") if response.status_code == 200 else None
+            self._open.set()
+            for line in response.iter_lines():
+                if line.startswith("data: "):
+                    self.events.append(json.loads(line[6:]))
+                    if self.events[-1]["method"] == "notifications/sandlot/run_finished":
+                        return
+
+    def start(self):
+        self._thread.start()
+        assert self._open.wait(10), "the event stream did not open"
+        assert self.content_type is not None and self.content_type.startswith("text/event-stream")
+        time.sleep(0.2)  # the subscription is taken as the response starts; give it a moment
+        return self
+
+    def wait(self, timeout=20):
+        self._thread.join(timeout)
+        return self.events

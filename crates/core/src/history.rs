@@ -5,6 +5,7 @@
 //! never mark each other's live runs.
 //! Code is kept only when asked (`SANDLOT_STORE_CODE`); its size and SHA-256 always are.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -179,6 +180,13 @@ impl History {
     /// Opens (creating it if needed) the database at `path`; `store_code` keeps each run's source.
     pub fn open(path: impl Into<PathBuf>, store_code: bool) -> Result<Self> {
         let path = path.into();
+        // The history names callers and may hold their code: only the server's user may read it. SQLite gives the
+        // -wal and -shm files the database file's mode.
+        if let Err(e) = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path)
+            && e.kind() != std::io::ErrorKind::AlreadyExists
+        {
+            return Err(Error::History { message: format!("cannot create {}: {e}", path.display()) });
+        }
         let connection = Connection::open(&path).map_err(|e| database_error(&path, "open", e))?;
         connection
             .execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000;")
@@ -420,6 +428,19 @@ mod tests {
                 truncated: false,
             }
         );
+    }
+
+    #[test]
+    fn only_the_owner_may_read_the_database() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let history = History::open(dir.path().join("sandlot.db"), false).unwrap();
+        let conversation = ConversationId::parse("c").unwrap();
+        history.queued(&new_run("r", &conversation, "x")).unwrap();
+        for name in ["sandlot.db", "sandlot.db-wal"] {
+            let mode = std::fs::metadata(dir.path().join(name)).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{name}");
+        }
     }
 
     #[test]

@@ -6,7 +6,6 @@ closed."""
 import json
 import socket
 import subprocess
-import threading
 import time
 
 import anyio
@@ -16,7 +15,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 
-from conftest import sandlot_binary
+from conftest import RunEvents, sandlot_binary
 from test_shutdown import sandbox_processes
 
 # A run that leaves a child behind and sleeps: the whole tree must go.
@@ -25,20 +24,7 @@ SLEEPER = "import subprocess, time\nsubprocess.Popen(['sleep', '300'])\ntime.sle
 
 @pytest.mark.anyio
 async def test_a_cancelled_call_kills_its_run(server):
-    events, connected = [], threading.Event()
-
-    def listen():
-        with httpx.stream("GET", f"{server.base_url}/mcp/events?conversationId=cancel", headers=server.auth, timeout=30) as response:
-            connected.set()
-            for line in response.iter_lines():
-                if line.startswith("data: "):
-                    events.append(json.loads(line[6:]))
-                    if events[-1]["method"] == "notifications/sandlot/run_finished":
-                        return
-
-    listener = threading.Thread(target=listen, daemon=True)
-    listener.start()
-    assert connected.wait(10)
+    listener = RunEvents(server, "cancel").start()
     code = SLEEPER
     async with streamablehttp_client(server.mcp_url, headers=server.auth) as (read, write, _):
         async with ClientSession(read, write) as session:
@@ -59,7 +45,7 @@ async def test_a_cancelled_call_kills_its_run(server):
                 group.cancel_scope.cancel()
     assert sandbox_processes() == []
     assert gone_after < 1.0, f"the run's processes were gone only after {gone_after:.2f} s"
-    listener.join(10)
+    events = listener.wait(10)
     assert [e["method"] for e in events] == ["notifications/sandlot/run_started", "notifications/sandlot/run_finished"]
     assert events[1]["params"]["termination"] == {"kind": "cancelled"}
     assert history_outcomes(server, "cancel") == ["cancelled"]

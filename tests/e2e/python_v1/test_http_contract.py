@@ -7,6 +7,8 @@ import urllib.parse
 
 import httpx
 
+from conftest import RunEvents
+
 
 def rpc(server, method, params=None, headers=None, request_id=1):
     body = {"jsonrpc": "2.0", "id": request_id, "method": method}
@@ -85,30 +87,10 @@ def test_authentication_failures(server):
 
 
 def test_run_events_stream_for_one_conversation(server):
-    import threading
-
-    seen = []
-    ready = threading.Event()
-
-    def listen():
-        with httpx.stream("GET", f"{server.base_url}/mcp/events?conversationId=ev", headers=server.auth, timeout=30) as response:
-            assert response.status_code == 200
-            assert response.headers["content-type"].startswith("text/event-stream")
-            ready.set()
-            for line in response.iter_lines():
-                if line.startswith("data: "):
-                    seen.append(json.loads(line[6:]))
-                    if seen[-1]["method"] == "notifications/sandlot/run_finished":
-                        return
-
-    listener = threading.Thread(target=listen, daemon=True)
-    listener.start()
-    assert ready.wait(10)
-    import time
-    time.sleep(0.2)  # the subscription is taken when the response starts; give it a moment
+    listener = RunEvents(server, "ev").start()
     run_code(server, conversationId="other", language="bash", code="true")
     run_code(server, conversationId="ev", language="bash", code="exit 3")
-    listener.join(20)
+    seen = listener.wait()
     assert [e["method"] for e in seen] == ["notifications/sandlot/run_started", "notifications/sandlot/run_finished"]
     started, finished = (e["params"] for e in seen)
     assert (started["conversationId"], started["language"]) == ("ev", "bash")

@@ -4,7 +4,6 @@ caller, metadata, code hash and outcome."""
 
 import hashlib
 import json
-import threading
 import time
 
 import httpx
@@ -13,7 +12,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 from pydantic import AnyUrl
 
-from conftest import start_server
+from conftest import RunEvents, start_server
 
 CODE = ("import sys, time\nfor i in range(5):\n    print('out', i, flush=True)\n    print('err', i, file=sys.stderr, "
         "flush=True)\n    time.sleep(0.1)\n")
@@ -64,23 +63,9 @@ async def test_a_warning_level_lets_only_stderr_through(server):
 
 
 def test_events_carry_the_output_between_start_and_finish(server):
-    events, connected = [], threading.Event()
-
-    def listen():
-        url = f"{server.base_url}/mcp/events?conversationId=events-output"
-        with httpx.stream("GET", url, headers=server.auth, timeout=30) as response:
-            connected.set()
-            for line in response.iter_lines():
-                if line.startswith("data: "):
-                    events.append(json.loads(line[6:]))
-                    if events[-1]["method"] == "notifications/sandlot/run_finished":
-                        return
-
-    listener = threading.Thread(target=listen, daemon=True)
-    listener.start()
-    assert connected.wait(10)
+    listener = RunEvents(server, "events-output").start()
     result = call(server, {"conversationId": "events-output", "language": "python", "code": CODE})
-    listener.join(10)
+    events = listener.wait(10)
     methods = [e["method"] for e in events]
     assert methods[0] == "notifications/sandlot/run_started" and methods[-1] == "notifications/sandlot/run_finished"
     output = [e["params"] for e in events[1:-1]]
