@@ -102,7 +102,8 @@ def main():
             for _ in range(args.rounds):
                 took, samples, failed = run_threads(
                     2, args.calls // args.rounds, lambda: spawn_and_wait([PYTHON, "-c", "print(1)"], {}))
-                base_wall, base_latencies, base_errors = base_wall + took, base_latencies + samples, base_errors + failed
+                base_wall, base_latencies = base_wall + took, base_latencies + samples
+                base_errors = base_errors + failed
                 took, samples, failed = asyncio.run(run_clients(port, token, args.clients, args.calls // args.rounds))
                 wall, latencies, errors = wall + took, latencies + samples, errors + failed
             rss = peak_rss_mib(server.pid)

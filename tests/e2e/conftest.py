@@ -130,3 +130,16 @@ class RunEvents:
     def wait(self, timeout=20):
         self._thread.join(timeout)
         return self.events
+
+
+def call(server, arguments):
+    """tools/call run_code over stateless Streamable HTTP; returns the structured result."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "sandbox.run_code", "arguments": arguments}}
+    response = httpx.post(server.mcp_url, json=body, timeout=60,
+                          headers={**server.auth, "Accept": "application/json, text/event-stream"})
+    assert response.status_code == 200, response.text
+    text = response.text
+    if response.headers["content-type"].startswith("text/event-stream"):
+        text = [line[6:] for line in text.splitlines() if line.startswith("data: ") and '"result"' in line][-1]
+    return json.loads(text)["result"]["structuredContent"]

@@ -9,9 +9,8 @@ import time
 
 import httpx
 
-from conftest import start_server
+from conftest import call, start_server
 from test_cancellation import SLEEPER, wait_for_sandbox
-from test_run_history import call
 from test_shutdown import sandbox_processes
 
 

@@ -11,8 +11,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 
-from conftest import start_server
-from test_run_history import call
+from conftest import call, start_server
 
 LIMIT = 2
 

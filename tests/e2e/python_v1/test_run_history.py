@@ -12,7 +12,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 from pydantic import AnyUrl
 
-from conftest import RunEvents, start_server
+from conftest import RunEvents, call, start_server
 
 CODE = ("import sys, time\nfor i in range(5):\n    print('out', i, flush=True)\n    print('err', i, file=sys.stderr, "
         "flush=True)\n    time.sleep(0.1)\n")
@@ -75,19 +75,6 @@ def test_events_carry_the_output_between_start_and_finish(server):
     assert [o["seq"] for o in output] == list(range(len(output)))
     assert "".join(o["data"] for o in output if o["stream"] == "stdout") == result["stdout"]
     assert "".join(o["data"] for o in output if o["stream"] == "stderr") == result["stderr"]
-
-
-def call(server, arguments):
-    """tools/call run_code over stateless Streamable HTTP; returns the structured result."""
-    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": "sandbox.run_code", "arguments": arguments}}
-    response = httpx.post(server.mcp_url, json=body, timeout=60,
-                          headers={**server.auth, "Accept": "application/json, text/event-stream"})
-    assert response.status_code == 200, response.text
-    text = response.text
-    if response.headers["content-type"].startswith("text/event-stream"):
-        text = [line[6:] for line in text.splitlines() if line.startswith("data: ") and '"result"' in line][-1]
-    return json.loads(text)["result"]["structuredContent"]
 
 
 def test_the_history_records_each_run_with_caller_metadata_and_outcome(server):
