@@ -8,10 +8,9 @@ Usage: bench_docker.py SANDLOT [--runs N]   (root; dockerd running; runner image
 import argparse
 import os
 import shutil
-import statistics
 import tempfile
 
-from benchlib import Connection, free_port, percentile, round_robin, spawn_and_wait, start_server
+from benchlib import Connection, free_port, print_latency_table, round_robin, spawn_and_wait, start_server
 
 
 def main():
@@ -41,13 +40,8 @@ def main():
             ("sandlot run (native)", lambda: spawn_and_wait([sandlot, "run", "-l", "python", "--root", os.path.join(work, "native"), code_file], native_env)),
         ]
         samples = round_robin(rows, args.runs, 3)
-        base50 = percentile(samples["docker run --rm -i"], 50)
         print(f"print(1), {args.runs} runs each, round-robin")
-        print(f"{'command':<24} {'p50 ms':>8} {'p95 ms':>8} {'mean ms':>8} {'p50/docker run':>15}")
-        for name, _ in rows:
-            s = samples[name]
-            p50 = percentile(s, 50)
-            print(f"{name:<24} {p50:8.2f} {percentile(s, 95):8.2f} {statistics.fmean(s):8.2f} {p50 / base50:15.2f}")
+        print_latency_table(samples, [name for name, _ in rows], "docker run --rm -i", "docker run")
     finally:
         server.terminate()
         server.wait(timeout=20)

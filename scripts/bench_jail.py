@@ -11,13 +11,12 @@ Usage: bench_jail.py SANDLOT [OTHER_SANDLOT] [--runs N]   (OTHER_SANDLOT: a seco
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-from benchlib import percentile, round_robin, spawn_and_wait
+from benchlib import print_latency_table, round_robin, spawn_and_wait
 
 PYTHON = "/usr/bin/python3"
 CODE = "print(1)"
@@ -60,14 +59,8 @@ def main():
     rows = [(name, lambda argv=argv: spawn_and_wait(argv, env)) for name, argv in commands]
     samples = round_robin(rows, args.runs, args.warmup)
 
-    bare50 = percentile(samples["bare python3"], 50)
-    bare95 = percentile(samples["bare python3"], 95)
     print(f"python3 -c 'print(1)' start-up, {args.runs} runs each, round-robin; interpreter {PYTHON}")
-    print(f"{'command':<22} {'p50 ms':>8} {'p95 ms':>8} {'mean ms':>8} {'p50/bare':>9} {'p95/bare':>9}")
-    for name, _ in commands:
-        s = samples[name]
-        p50, p95 = percentile(s, 50), percentile(s, 95)
-        print(f"{name:<22} {p50:8.2f} {p95:8.2f} {statistics.fmean(s):8.2f} {p50 / bare50:9.2f} {p95 / bare95:9.2f}")
+    print_latency_table(samples, [name for name, _ in commands], "bare python3", "bare")
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -9,11 +9,10 @@ import argparse
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import tempfile
 
-from benchlib import Connection, free_port, percentile, round_robin, spawn_and_wait, start_server
+from benchlib import Connection, free_port, print_latency_table, round_robin, spawn_and_wait, start_server
 
 PYTHON = "/usr/bin/python3"
 
@@ -57,13 +56,8 @@ def main():
             ("tools/call over HTTP", connection.run_code_ms),
         ]
         samples = round_robin(rows, args.runs, 10)
-        bare50, bare95 = percentile(samples["bare python3"], 50), percentile(samples["bare python3"], 95)
         print(f"python3 -c 'print(1)', {args.runs} runs each, round-robin; interpreter {PYTHON}")
-        print(f"{'command':<24} {'p50 ms':>8} {'p95 ms':>8} {'mean ms':>8} {'p50/bare':>9} {'p95/bare':>9}")
-        for name, _ in rows:
-            s = samples[name]
-            p50, p95 = percentile(s, 50), percentile(s, 95)
-            print(f"{name:<24} {p50:8.2f} {p95:8.2f} {statistics.fmean(s):8.2f} {p50 / bare50:9.2f} {p95 / bare95:9.2f}")
+        print_latency_table(samples, [name for name, _ in rows], "bare python3", "bare")
         print()
         print(f"tools/list, stateless POST /mcp, wrk -t2, {args.seconds} s each (client and server share the 2 cores)")
         print(f"{'connections':<12} {'req/s':>10} {'non-2xx':>8}")

@@ -71,6 +71,23 @@ impl RunOutcome {
         }
     }
 
+    /// The outcome of a program that ended this way, with what was kept of its two streams.
+    pub fn from_streams(
+        termination: Termination,
+        stdout: crate::CapturedStream,
+        stderr: crate::CapturedStream,
+        duration: Duration,
+    ) -> Self {
+        Self {
+            termination,
+            stdout_truncated: stdout.truncated(),
+            stderr_truncated: stderr.truncated(),
+            stdout: stdout.into_text(),
+            stderr: stderr.into_text(),
+            duration,
+        }
+    }
+
     /// True only for exit code 0.
     pub fn success(&self) -> bool {
         self.termination == Termination::Exited { code: 0 }

@@ -264,14 +264,7 @@ impl Backend for DockerBackend {
             Ending::Exited(code) if code > 128 && code < 160 => Termination::Signaled { signal: (code - 128) as i32 },
             Ending::Exited(code) => Termination::Exited { code: code as i32 },
         };
-        Ok(RunOutcome {
-            termination,
-            stdout_truncated: stdout.truncated(),
-            stderr_truncated: stderr.truncated(),
-            stdout: stdout.into_text(),
-            stderr: stderr.into_text(),
-            duration: started.elapsed(),
-        })
+        Ok(RunOutcome::from_streams(termination, stdout, stderr, started.elapsed()))
     }
 }
 

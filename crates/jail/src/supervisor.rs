@@ -238,14 +238,7 @@ impl Backend for JailBackend {
                 }
             }
         };
-        Ok(RunOutcome {
-            termination,
-            stdout_truncated: stdout.truncated(),
-            stderr_truncated: stderr.truncated(),
-            stdout: stdout.into_text(),
-            stderr: stderr.into_text(),
-            duration,
-        })
+        Ok(RunOutcome::from_streams(termination, stdout, stderr, duration))
     }
 }
 

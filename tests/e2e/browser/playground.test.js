@@ -10,15 +10,12 @@
 
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
-import { createServer } from "node:net";
+import { mkdirSync, rmSync } from "node:fs";
+import { join } from "node:path";
 import { chromium } from "playwright-core";
+import { startSandlot } from "../sandlot-server.mjs";
 
 const here = import.meta.dirname;
-const repo = resolve(here, "../../..");
 const artifacts = join(here, "artifacts");
 const token = "browser-token-" + Math.random().toString(16).slice(2);
 let server;
@@ -55,55 +52,16 @@ for i in range(600):
     time.sleep(0.1)
 `;
 
-function binary() {
-  if (process.env.SANDLOT_BIN) return process.env.SANDLOT_BIN;
-  const target = join(repo, "target");
-  for (const dir of readdirSync(target)) {
-    const candidate = join(target, dir, "debug", "sandlot");
-    if (existsSync(candidate)) return candidate;
-  }
-  throw new Error("no sandlot binary: run cargo build first or set SANDLOT_BIN");
-}
-
-function freePort() {
-  return new Promise((done) => {
-    const probe = createServer().listen(0, "127.0.0.1", () => {
-      const { port } = probe.address();
-      probe.close(() => done(port));
-    });
-  });
-}
-
-async function startSandlot() {
-  const port = await freePort();
-  root = mkdtempSync(join(tmpdir(), "sandlot-browser-"));
-  base = `http://127.0.0.1:${port}`;
-  server = spawn(binary(), ["serve"], {
-    env: {
-      ...process.env,
-      MCP_API_TOKEN: token,
-      SANDBOX_ROOT: root,
-      MCP_HTTP_ADDR: `127.0.0.1:${port}`,
-      SANDLOT_STORE_CODE: "true",
-      SANDLOT_LOG: "warn",
-    },
-    stdio: ["ignore", "ignore", "inherit"],
-  });
-  for (let i = 0; i < 300; i++) {
-    try {
-      if ((await fetch(`${base}/healthz`)).ok) return;
-    } catch {}
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error("sandlot serve did not start");
-}
-
 const text = (selector) => page.locator(selector).innerText();
 
 before(async () => {
   assert.equal(process.getuid(), 0, "the browser test starts sandboxes and needs root");
   mkdirSync(artifacts, { recursive: true });
-  await startSandlot();
+  ({ process: server, base, root } = await startSandlot({
+    token,
+    rootPrefix: "sandlot-browser-",
+    env: { SANDLOT_STORE_CODE: "true" },
+  }));
   browser = await chromium.launch({ executablePath: process.env.CHROMIUM_BIN || "/usr/bin/chromium" });
   page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
   page.setDefaultTimeout(20_000);

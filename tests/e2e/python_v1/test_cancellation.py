@@ -69,10 +69,14 @@ def wait_for_sandbox(count=2):
     assert len(sandbox_processes()) >= count, "the run and its child did not start"
 
 
-def seconds_until_no_sandbox(since):
+def assert_cancelled_within_a_second(server, conversation, since):
+    """No process of the run is left a second after `since`, and the history says the run was cancelled."""
     while sandbox_processes() and time.monotonic() - since < 5:
         time.sleep(0.02)
-    return time.monotonic() - since
+    gone_after = time.monotonic() - since
+    assert sandbox_processes() == []
+    assert gone_after < 1.0, f"the run's processes were gone only after {gone_after:.2f} s"
+    assert history_outcomes(server, conversation) == ["cancelled"]
 
 
 def run_code_request(conversation):
@@ -91,10 +95,7 @@ def test_a_dropped_http_request_cancels_its_run(server):
             .encode() + body)
         wait_for_sandbox()
         dropped_at = time.monotonic()
-    gone_after = seconds_until_no_sandbox(dropped_at)
-    assert sandbox_processes() == []
-    assert gone_after < 1.0, f"the run's processes were gone only after {gone_after:.2f} s"
-    assert history_outcomes(server, "dropped-http") == ["cancelled"]
+    assert_cancelled_within_a_second(server, "dropped-http", dropped_at)
 
 
 def test_a_closed_legacy_sse_stream_cancels_its_run(server):
@@ -110,10 +111,7 @@ def test_a_closed_legacy_sse_stream_cancels_its_run(server):
             assert post(run_code_request("dropped-sse")).status_code == 202
             wait_for_sandbox()
             closed_at = time.monotonic()
-    gone_after = seconds_until_no_sandbox(closed_at)
-    assert sandbox_processes() == []
-    assert gone_after < 1.0, f"the run's processes were gone only after {gone_after:.2f} s"
-    assert history_outcomes(server, "dropped-sse") == ["cancelled"]
+    assert_cancelled_within_a_second(server, "dropped-sse", closed_at)
 
 
 def test_closing_stdin_of_sandlot_stdio_cancels_its_run(server):
@@ -131,12 +129,9 @@ def test_closing_stdin_of_sandlot_stdio_cancels_its_run(server):
     wait_for_sandbox()
     closed_at = time.monotonic()
     process.stdin.close()
-    gone_after = seconds_until_no_sandbox(closed_at)
-    assert process.wait(10) == 0
-    assert sandbox_processes() == []
-    assert gone_after < 1.0, f"the run's processes were gone only after {gone_after:.2f} s"
     # The stdio server shares the root, hence the history, with `server`.
-    assert history_outcomes(server, "dropped-stdio") == ["cancelled"]
+    assert_cancelled_within_a_second(server, "dropped-stdio", closed_at)
+    assert process.wait(10) == 0
     runs = httpx.get(f"{server.base_url}/v1/runs", params={"conversationId": "dropped-stdio"}, headers=server.auth)
     assert runs.json()["runs"][0]["caller"] == "stdio"
 

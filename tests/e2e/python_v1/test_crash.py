@@ -4,12 +4,11 @@ in the history as interrupted, and nothing of it is left: no process, no cgroup.
 import glob
 import os
 import signal
-import threading
 import time
 
 import httpx
 
-from conftest import call, start_server
+from conftest import call, call_in_background, start_server
 from test_cancellation import SLEEPER, wait_for_sandbox
 from test_shutdown import sandbox_processes
 
@@ -23,7 +22,7 @@ def test_a_run_killed_with_its_server_is_interrupted_and_cleaned_up(root):
     first = start_server(root, {})
     server = next(first)
     arguments = {"conversationId": "crash", "language": "python", "code": SLEEPER, "timeoutSeconds": 120}
-    threading.Thread(target=lambda: _ignore_errors(call, server, arguments), daemon=True).start()
+    call_in_background(server, arguments)
     wait_for_sandbox()
     deadline = time.monotonic() + 10
     while True:
@@ -55,10 +54,3 @@ def test_a_run_killed_with_its_server_is_interrupted_and_cleaned_up(root):
     finally:
         for generator in (first, second):
             next(generator, None)  # runs start_server's clean-up (terminate and wait)
-
-
-def _ignore_errors(function, *args):
-    try:
-        function(*args)
-    except Exception:  # the server is killed under this call on purpose
-        pass

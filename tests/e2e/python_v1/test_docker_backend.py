@@ -8,6 +8,8 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 
+from conftest import call_in_background
+
 PROGRAMS = {
     "python": ("open('/data/py.txt', 'w').write('python in docker\\n')\nprint('py ok')", "py.txt", b"python in docker\n"),
     "javascript": ("require('fs').writeFileSync('/data/js.txt', 'javascript in docker\\n'); console.log('js ok')", "js.txt", b"javascript in docker\n"),
@@ -47,7 +49,6 @@ def test_shutdown_removes_the_containers_of_runs_still_going(docker_server):
     import os
     import signal
     import subprocess
-    import threading
     import time
 
     owner = os.path.realpath(docker_server.root)
@@ -57,16 +58,8 @@ def test_shutdown_removes_the_containers_of_runs_still_going(docker_server):
                              capture_output=True, text=True, check=True).stdout
         return out.split()
 
-    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "sandbox.run_code", "arguments": {
-        "conversationId": "docker-shutdown", "language": "bash", "code": "sleep 300", "timeoutSeconds": 600}}}
-
-    def run_forever():
-        try:
-            httpx.post(docker_server.mcp_url, json=call, headers=docker_server.auth, timeout=60)
-        except httpx.HTTPError:
-            pass  # the server exits under it
-
-    threading.Thread(target=run_forever, daemon=True).start()
+    call_in_background(docker_server, {"conversationId": "docker-shutdown", "language": "bash", "code": "sleep 300",
+                                        "timeoutSeconds": 600})
     deadline = time.monotonic() + 20
     while not containers() and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -111,6 +111,21 @@ def test_runs_of_one_conversation_go_one_at_a_time_in_arrival_order(limited_serv
     assert most_at_once(records.json()["runs"]) == 1
 
 
+def test_a_runs_timeout_counts_from_its_start_not_its_wait(tiny_queue_server):
+    server = tiny_queue_server
+    first = threading.Thread(target=call, args=(server, {
+        "conversationId": "wait-a", "language": "python", "code": "import time; time.sleep(1.5)"}))
+    first.start()
+    time.sleep(0.3)
+    # Waits about 1.2 s for the only place, then needs 0.3 s of its 1 s deadline.
+    queued = call(server, {"conversationId": "wait-b", "language": "python",
+                           "code": "import time; time.sleep(0.3); print('in time')", "timeoutSeconds": 1})
+    first.join(10)
+    assert (queued["outcome"], queued["stdout"], queued["timedOut"]) == ("ok", "in time\n", False)
+    record = httpx.get(f"{server.base_url}/v1/runs/{queued['runId']}", headers=server.auth).json()
+    assert record["startedAt"] > record["queuedAt"], "the run should have waited in the queue"
+
+
 @pytest.fixture
 def anyio_backend():
     return "asyncio"

@@ -8,6 +8,8 @@ import time
 
 import httpx
 
+from conftest import call_in_background
+
 
 def sandbox_processes():
     """Processes running as a sandbox (host uid 900000, the default)."""
@@ -35,15 +37,8 @@ def test_sigterm_closes_streams_and_kills_runs_after_the_grace_period(server):
 
     threading.Thread(target=listen, daemon=True).start()
     assert connected.wait(10), "the event stream did not open"
-    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "sandbox.run_code", "arguments": {
-        "conversationId": "shutdown", "language": "bash", "code": "sleep 300", "timeoutSeconds": 600}}}
-    def run_forever():
-        try:
-            httpx.post(server.mcp_url, json=call, headers=server.auth, timeout=60)
-        except httpx.HTTPError:
-            pass  # the server exits under it: that is the point
-
-    threading.Thread(target=run_forever, daemon=True).start()
+    call_in_background(server, {"conversationId": "shutdown", "language": "bash", "code": "sleep 300",
+                                 "timeoutSeconds": 600})
     deadline = time.monotonic() + 10
     while not sandbox_processes() and time.monotonic() < deadline:
         time.sleep(0.05)

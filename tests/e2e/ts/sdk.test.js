@@ -4,55 +4,18 @@
 
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
-import { createServer } from "node:net";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { SSEClientTransport } from "@modelcontextprotocol/sdk/client/sse.js";
+import { startSandlot } from "../sandlot-server.mjs";
 
-const repo = resolve(import.meta.dirname, "../../..");
 const token = "ts-token-" + Math.random().toString(16).slice(2);
 let server;
 let base;
 
-function binary() {
-  if (process.env.SANDLOT_BIN) return process.env.SANDLOT_BIN;
-  const target = join(repo, "target");
-  for (const dir of readdirSync(target)) {
-    const candidate = join(target, dir, "debug", "sandlot");
-    if (existsSync(candidate)) return candidate;
-  }
-  throw new Error("no sandlot binary: run cargo build first or set SANDLOT_BIN");
-}
-
-function freePort() {
-  return new Promise((done) => {
-    const probe = createServer().listen(0, "127.0.0.1", () => {
-      const { port } = probe.address();
-      probe.close(() => done(port));
-    });
-  });
-}
-
 before(async () => {
   assert.equal(process.getuid(), 0, "the end-to-end tests start sandboxes and need root");
-  const port = await freePort();
-  base = `http://127.0.0.1:${port}`;
-  const root = mkdtempSync(join(tmpdir(), "sandlot-ts-"));
-  server = spawn(binary(), ["serve"], {
-    env: { ...process.env, MCP_API_TOKEN: token, SANDBOX_ROOT: root, MCP_HTTP_ADDR: `127.0.0.1:${port}`, SANDLOT_LOG: "warn" },
-    stdio: ["ignore", "ignore", "inherit"],
-  });
-  for (let i = 0; i < 300; i++) {
-    try {
-      if ((await fetch(`${base}/healthz`)).ok) return;
-    } catch {}
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  throw new Error("sandlot serve did not start");
+  ({ process: server, base } = await startSandlot({ token, rootPrefix: "sandlot-ts-" }));
 });
 
 after(() => server?.kill("SIGTERM"));

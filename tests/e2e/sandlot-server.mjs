@@ -1,0 +1,48 @@
+// `sandlot serve` for the Node end-to-end tests (the TypeScript SDK test and the browser test): the binary
+// ($SANDLOT_BIN, or target/*/debug/sandlot) on a free port with a temporary SANDBOX_ROOT, ready once /healthz answers.
+
+import { spawn } from "node:child_process";
+import { existsSync, mkdtempSync, readdirSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+
+const repo = resolve(import.meta.dirname, "../..");
+
+function binary() {
+  if (process.env.SANDLOT_BIN) return process.env.SANDLOT_BIN;
+  const target = join(repo, "target");
+  for (const dir of readdirSync(target)) {
+    const candidate = join(target, dir, "debug", "sandlot");
+    if (existsSync(candidate)) return candidate;
+  }
+  throw new Error("no sandlot binary: run cargo build first or set SANDLOT_BIN");
+}
+
+function freePort() {
+  return new Promise((done) => {
+    const probe = createServer().listen(0, "127.0.0.1", () => {
+      const { port } = probe.address();
+      probe.close(() => done(port));
+    });
+  });
+}
+
+/** Starts `sandlot serve` with `token` and `env`; returns {process, base, root} once it answers /healthz. */
+export async function startSandlot({ token, rootPrefix, env = {} }) {
+  const port = await freePort();
+  const root = mkdtempSync(join(tmpdir(), rootPrefix));
+  const base = `http://127.0.0.1:${port}`;
+  const child = spawn(binary(), ["serve"], {
+    env: { ...process.env, MCP_API_TOKEN: token, SANDBOX_ROOT: root, MCP_HTTP_ADDR: `127.0.0.1:${port}`, SANDLOT_LOG: "warn", ...env },
+    stdio: ["ignore", "ignore", "inherit"],
+  });
+  for (let i = 0; i < 300; i++) {
+    try {
+      if ((await fetch(`${base}/healthz`)).ok) return { process: child, base, root };
+    } catch {}
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  child.kill("SIGTERM");
+  throw new Error("sandlot serve did not start");
+}
