@@ -86,41 +86,50 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     cores = os.cpu_count()
+    per_round = args.calls // args.rounds
 
-    port, token = free_port(), "bench-" + os.urandom(8).hex()
-    base_wall, base_latencies, base_errors = 0.0, [], []
-    wall, latencies, errors = 0.0, [], []
+    # Two servers: as shipped (inits cloned by the zygote), and with SANDLOT_ZYGOTE=false (each init exec'd), so
+    # the table also shows what the zygote gains.
+    sides = {"bare": [0.0, [], []], "sandlot": [0.0, [], []], "exec": [0.0, [], []]}
     print(f"{args.calls} x {PYTHON} -c 'print(1)' 2 at a time, and {args.calls} tools/call run_code print(1) from "
-          f"{args.clients} clients, in {args.rounds} alternating rounds ...", flush=True)
+          f"{args.clients} clients to each of two servers, in {args.rounds} alternating rounds ...", flush=True)
     with tempfile.TemporaryDirectory(prefix="sandlot-bench-load-") as root:
-        env = dict(os.environ, MCP_API_TOKEN=token, SANDBOX_ROOT=root, MCP_HTTP_ADDR=f"127.0.0.1:{port}",
-                   SANDLOT_LOG="warn")
-        server = start_server(args.sandlot, env, port)
+        servers = {}
         try:
-            asyncio.run(run_clients(port, token, 1, 20))  # warm-up
-            # Alternating rounds, so that drift on the machine hits both sides alike.
+            for name, zygote in (("sandlot", "true"), ("exec", "false")):
+                port, token = free_port(), "bench-" + os.urandom(8).hex()
+                env = dict(os.environ, MCP_API_TOKEN=token, SANDBOX_ROOT=os.path.join(root, name),
+                           MCP_HTTP_ADDR=f"127.0.0.1:{port}", SANDLOT_LOG="warn", SANDLOT_ZYGOTE=zygote)
+                servers[name] = (start_server(args.sandlot, env, port), port, token)
+                asyncio.run(run_clients(port, token, 1, 20))  # warm-up
+            # Alternating rounds, so that drift on the machine hits every side alike.
             for _ in range(args.rounds):
-                took, samples, failed = run_threads(
-                    2, args.calls // args.rounds, lambda: spawn_and_wait([PYTHON, "-c", "print(1)"], {}))
-                base_wall, base_latencies = base_wall + took, base_latencies + samples
-                base_errors = base_errors + failed
-                took, samples, failed = asyncio.run(run_clients(port, token, args.clients, args.calls // args.rounds))
-                wall, latencies, errors = wall + took, latencies + samples, errors + failed
-            rss = peak_rss_mib(server.pid)
+                results = {"bare": run_threads(
+                    2, per_round, lambda: spawn_and_wait([PYTHON, "-c", "print(1)"], {}))}
+                for name, (_, port, token) in servers.items():
+                    results[name] = asyncio.run(run_clients(port, token, args.clients, per_round))
+                for name, (took, samples, failed) in results.items():
+                    side = sides[name]
+                    side[0], side[1], side[2] = side[0] + took, side[1] + samples, side[2] + failed
+            rss = {name: peak_rss_mib(server.pid) for name, (server, _, _) in servers.items()}
         finally:
-            server.terminate()
-            server.wait(15)
+            for server, _, _ in servers.values():
+                server.terminate()
+                server.wait(15)
 
-    base_rate, rate = len(base_latencies) / base_wall, (len(latencies) + len(errors)) / wall
+    rates = {name: (len(latencies) + len(errors)) / wall for name, (wall, latencies, errors) in sides.items()}
     print()
     print(f"{cores} cores; sandlot runs at most {2 * cores} at once (SANDLOT_MAX_CONCURRENT_RUNS default)")
-    print(f"| | clients | runs/s | p50 ms | p99 ms | errors | peak RSS | runs/s vs baseline |")
-    print(f"|---|---|---|---|---|---|---|---|")
-    print(f"| bare python3 -c 'print(1)' | 2 | {base_rate:.1f} | {percentile(base_latencies, 50):.2f} | "
-          f"{percentile(base_latencies, 99):.2f} | {len(base_errors)} | - | 1.00 |")
-    print(f"| sandlot tools/call run_code | {args.clients} | {rate:.1f} | {percentile(latencies, 50):.2f} | "
-          f"{percentile(latencies, 99):.2f} | {len(errors)} | {rss:.1f} MiB | {rate / base_rate:.2f} (target >= 0.7) |")
-    for error in errors[:5]:
+    print("| | clients | runs/s | p50 ms | p99 ms | errors | peak RSS | runs/s vs baseline |")
+    print("|---|---|---|---|---|---|---|---|")
+    rows = (("bare", "bare python3 -c 'print(1)'", 2, "-", ""),
+            ("sandlot", "sandlot tools/call run_code", args.clients, f"{rss['sandlot']:.1f} MiB", " (target >= 0.7)"),
+            ("exec", "same, SANDLOT_ZYGOTE=false", args.clients, f"{rss['exec']:.1f} MiB", ""))
+    for name, label, clients, peak, note in rows:
+        _, latencies, errors = sides[name]
+        print(f"| {label} | {clients} | {rates[name]:.1f} | {percentile(latencies, 50):.2f} | "
+              f"{percentile(latencies, 99):.2f} | {len(errors)} | {peak} | {rates[name] / rates['bare']:.2f}{note} |")
+    for error in (sides["sandlot"][2] + sides["exec"][2])[:5]:
         print("error:", error)
 
 

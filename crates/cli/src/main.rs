@@ -1,19 +1,14 @@
 //! The `sandlot` binary: `serve`, `stdio`, `run`, `runners`, `doctor`, plus the hidden jail init
-//! that the native backend starts by re-executing this binary.
+//! and zygote that the native backend starts by re-executing this binary.
 
 mod cli;
 mod commands;
 
-use std::ffi::OsStr;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    // The jail init must start before anything else (no runtime, no threads): check for it by hand.
-    let mut args = std::env::args_os();
-    if args.nth(1).as_deref() == Some(OsStr::new(sandlot_jail::INIT_SUBCOMMAND)) {
-        let report_fd = args.next().and_then(|a| a.to_str().and_then(|s| s.parse().ok())).unwrap_or(-1);
-        sandlot_jail::init::run_main(report_fd);
-    }
+    // The jail init and zygote must start before anything else (no runtime, no threads): check for them by hand.
+    sandlot_jail::run_hidden_subcommand();
     let cli = cli::parse();
     // `run` starts its jail init now, while this process has a single thread: a fork instead of an exec later.
     let prefork = match &cli.command {

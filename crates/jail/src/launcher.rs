@@ -1,6 +1,9 @@
-//! Starting the init, the two ways a supervisor can:
-//! - [`InitProcess::exec`]: re-execute the sandlot binary with [`crate::INIT_SUBCOMMAND`]. The server does this:
-//!   it is multi-threaded, and a forked copy of a multi-threaded process may only call async-signal-safe functions.
+//! Starting the init, the three ways a supervisor can:
+//! - [`crate::zygote::Zygote::clone_init`]: a server has its zygote clone each init ([`InitStarter`]). The server
+//!   cannot fork the init itself: it is multi-threaded, and a forked copy of a multi-threaded process may only
+//!   call async-signal-safe functions.
+//! - [`InitProcess::exec`]: re-execute the sandlot binary with [`crate::INIT_SUBCOMMAND`]; a server without a
+//!   zygote does this.
 //! - [`Prefork::start`]: a one-shot command (`sandlot run`) forks its init at the start of `main`, while it still has
 //!   a single thread, and hands it to the backend ([`crate::JailBackend::use_prefork`]). The init then costs a fork
 //!   instead of a fork, an exec and a second program start-up.
@@ -10,15 +13,15 @@
 
 use std::io::{PipeReader, PipeWriter};
 use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
-use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 
-use nix::sys::signal::{Signal, kill};
 use nix::unistd::{ForkResult, Pid, fork};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::unix::pipe;
 
+use crate::pidfd_child::PidfdChild;
+use crate::zygote::Zygote;
 use crate::{Error, INIT_SUBCOMMAND, Result};
 
 /// Held while an init is spawned with an inheritable report pipe (see [`InitProcess::exec`]).
@@ -69,7 +72,7 @@ impl Prefork {
 
 enum Process {
     Spawned(tokio::process::Child),
-    Forked { pid: Pid, waiter: Option<tokio::task::JoinHandle<std::io::Result<ExitStatus>>> },
+    Cloned(PidfdChild),
 }
 
 /// The supervisor's ends of a running init's pipes.
@@ -80,13 +83,23 @@ pub struct InitPipes {
     pub reports: pipe::Receiver,
 }
 
+impl InitPipes {
+    /// The supervisor's ends of an init's pipes, made asynchronous (call within the runtime).
+    pub fn from_std(stdin: PipeWriter, stdout: PipeReader, stderr: PipeReader, reports: PipeReader) -> Result<Self> {
+        let adopt = |e| Error::io("watch the init's pipes", e);
+        let receiver = |reader: PipeReader| pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).map_err(adopt);
+        Ok(Self {
+            stdin: Box::new(pipe::Sender::from_owned_fd(OwnedFd::from(stdin)).map_err(adopt)?),
+            stdout: Box::new(receiver(stdout)?),
+            stderr: Box::new(receiver(stderr)?),
+            reports: receiver(reports)?,
+        })
+    }
+}
+
 /// A running init, to wait for or kill.
 pub struct InitProcess {
     process: Process,
-}
-
-fn receiver(reader: PipeReader) -> std::io::Result<pipe::Receiver> {
-    pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
 }
 
 impl InitProcess {
@@ -124,47 +137,29 @@ impl InitProcess {
             stdin: Box::new(stdin),
             stdout: Box::new(stdout),
             stderr: Box::new(stderr),
-            reports: receiver(report_reader).map_err(|e| Error::io("watch report pipe", e))?,
+            reports: pipe::Receiver::from_owned_fd(OwnedFd::from(report_reader))
+                .map_err(|e| Error::io("watch report pipe", e))?,
         };
         Ok((Self { process: Process::Spawned(child) }, pipes))
     }
 
     /// Adopts a preforked init.
     pub fn adopt(prefork: Prefork) -> Result<(Self, InitPipes)> {
-        let adopt = |e| Error::io("adopt preforked init pipes", e);
-        let pipes = InitPipes {
-            stdin: Box::new(pipe::Sender::from_owned_fd(OwnedFd::from(prefork.stdin)).map_err(adopt)?),
-            stdout: Box::new(receiver(prefork.stdout).map_err(adopt)?),
-            stderr: Box::new(receiver(prefork.stderr).map_err(adopt)?),
-            reports: receiver(prefork.reports).map_err(adopt)?,
-        };
-        Ok((Self { process: Process::Forked { pid: prefork.pid, waiter: None } }, pipes))
+        let child = PidfdChild::open(prefork.pid).map_err(|e| Error::io("open a pidfd for the preforked init", e))?;
+        let pipes = InitPipes::from_std(prefork.stdin, prefork.stdout, prefork.stderr, prefork.reports)?;
+        Ok((Self::cloned(child), pipes))
+    }
+
+    /// An init that is a child of this process, started by a fork or by the zygote.
+    pub fn cloned(child: PidfdChild) -> Self {
+        Self { process: Process::Cloned(child) }
     }
 
     /// Waits for the init to exit. Cancel-safe: waiting again after a cancelled wait picks up the same result.
     pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
         match &mut self.process {
             Process::Spawned(child) => child.wait().await,
-            Process::Forked { pid, waiter } => {
-                let pid = *pid;
-                let handle = waiter.get_or_insert_with(|| {
-                    tokio::task::spawn_blocking(move || {
-                        let mut status = 0;
-                        loop {
-                            // SAFETY: waits for our own child; status is a valid out-pointer.
-                            let rc = unsafe { libc::waitpid(pid.as_raw(), &mut status, 0) };
-                            if rc >= 0 {
-                                return Ok(ExitStatus::from_raw(status));
-                            }
-                            let error = std::io::Error::last_os_error();
-                            if error.kind() != std::io::ErrorKind::Interrupted {
-                                return Err(error);
-                            }
-                        }
-                    })
-                });
-                handle.await.map_err(std::io::Error::other)?
-            }
+            Process::Cloned(child) => child.wait().await,
         }
     }
 
@@ -172,7 +167,7 @@ impl InitProcess {
     pub fn is_alive(&mut self) -> bool {
         match &mut self.process {
             Process::Spawned(child) => matches!(child.try_wait(), Ok(None)),
-            Process::Forked { pid, .. } => kill(*pid, None).is_ok(),
+            Process::Cloned(child) => child.is_alive(),
         }
     }
 
@@ -182,9 +177,40 @@ impl InitProcess {
             Process::Spawned(child) => {
                 let _ = child.start_kill();
             }
-            Process::Forked { pid, .. } => {
-                let _ = kill(*pid, Signal::SIGKILL);
+            Process::Cloned(child) => child.kill(),
+        }
+    }
+}
+
+/// Starts inits: cloned by the zygote when there is one and it is alive, else exec'd.
+pub struct InitStarter {
+    program: PathBuf,
+    zygote: Option<Zygote>,
+}
+
+impl InitStarter {
+    /// A starter that execs `program` for every init.
+    pub fn exec(program: PathBuf) -> Self {
+        Self { program, zygote: None }
+    }
+
+    /// A starter that has a zygote (started now, see [`Zygote::start`]) clone each init; if the zygote cannot be
+    /// started it execs them instead.
+    pub fn with_zygote(program: PathBuf) -> Self {
+        let zygote = Zygote::start(&program)
+            .inspect_err(|e| tracing::warn!("no jail zygote, every init will be exec'd: {e}"))
+            .ok();
+        Self { program, zygote }
+    }
+
+    /// A new init, waiting for its spec.
+    pub fn start(&self) -> Result<(InitProcess, InitPipes)> {
+        if let Some(zygote) = &self.zygote {
+            match zygote.clone_init() {
+                Ok(started) => return Ok(started),
+                Err(e) => tracing::warn!("the jail zygote failed ({e}); exec'ing the init instead"),
             }
         }
+        InitProcess::exec(&self.program)
     }
 }

@@ -5,7 +5,10 @@
 //!   starts the init by re-executing the sandlot binary, feeds it the [`spec::JailSpec`], reads output with caps,
 //!   enforces the deadline and the disk quota, and kills the whole tree;
 //! - the **init** ([`init::run_main`]), a single-threaded process that builds the namespaces, the filesystem and the
-//!   restrictions, and execs the interpreter.
+//!   restrictions, and execs the interpreter; a server's inits are cloned by its [`zygote`].
+//!
+//! Both the init and the zygote are the sandlot binary itself, started with a hidden subcommand that
+//! [`run_hidden_subcommand`] recognises.
 //!
 //! `docs/security.md` lists every layer and what it protects.
 
@@ -20,6 +23,7 @@ mod launcher;
 mod loopback;
 mod mount_api;
 mod pid1;
+mod pidfd_child;
 mod report;
 mod rlimits;
 mod runners;
@@ -28,6 +32,7 @@ pub mod spec;
 mod supervisor;
 mod warm_pool;
 mod worker;
+pub mod zygote;
 
 pub use cgroup::CgroupSupport;
 pub use doctor::{Check, CheckStatus, diagnose};
@@ -35,3 +40,17 @@ pub use error::{Error, Result};
 pub use launcher::Prefork;
 pub use runners::{HostRunner, RunnerOverrides, discover_runners};
 pub use supervisor::{INIT_SUBCOMMAND, JailBackend, JailConfig};
+
+/// Becomes the jail init or the zygote when the process was started as one (`argv[1]` is a hidden subcommand), and
+/// never returns then; otherwise returns at once. Call it first thing in `main`, before any thread exists.
+pub fn run_hidden_subcommand() {
+    let mut args = std::env::args_os();
+    match args.nth(1).as_deref().and_then(std::ffi::OsStr::to_str) {
+        Some(INIT_SUBCOMMAND) => {
+            let report_fd = args.next().and_then(|a| a.to_str().and_then(|s| s.parse().ok())).unwrap_or(-1);
+            init::run_main(report_fd)
+        }
+        Some(zygote::ZYGOTE_SUBCOMMAND) => zygote::run_main(),
+        _ => {}
+    }
+}

@@ -18,7 +18,7 @@ use sandlot_core::{
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use crate::cgroup::{CgroupSupport, RunCgroup};
-use crate::launcher::{InitPipes, InitProcess, Prefork};
+use crate::launcher::{InitPipes, InitProcess, InitStarter, Prefork};
 use crate::report::Report;
 use crate::runners::{HostRunner, RunnerOverrides, discover_runners};
 use crate::spec::{JailSpec, RlimitSpec};
@@ -52,6 +52,9 @@ pub struct JailConfig {
     pub tune_cgroups: bool,
     /// Inits kept started and waiting for a run (0: each run starts its own); see `warm_pool`.
     pub warm_inits: usize,
+    /// Start a zygote that clones each init instead of exec'ing the binary for each (see `zygote`); for servers.
+    /// The zygote dies with the thread that creates the backend, which must live as long as the backend.
+    pub zygote: bool,
 }
 
 impl JailConfig {
@@ -66,6 +69,7 @@ impl JailConfig {
             probe_versions: true,
             tune_cgroups: true,
             warm_inits: 0,
+            zygote: false,
         }
     }
 }
@@ -87,7 +91,9 @@ impl JailBackend {
     pub fn new(config: JailConfig) -> Self {
         let runners = discover_runners(&config.languages, &config.overrides, config.probe_versions);
         let cgroups = CgroupSupport::detect(config.tune_cgroups);
-        let warm = WarmPool::new(config.init_program.clone(), config.warm_inits);
+        let program = config.init_program.clone();
+        let starter = if config.zygote { InitStarter::with_zygote(program) } else { InitStarter::exec(program) };
+        let warm = WarmPool::new(starter, config.warm_inits);
         Self { config, runners, cgroups, root: nix::unistd::geteuid().is_root(), prefork: Default::default(), warm }
     }
 

@@ -27,6 +27,10 @@ fn main() {
         ("an_oom_is_not_blamed_on_the_next_run", an_oom_is_not_blamed_on_the_next_run),
         ("concurrent_runs_get_their_own_limits", concurrent_runs_get_their_own_limits),
         ("warm_inits_serve_runs_and_are_replaced", warm_inits_serve_runs_and_are_replaced),
+        (
+            "the_zygote_clones_inits_and_exec_takes_over_when_it_dies",
+            the_zygote_clones_inits_and_exec_takes_over_when_it_dies,
+        ),
         ("cancelling_a_run_kills_it_at_once", cancelling_a_run_kills_it_at_once),
     ]);
 }
@@ -245,6 +249,27 @@ fn warm_inits_serve_runs_and_are_replaced() -> Result<(), Failed> {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         check_eq(backend.warm_ready(), 2, "warm inits after four runs")
+    })
+}
+
+fn the_zygote_clones_inits_and_exec_takes_over_when_it_dies() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let zygotes = common::children_running(sandlot_jail::zygote::ZYGOTE_SUBCOMMAND);
+    check_eq(zygotes.len(), 1, "zygotes started by the backend")?;
+    let code = "echo $$; cat /proc/1/cmdline | tr '\\0' ' '";
+    let report = sandbox.run("zygote", Language::Bash, code);
+    check(report.outcome.success(), || describe(&report))?;
+    check(report.outcome.stdout.contains(sandlot_jail::zygote::ZYGOTE_SUBCOMMAND), || {
+        format!("the sandbox's pid 1 should be a clone of the zygote: {}", describe(&report))
+    })?;
+    check_eq(common::children_running("__jail-init").len(), 0, "exec'd inits while the zygote lives")?;
+
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(zygotes[0]), nix::sys::signal::Signal::SIGKILL)?;
+    std::thread::sleep(Duration::from_millis(100));
+    let report = sandbox.run("zygote", Language::Bash, code);
+    check(report.outcome.success(), || format!("a run after the zygote died: {}", describe(&report)))?;
+    check(report.outcome.stdout.contains(sandlot_jail::INIT_SUBCOMMAND), || {
+        format!("without the zygote the init is exec'd: {}", describe(&report))
     })
 }
 

@@ -28,19 +28,22 @@ pub async fn dispatch(cli: Cli, prefork: Option<sandlot_jail::Prefork>) -> ExitC
     })
 }
 
-/// The native backend, for the given languages (all when empty), with versions probed or not.
+/// The native backend, for the given languages (all when empty), with versions probed or not. A server passes
+/// `Some(warm inits)`: it keeps that many inits ready, and has its zygote clone them when `--zygote` is on (call
+/// from the main thread: the zygote dies with the thread that starts it); a one-shot command passes `None`.
 pub fn jail_backend(
     sandbox: &SandboxArgs,
     languages: Option<Vec<sandlot_core::Language>>,
     probe_versions: bool,
-    warm_inits: usize,
+    server: Option<usize>,
 ) -> anyhow::Result<Arc<JailBackend>> {
     let exe = std::env::current_exe().map_err(|e| anyhow::anyhow!("cannot find the sandlot binary: {e}"))?;
     let mut config = JailConfig::new(exe);
     config.sandbox_host_uid = sandbox.sandbox_uid;
     config.sandbox_host_gid = sandbox.sandbox_uid;
     config.probe_versions = probe_versions;
-    config.warm_inits = warm_inits;
+    config.warm_inits = server.unwrap_or(0);
+    config.zygote = server.is_some() && sandbox.zygote;
     config.tune_cgroups = sandbox.tune_cgroups;
     if let Some(languages) = languages {
         config.languages = languages;
@@ -66,7 +69,7 @@ pub fn check_file_url_args(files: &FileUrlArgs) -> Result<(), String> {
 pub async fn backend(sandbox: &SandboxArgs, warm_inits: usize) -> anyhow::Result<Arc<dyn sandlot_core::Backend>> {
     Ok(match sandbox.backend {
         BackendKind::Native => {
-            let backend = jail_backend(sandbox, None, true, warm_inits)?;
+            let backend = jail_backend(sandbox, None, true, Some(warm_inits))?;
             backend.warm_up();
             backend
         }

@@ -27,7 +27,7 @@ pub async fn run(args: RunArgs, prefork: Option<sandlot_jail::Prefork>) -> anyho
     let language: Option<Language> = args.language.parse().ok();
     let backend: std::sync::Arc<dyn sandlot_core::Backend> = match args.sandbox.backend {
         crate::cli::BackendKind::Native => {
-            let backend = super::jail_backend(&args.sandbox, language.map(|l| vec![l]), false, 0)?;
+            let backend = super::jail_backend(&args.sandbox, language.map(|l| vec![l]), false, None)?;
             if let Some(prefork) = prefork {
                 backend.use_prefork(prefork);
             }

@@ -7,7 +7,6 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,13 +24,9 @@ pub fn sandbox_host_uid() -> u32 {
 /// One named test.
 pub type Test = (&'static str, fn() -> Result<(), Failed>);
 
-/// Runs the tests, or acts as the jail init when re-executed by the backend.
+/// Runs the tests, or acts as the jail init or zygote when re-executed by the backend.
 pub fn main(tests: Vec<Test>) -> ! {
-    let mut args = std::env::args_os();
-    if args.nth(1).as_deref() == Some(OsStr::new(sandlot_jail::INIT_SUBCOMMAND)) {
-        let fd = args.next().and_then(|a| a.to_str().and_then(|s| s.parse().ok())).unwrap_or(-1);
-        sandlot_jail::init::run_main(fd);
-    }
+    sandlot_jail::run_hidden_subcommand();
     let arguments = Arguments::from_args();
     let trials = tests.into_iter().map(|(name, test)| Trial::test(name, test)).collect();
     libtest_mimic::run(&arguments, trials).exit()
@@ -53,6 +48,7 @@ impl Sandbox {
         config.sandbox_host_uid = sandbox_host_uid();
         config.sandbox_host_gid = sandbox_host_uid();
         config.probe_versions = false;
+        config.zygote = true; // as a server runs them
         let backend = Arc::new(JailBackend::new(config));
         let mut engine_config = EngineConfig::default();
         engine_config.limits.timeout = Duration::from_secs(10);
@@ -91,6 +87,22 @@ impl Sandbox {
     pub fn data_dir(&self, conversation: &str) -> PathBuf {
         self.engine.workspaces().files_dir(&ConversationId::parse(conversation).expect("id"))
     }
+}
+
+/// Pids of this process's children whose command line contains `needle`.
+pub fn children_running(needle: &str) -> Vec<i32> {
+    let me = std::process::id().to_string();
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        let parent = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1));
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        if parent == Some(me.as_str()) && String::from_utf8_lossy(&cmdline).contains(needle) {
+            pids.push(pid);
+        }
+    }
+    pids
 }
 
 /// Pids of host processes running as `uid`.
