@@ -88,18 +88,20 @@ def main():
     cores = os.cpu_count()
     per_round = args.calls // args.rounds
 
-    # Two servers: as shipped (inits cloned by the zygote), and with SANDLOT_ZYGOTE=false (each init exec'd), so
-    # the table also shows what the zygote gains.
+    # Two servers: as shipped (inits cloned by the zygote, a conversation's network namespace kept between its
+    # runs), and with both turned off (an init exec'd and a network namespace made for every run), so the table
+    # also shows what those two gain.
     sides = {"bare": [0.0, [], []], "sandlot": [0.0, [], []], "exec": [0.0, [], []]}
     print(f"{args.calls} x {PYTHON} -c 'print(1)' 2 at a time, and {args.calls} tools/call run_code print(1) from "
           f"{args.clients} clients to each of two servers, in {args.rounds} alternating rounds ...", flush=True)
     with tempfile.TemporaryDirectory(prefix="sandlot-bench-load-") as root:
         servers = {}
         try:
-            for name, zygote in (("sandlot", "true"), ("exec", "false")):
+            for name, shipped in (("sandlot", "true"), ("exec", "false")):
                 port, token = free_port(), "bench-" + os.urandom(8).hex()
                 env = dict(os.environ, MCP_API_TOKEN=token, SANDBOX_ROOT=os.path.join(root, name),
-                           MCP_HTTP_ADDR=f"127.0.0.1:{port}", SANDLOT_LOG="warn", SANDLOT_ZYGOTE=zygote)
+                           MCP_HTTP_ADDR=f"127.0.0.1:{port}", SANDLOT_LOG="warn", SANDLOT_ZYGOTE=shipped,
+                           SANDLOT_KEEP_NETNS=shipped)
                 servers[name] = (start_server(args.sandlot, env, port), port, token)
                 asyncio.run(run_clients(port, token, 1, 20))  # warm-up
             # Alternating rounds, so that drift on the machine hits every side alike.
@@ -124,7 +126,7 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     rows = (("bare", "bare python3 -c 'print(1)'", 2, "-", ""),
             ("sandlot", "sandlot tools/call run_code", args.clients, f"{rss['sandlot']:.1f} MiB", " (target >= 0.7)"),
-            ("exec", "same, SANDLOT_ZYGOTE=false", args.clients, f"{rss['exec']:.1f} MiB", ""))
+            ("exec", "same, SANDLOT_ZYGOTE=false SANDLOT_KEEP_NETNS=false", args.clients, f"{rss['exec']:.1f} MiB", ""))
     for name, label, clients, peak, note in rows:
         _, latencies, errors = sides[name]
         print(f"| {label} | {clients} | {rates[name]:.1f} | {percentile(latencies, 50):.2f} | "

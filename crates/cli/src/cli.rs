@@ -178,6 +178,10 @@ pub struct SandboxArgs {
     /// millisecond of CPU less per run). `false` execs every init.
     #[arg(long, env = "SANDLOT_ZYGOTE", default_value_t = true, action = clap::ArgAction::Set)]
     pub zygote: bool,
+    /// Servers running as root: keep a conversation's network namespace (loopback only) from one run to its next,
+    /// instead of creating one per run (about a millisecond of CPU less per run). `false`: a new one every run.
+    #[arg(long, env = "SANDLOT_KEEP_NETNS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub keep_netns: bool,
 }
 
 fn parse_cpus(text: &str) -> Result<f64, String> {

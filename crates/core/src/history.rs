@@ -205,8 +205,12 @@ impl History {
         self.connection.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Runs one statement (kept prepared: each run writes three times, always with the same statements).
     fn write(&self, action: &str, sql: &str, params: impl rusqlite::Params) -> Result<usize> {
-        self.connection().execute(sql, params).map_err(|e| database_error(&self.path, action, e))
+        self.connection()
+            .prepare_cached(sql)
+            .and_then(|mut statement| statement.execute(params))
+            .map_err(|e| database_error(&self.path, action, e))
     }
 
     /// Marks every run left queued or running by a process that is gone as interrupted; returns their ids.

@@ -2,9 +2,10 @@
 //!
 //! It is single-threaded (it starts before any runtime), which `unshare(CLONE_NEWUSER)` requires. Its steps:
 //! 1. die with the supervisor (`PR_SET_PDEATHSIG`), read the [`JailSpec`] from standard input;
-//! 2. join the run's cgroups, then, when started as root, become the dedicated unprivileged sandbox uid;
-//! 3. create a user namespace mapping that uid to the sandbox uid, then mount, pid, net, ipc, uts and cgroup
-//!    namespaces owned by it;
+//! 2. join the run's cgroups; when started as root, enter the network namespace (a new one with loopback up, or
+//!    the conversation's kept one, see [`crate::netns_pool`]), then become the dedicated unprivileged sandbox uid;
+//! 3. create a user namespace mapping that uid to the sandbox uid, then mount, pid, ipc, uts and cgroup
+//!    namespaces owned by it (and the network namespace too when not started as root);
 //! 4. fork the sandbox's pid 1 ([`crate::pid1`]), report its pid and wait for it.
 //!
 //! Nothing is ever printed: stdout and stderr belong to the program; the init speaks through [`Report`]s.
@@ -15,14 +16,14 @@ use std::io::Read;
 use std::mem::ManuallyDrop;
 use std::os::fd::FromRawFd;
 
-use nix::sched::{CloneFlags, unshare};
+use nix::sched::{CloneFlags, setns, unshare};
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Gid, Uid, fork, getegid, geteuid, setgroups, setresgid, setresuid};
 
 use crate::filesystem::HostTrees;
-use crate::pid1;
 use crate::report::{Report, SetupError, Step};
 use crate::spec::JailSpec;
+use crate::{loopback, pid1};
 
 /// Largest spec accepted (code is capped well below this by the engine).
 const MAX_SPEC_BYTES: usize = 64 * 1024 * 1024;
@@ -65,6 +66,21 @@ fn write_id_maps(spec: &JailSpec, host_uid: u32, host_gid: u32) -> Result<(), Se
     std::fs::write("/proc/self/gid_map", format!("{} {host_gid} 1\n", spec.sandbox_gid)).step(|| "write gid_map".into())
 }
 
+/// As root: joins the conversation's kept network namespace, or creates one owned by the host's user namespace
+/// (so nothing in the sandbox can reconfigure it) and brings its loopback up.
+fn enter_network_namespace(spec: &JailSpec) -> Result<(), SetupError> {
+    match &spec.join_netns {
+        Some(path) => {
+            let netns = File::open(path).step(|| format!("open {}", path.display()))?;
+            setns(netns, CloneFlags::CLONE_NEWNET).step(|| "join the network namespace".into())
+        }
+        None => {
+            unshare(CloneFlags::CLONE_NEWNET).step(|| "unshare network namespace".into())?;
+            loopback::bring_up().step(|| "bring up loopback".into())
+        }
+    }
+}
+
 fn helper() -> Result<Infallible, SetupError> {
     die_with_parent()?;
     let spec = read_spec()?;
@@ -76,6 +92,9 @@ fn helper() -> Result<Infallible, SetupError> {
         Some(_) => Some(HostTrees::capture(&spec)?),
         None => None,
     };
+    if spec.switch_to.is_some() {
+        enter_network_namespace(&spec)?;
+    }
     if let Some((uid, gid)) = spec.switch_to {
         setgroups(&[]).step(|| "setgroups".into())?;
         setresgid(Gid::from_raw(gid), Gid::from_raw(gid), Gid::from_raw(gid)).step(|| format!("setresgid {gid}"))?;
@@ -90,12 +109,14 @@ fn helper() -> Result<Infallible, SetupError> {
     let (host_uid, host_gid) = (geteuid().as_raw(), getegid().as_raw());
     unshare(CloneFlags::CLONE_NEWUSER).step(|| "unshare user namespace".into())?;
     write_id_maps(&spec, host_uid, host_gid)?;
-    let namespaces = CloneFlags::CLONE_NEWNS
+    let mut namespaces = CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWPID
-        | CloneFlags::CLONE_NEWNET
         | CloneFlags::CLONE_NEWIPC
         | CloneFlags::CLONE_NEWUTS
         | CloneFlags::CLONE_NEWCGROUP;
+    if spec.switch_to.is_none() {
+        namespaces |= CloneFlags::CLONE_NEWNET; // pid 1 brings its loopback up
+    }
     unshare(namespaces).step(|| "unshare namespaces".into())?;
     // Pid 1 holds the read end of this pipe: once the init is gone the pipe reports a hang-up, which closes the
     // window before pid 1 has set its parent-death signal.

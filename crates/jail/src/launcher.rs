@@ -155,6 +155,14 @@ impl InitProcess {
         Self { process: Process::Cloned(child) }
     }
 
+    /// The init's pid, until it has been reaped.
+    pub fn pid(&self) -> Option<u32> {
+        match &self.process {
+            Process::Spawned(child) => child.id(),
+            Process::Cloned(child) => child.is_unreaped().then(|| child.pid().as_raw() as u32),
+        }
+    }
+
     /// Waits for the init to exit. Cancel-safe: waiting again after a cancelled wait picks up the same result.
     pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
         match &mut self.process {

@@ -22,6 +22,7 @@ mod landlock_rules;
 mod launcher;
 mod loopback;
 mod mount_api;
+mod netns_pool;
 mod pid1;
 mod pidfd_child;
 mod report;

@@ -38,6 +38,11 @@ impl PidfdChild {
         self.pid
     }
 
+    /// Whether the child has not been reaped yet (so its pid still names it).
+    pub fn is_unreaped(&self) -> bool {
+        self.status.is_none()
+    }
+
     /// Reaps the child if it has exited; `None` while it runs.
     fn try_reap(&mut self) -> std::io::Result<Option<ExitStatus>> {
         if let Some(status) = self.status {

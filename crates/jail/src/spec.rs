@@ -25,6 +25,9 @@ pub struct JailSpec {
     pub cgroup_procs: Vec<PathBuf>,
     /// Host uid/gid the init switches to before creating namespaces (only when started as root).
     pub switch_to: Option<(u32, u32)>,
+    /// A network namespace to join (a path the init opens while still root) instead of creating one; only with
+    /// `switch_to`. See `netns_pool`.
+    pub join_netns: Option<PathBuf>,
     /// Uid and gid of the program inside the sandbox.
     pub sandbox_uid: u32,
     pub sandbox_gid: u32,

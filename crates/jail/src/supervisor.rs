@@ -3,9 +3,10 @@
 //! output caps and the final kill.
 
 use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -19,6 +20,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufRead
 
 use crate::cgroup::{CgroupSupport, RunCgroup};
 use crate::launcher::{InitPipes, InitProcess, InitStarter, Prefork};
+use crate::netns_pool::NetnsPool;
 use crate::report::Report;
 use crate::runners::{HostRunner, RunnerOverrides, discover_runners};
 use crate::spec::{JailSpec, RlimitSpec};
@@ -55,6 +57,8 @@ pub struct JailConfig {
     /// Start a zygote that clones each init instead of exec'ing the binary for each (see `zygote`); for servers.
     /// The zygote dies with the thread that creates the backend, which must live as long as the backend.
     pub zygote: bool,
+    /// Keep a conversation's network namespace from one run to its next (see `netns_pool`; as root only).
+    pub keep_netns: bool,
 }
 
 impl JailConfig {
@@ -70,6 +74,7 @@ impl JailConfig {
             tune_cgroups: true,
             warm_inits: 0,
             zygote: false,
+            keep_netns: false,
         }
     }
 }
@@ -81,6 +86,8 @@ pub struct JailBackend {
     prefork: std::sync::Mutex<Option<Prefork>>,
     /// Inits started ahead of time by a server.
     warm: Arc<WarmPool>,
+    /// Network namespaces kept between runs of a conversation (servers running as root).
+    netns: Option<NetnsPool>,
     runners: Vec<HostRunner>,
     cgroups: CgroupSupport,
     root: bool,
@@ -94,7 +101,9 @@ impl JailBackend {
         let program = config.init_program.clone();
         let starter = if config.zygote { InitStarter::with_zygote(program) } else { InitStarter::exec(program) };
         let warm = WarmPool::new(starter, config.warm_inits);
-        Self { config, runners, cgroups, root: nix::unistd::geteuid().is_root(), prefork: Default::default(), warm }
+        let root = nix::unistd::geteuid().is_root();
+        let netns = (root && config.keep_netns).then(NetnsPool::default);
+        Self { config, runners, cgroups, root, prefork: Default::default(), warm, netns }
     }
 
     /// Starts the warm inits now (call from within the runtime that will serve the runs).
@@ -105,6 +114,11 @@ impl JailBackend {
     /// Warm inits waiting now.
     pub fn warm_ready(&self) -> usize {
         self.warm.len()
+    }
+
+    /// Network namespaces kept for the next run of their conversation now.
+    pub fn kept_netns(&self) -> usize {
+        self.netns.as_ref().map_or(0, NetnsPool::len)
     }
 
     /// Gives the backend an init forked ahead of time; the next run uses it instead of starting one.
@@ -122,7 +136,7 @@ impl JailBackend {
         &self.cgroups
     }
 
-    fn spec(&self, job: &Job, runner: &HostRunner, cgroup: Option<&RunCgroup>) -> JailSpec {
+    fn spec(&self, job: &Job, runner: &HostRunner, cgroup: Option<&RunCgroup>, netns: Option<&OwnedFd>) -> JailSpec {
         let code_path = PathBuf::from(format!("/tmp/main.{}", job.language.file_extension()));
         let mut env: BTreeMap<String, String> = [
             ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
@@ -151,6 +165,7 @@ impl JailBackend {
             extra_ro_binds: runner.extra_ro_binds.clone(),
             cgroup_procs: cgroup.map(RunCgroup::procs_files).unwrap_or_default(),
             switch_to: self.root.then_some((self.config.sandbox_host_uid, self.config.sandbox_host_gid)),
+            join_netns: netns.map(NetnsPool::path_of),
             sandbox_uid: SANDBOX_ID,
             sandbox_gid: SANDBOX_ID,
             hostname: "sandlot".into(),
@@ -214,14 +229,20 @@ impl Backend for JailBackend {
             .acquire(&job.limits)
             .map_err(|e| Error::io(format!("set up cgroups for run {}", job.run_id), e))?;
         tracing::debug!(run_id = job.run_id, "cgroup ready");
-        let spec = self.spec(&job, runner, cgroup.as_ref());
+        let kept_netns = self.netns.as_ref().and_then(|pool| pool.take(&job.workspace));
+        let spec = self.spec(&job, runner, cgroup.as_ref(), kept_netns.as_ref());
         let result = self.execute(&spec, &job, sink, cgroup.as_ref()).await;
         let oom = cgroup.as_ref().is_some_and(RunCgroup::oom_killed);
         if let Some(cgroup) = cgroup {
             cgroup.release().await;
             tracing::debug!(run_id = job.run_id, "cgroup released");
         }
-        let (ending, reports, stdout, stderr, duration) = result?;
+        let (ending, reports, stdout, stderr, duration, new_netns) = result?;
+        // The init has been reaped, so every process of the run is gone: its network namespace may serve the
+        // conversation's next run.
+        if let (Some(pool), Some(netns)) = (&self.netns, kept_netns.or(new_netns)) {
+            pool.give_back(job.workspace.clone(), netns);
+        }
         // A program killed by RLIMIT_FSIZE (the quota as the largest file) shows as SIGXFSZ, or, when a shell ran
         // it, as the shell's exit code 128+SIGXFSZ with /data at its quota.
         let termination = match ending {
@@ -248,7 +269,9 @@ impl Backend for JailBackend {
     }
 }
 
-type Execution = (Ending, Vec<Report>, CapturedStream, CapturedStream, Duration);
+/// How the run ended, the init's reports, the output, the duration, and the network namespace the init created
+/// (when the backend keeps them).
+type Execution = (Ending, Vec<Report>, CapturedStream, CapturedStream, Duration, Option<OwnedFd>);
 
 impl JailBackend {
     async fn execute(
@@ -274,9 +297,14 @@ impl JailBackend {
             let _ = stdin.write_all(&job.stdin).await;
         };
         let init_pid = AtomicI32::new(0);
+        // The namespace is captured through the init's pid, which names the init only until it is reaped: the
+        // waiting below sets `reaped` as soon as it has, and both run in this one task, one after the other.
+        let (init_os_pid, reaped) = (init.pid(), AtomicBool::new(false));
+        let capture_netns = self.netns.is_some() && spec.join_netns.is_none();
         let read_reports = async {
             let mut lines = BufReader::new(reports).lines();
             let mut all = Vec::new();
+            let mut netns = None;
             while let Ok(Some(line)) = lines.next_line().await {
                 match serde_json::from_str::<Report>(&line) {
                     Ok(report) => {
@@ -288,25 +316,36 @@ impl JailBackend {
                         );
                         if let Report::Started { init_pid: pid } = report {
                             init_pid.store(pid, Ordering::SeqCst);
+                            if let Some(os_pid) =
+                                init_os_pid.filter(|_| capture_netns && !reaped.load(Ordering::SeqCst))
+                            {
+                                netns = NetnsPool::capture(os_pid)
+                                    .inspect_err(|e| tracing::debug!("network namespace not kept: {e}"))
+                                    .ok();
+                            }
                         }
                         all.push(report);
                     }
                     Err(e) => tracing::warn!(%e, line, "unreadable report from the jail init"),
                 }
             }
-            all
+            (all, netns)
         };
         let cap = job.limits.max_output_bytes;
         let read_stdout = read_capped(stdout, Stream::Stdout, cap, sink);
         let read_stderr = read_capped(stderr, Stream::Stderr, cap, sink);
         let wait = async {
             let ending = tokio::select! {
-                status = init.wait() => match status {
-                    Ok(status) => return Ok(Ending::Exited(status)),
-                    Err(e) => return Err(Error::io("wait for jail init", e)),
+                status = init.wait() => {
+                    reaped.store(true, Ordering::SeqCst);
+                    match status {
+                        Ok(status) => return Ok(Ending::Exited(status)),
+                        Err(e) => return Err(Error::io("wait for jail init", e)),
+                    }
                 },
                 stop = stop_reason(job, job.limits.timeout) => Ending::Stopped(stop),
             };
+            reaped.store(true, Ordering::SeqCst); // not yet, but soon: no capture from here on
             kill_tree(init_pid.load(Ordering::SeqCst), &mut init);
             if tokio::time::timeout(KILL_GRACE, init.wait()).await.is_err() {
                 // Should not happen; make sure nothing survives anyway.
@@ -321,7 +360,7 @@ impl JailBackend {
         };
         let everything = async { tokio::join!(feed, read_reports, read_stdout, read_stderr, wait) };
         let backstop = job.limits.timeout + KILL_GRACE + DRAIN_GRACE;
-        let ((), reports, stdout, stderr, ending) = match tokio::time::timeout(backstop, everything).await {
+        let ((), (reports, netns), stdout, stderr, ending) = match tokio::time::timeout(backstop, everything).await {
             Ok(results) => results,
             Err(_) => {
                 if let Some(cgroup) = cgroup {
@@ -331,7 +370,7 @@ impl JailBackend {
             }
         };
         tracing::debug!(run_id = job.run_id, elapsed_us = started.elapsed().as_micros() as u64, "jail finished");
-        Ok((ending?, reports, stdout, stderr, started.elapsed()))
+        Ok((ending?, reports, stdout, stderr, started.elapsed(), netns))
     }
 }
 

@@ -20,6 +20,10 @@ fn main() {
         ("system_dirs_and_root_are_read_only", system_dirs_and_root_are_read_only),
         ("host_processes_are_invisible_and_unkillable", host_processes_are_invisible_and_unkillable),
         ("network_is_loopback_only", network_is_loopback_only),
+        (
+            "a_kept_network_namespace_holds_nothing_of_the_last_run",
+            a_kept_network_namespace_holds_nothing_of_the_last_run,
+        ),
         ("fork_bomb_is_contained", fork_bomb_is_contained),
         ("memory_bomb_is_killed_as_out_of_memory", memory_bomb_is_killed_as_out_of_memory),
         ("setsid_double_fork_dies_at_the_deadline", setsid_double_fork_dies_at_the_deadline),
@@ -148,12 +152,46 @@ server = socket.socket(); server.bind(("127.0.0.1", 0)); server.listen(1)
 threading.Thread(target=lambda: server.accept()[0].sendall(b"hi"), daemon=True).start()
 client = socket.create_connection(server.getsockname(), timeout=2)
 print("own-loopback", client.recv(2).decode())
+import os
+print("netns", os.readlink("/proc/self/ns/net"))
 "#
     );
-    let report = python(&sandbox, &code);
-    let expected = "host-loopback ConnectionRefusedError\ndns gaierror\ninterfaces ['lo']\nroutes 0\nown-loopback hi\n";
-    check_eq(report.outcome.stdout.as_str(), expected, &format!("network probes\n{}", describe(&report)))?;
+    // A conversation's network namespace is kept for its next run (as a server keeps it): the second run must be
+    // just as closed, and another conversation must get a namespace of its own.
+    let mut namespaces = Vec::new();
+    for conversation in ["net-a", "net-a", "net-b"] {
+        let report = sandbox.run(conversation, Language::Python, &code);
+        let (probes, netns) = report.outcome.stdout.split_once("netns ").unwrap_or_default();
+        let expected =
+            "host-loopback ConnectionRefusedError\ndns gaierror\ninterfaces ['lo']\nroutes 0\nown-loopback hi\n";
+        check_eq(probes, expected, &format!("network probes in {conversation}\n{}", describe(&report)))?;
+        namespaces.push(netns.trim().to_owned());
+    }
+    check_eq(namespaces[0].as_str(), namespaces[1].as_str(), "the namespace kept for a conversation's next run")?;
+    check(namespaces[1] != namespaces[2], || format!("two conversations share a network namespace: {namespaces:?}"))?;
+    let host = std::fs::read_link("/proc/self/ns/net")?.to_string_lossy().into_owned();
+    check(!namespaces.contains(&host), || "a sandbox is in the host's network namespace".into())?;
     check(listener.accept().is_err(), || "the host listener got a connection".into())
+}
+
+fn a_kept_network_namespace_holds_nothing_of_the_last_run() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let listen = "import socket, time\ns = socket.socket(); s.bind(('127.0.0.1', 8765)); s.listen()\ntime.sleep(60)";
+    let first = format!("(setsid python3 -c \"{listen}\" &); sleep 0.5; echo listening");
+    let report = sandbox.run("kept-net", Language::Bash, &first);
+    check_eq(report.outcome.stdout.as_str(), "listening\n", &describe(&report))?;
+    let second = r#"
+import socket
+try:
+    socket.create_connection(("127.0.0.1", 8765), timeout=2)
+    print("the last run's listener is alive")
+except OSError as e:
+    print(type(e).__name__)
+s = socket.socket(); s.bind(("127.0.0.1", 8765)); s.listen()
+print("bound")
+"#;
+    let report = sandbox.run("kept-net", Language::Python, second);
+    check_eq(report.outcome.stdout.as_str(), "ConnectionRefusedError\nbound\n", &describe(&report))
 }
 
 /// Runs `/bin/true` on the host every 100 ms while `during` runs and returns the slowest start.

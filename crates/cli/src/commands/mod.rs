@@ -44,6 +44,7 @@ pub fn jail_backend(
     config.probe_versions = probe_versions;
     config.warm_inits = server.unwrap_or(0);
     config.zygote = server.is_some() && sandbox.zygote;
+    config.keep_netns = server.is_some() && sandbox.keep_netns;
     config.tune_cgroups = sandbox.tune_cgroups;
     if let Some(languages) = languages {
         config.languages = languages;

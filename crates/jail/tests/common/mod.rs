@@ -49,6 +49,7 @@ impl Sandbox {
         config.sandbox_host_gid = sandbox_host_uid();
         config.probe_versions = false;
         config.zygote = true; // as a server runs them
+        config.keep_netns = true;
         let backend = Arc::new(JailBackend::new(config));
         let mut engine_config = EngineConfig::default();
         engine_config.limits.timeout = Duration::from_secs(10);
