@@ -31,7 +31,19 @@ const MAX_SPEC_BYTES: usize = 64 * 1024 * 1024;
 /// Entry point of the init; never returns. `report_fd` is the descriptor number given on the command line.
 pub fn run_main(report_fd: i32) -> ! {
     crate::report::set_report_fd(report_fd);
-    match helper() {
+    match helper(false) {
+        Ok(never) => match never {},
+        Err(error) => error.report_and_exit(),
+    }
+}
+
+/// Entry point of an init forked by `sandlot run` before its spec is ready; never returns. As root, it makes the
+/// network namespace (which depends on nothing in the spec) while the command is still preparing the run, so
+/// that ~0.4 ms is off the run's path.
+pub fn run_main_ahead(report_fd: i32) -> ! {
+    crate::report::set_report_fd(report_fd);
+    let made_ahead = geteuid().is_root() && new_network_namespace().is_ok();
+    match helper(made_ahead) {
         Ok(never) => match never {},
         Err(error) => error.report_and_exit(),
     }
@@ -66,22 +78,26 @@ fn write_id_maps(spec: &JailSpec, host_uid: u32, host_gid: u32) -> Result<(), Se
     std::fs::write("/proc/self/gid_map", format!("{} {host_gid} 1\n", spec.sandbox_gid)).step(|| "write gid_map".into())
 }
 
-/// As root: joins the conversation's kept network namespace, or creates one owned by the host's user namespace
-/// (so nothing in the sandbox can reconfigure it) and brings its loopback up.
-fn enter_network_namespace(spec: &JailSpec) -> Result<(), SetupError> {
+/// As root: a new network namespace, owned by the host's user namespace (so nothing in the sandbox can reconfigure
+/// it), with its loopback up.
+fn new_network_namespace() -> Result<(), SetupError> {
+    unshare(CloneFlags::CLONE_NEWNET).step(|| "unshare network namespace".into())?;
+    loopback::bring_up().step(|| "bring up loopback".into())
+}
+
+/// As root: joins the conversation's kept network namespace, or makes a new one unless `made_ahead`.
+fn enter_network_namespace(spec: &JailSpec, made_ahead: bool) -> Result<(), SetupError> {
     match &spec.join_netns {
         Some(path) => {
             let netns = File::open(path).step(|| format!("open {}", path.display()))?;
             setns(netns, CloneFlags::CLONE_NEWNET).step(|| "join the network namespace".into())
         }
-        None => {
-            unshare(CloneFlags::CLONE_NEWNET).step(|| "unshare network namespace".into())?;
-            loopback::bring_up().step(|| "bring up loopback".into())
-        }
+        None if made_ahead => Ok(()),
+        None => new_network_namespace(),
     }
 }
 
-fn helper() -> Result<Infallible, SetupError> {
+fn helper(netns_made_ahead: bool) -> Result<Infallible, SetupError> {
     die_with_parent()?;
     let spec = read_spec()?;
     for procs in &spec.cgroup_procs {
@@ -93,7 +109,7 @@ fn helper() -> Result<Infallible, SetupError> {
         None => None,
     };
     if spec.switch_to.is_some() {
-        enter_network_namespace(&spec)?;
+        enter_network_namespace(&spec, netns_made_ahead)?;
     }
     if let Some((uid, gid)) = spec.switch_to {
         setgroups(&[]).step(|| "setgroups".into())?;

@@ -57,7 +57,7 @@ impl Prefork {
                     }
                 }
                 drop((stdin_read, stdin_write, stdout_read, stdout_write, stderr_read, stderr_write, reports_read));
-                crate::init::run_main(reports_write.into_raw_fd())
+                crate::init::run_main_ahead(reports_write.into_raw_fd())
             }
             ForkResult::Parent { child } => Ok(Self {
                 pid: child,
