@@ -49,11 +49,6 @@ impl NetnsPool {
         }
     }
 
-    /// Namespaces kept now.
-    pub fn len(&self) -> usize {
-        self.idle().len()
-    }
-
     /// Opens the network namespace of the process `pid`, which must be an unreaped child of this process (so the
     /// pid cannot have been reused). Refuses this process's own namespace.
     pub fn capture(pid: u32) -> std::io::Result<OwnedFd> {

@@ -116,11 +116,6 @@ impl JailBackend {
         self.warm.len()
     }
 
-    /// Network namespaces kept for the next run of their conversation now.
-    pub fn kept_netns(&self) -> usize {
-        self.netns.as_ref().map_or(0, NetnsPool::len)
-    }
-
     /// Gives the backend an init forked ahead of time; the next run uses it instead of starting one.
     pub fn use_prefork(&self, prefork: Prefork) {
         *self.prefork.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(prefork);
