@@ -154,3 +154,10 @@ def call_in_background(server, arguments):
             pass
 
     threading.Thread(target=run, daemon=True).start()
+
+
+def wait_until(condition, seconds, interval=0.05):
+    """Polls `condition()` until it is true or `seconds` have passed; the caller asserts what it needs after."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(interval)

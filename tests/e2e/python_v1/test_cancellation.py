@@ -15,7 +15,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 
-from conftest import RunEvents, sandlot_binary
+from conftest import RunEvents, sandlot_binary, wait_until
 from test_shutdown import sandbox_processes
 
 # A run that leaves a child behind and sleeps: the whole tree must go.
@@ -63,9 +63,7 @@ def history_outcomes(server, conversation):
 
 
 def wait_for_sandbox(count=2):
-    deadline = time.monotonic() + 15
-    while len(sandbox_processes()) < count and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: len(sandbox_processes()) >= count, 15)
     assert len(sandbox_processes()) >= count, "the run and its child did not start"
 
 

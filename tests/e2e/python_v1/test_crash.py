@@ -8,7 +8,7 @@ import time
 
 import httpx
 
-from conftest import call, call_in_background, start_server
+from conftest import call, call_in_background, start_server, wait_until
 from test_cancellation import SLEEPER, wait_for_sandbox
 from test_shutdown import sandbox_processes
 
@@ -43,9 +43,7 @@ def test_a_run_killed_with_its_server_is_interrupted_and_cleaned_up(root):
         record = httpx.get(f"{restarted.base_url}/v1/runs/{run['id']}", headers=restarted.auth).json()
         assert (record["state"], record["outcome"]) == ("finished", "interrupted")
         assert record["error"] == "the server stopped while the run was in flight"
-        deadline = time.monotonic() + 5
-        while sandbox_processes() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: not sandbox_processes(), 5)
         assert sandbox_processes() == []
         assert cgroup_slots() == [], "the crashed run's cgroup slot should have been removed at the restart"
         # The restarted server serves as usual.

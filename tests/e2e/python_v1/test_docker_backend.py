@@ -8,7 +8,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 
-from conftest import call_in_background
+from conftest import call_in_background, wait_until
 
 PROGRAMS = {
     "python": ("open('/data/py.txt', 'w').write('python in docker\\n')\nprint('py ok')", "py.txt", b"python in docker\n"),
@@ -49,7 +49,6 @@ def test_shutdown_removes_the_containers_of_runs_still_going(docker_server):
     import os
     import signal
     import subprocess
-    import time
 
     owner = os.path.realpath(docker_server.root)
 
@@ -60,9 +59,7 @@ def test_shutdown_removes_the_containers_of_runs_still_going(docker_server):
 
     call_in_background(docker_server, {"conversationId": "docker-shutdown", "language": "bash", "code": "sleep 300",
                                         "timeoutSeconds": 600})
-    deadline = time.monotonic() + 20
-    while not containers() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(containers, 20, interval=0.1)
     assert containers(), "the run's container did not start"
     docker_server.process.send_signal(signal.SIGTERM)
     docker_server.process.wait(timeout=30)

@@ -8,7 +8,7 @@ import time
 
 import httpx
 
-from conftest import call_in_background
+from conftest import call_in_background, wait_until
 
 
 def sandbox_processes():
@@ -39,9 +39,7 @@ def test_sigterm_closes_streams_and_kills_runs_after_the_grace_period(server):
     assert connected.wait(10), "the event stream did not open"
     call_in_background(server, {"conversationId": "shutdown", "language": "bash", "code": "sleep 300",
                                  "timeoutSeconds": 600})
-    deadline = time.monotonic() + 10
-    while not sandbox_processes() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(sandbox_processes, 10)
     assert sandbox_processes(), "the run did not start"
 
     started = time.monotonic()
@@ -50,7 +48,5 @@ def test_sigterm_closes_streams_and_kills_runs_after_the_grace_period(server):
     server.process.wait(timeout=20)
     elapsed = time.monotonic() - started
     assert 9 <= elapsed <= 15, f"exited after {elapsed:.1f} s; the grace period is 10 s"
-    deadline = time.monotonic() + 5
-    while sandbox_processes() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: not sandbox_processes(), 5)
     assert sandbox_processes() == []
