@@ -1,9 +1,13 @@
 //! The sandbox's filesystem, built by its pid 1 inside the fresh mount namespace.
 //!
-//! Every host source is first captured as a detached mount tree (so later mounts cannot hide it), then a tmpfs
-//! root is assembled: read-only system dirs, generated `/etc` files, a minimal `/dev`, a fresh `/proc`, a sized
-//! `/tmp`, and the conversation at `/data`. `pivot_root` makes it `/`, the old root is detached, and `/` itself is
-//! made read-only.
+//! Two parts:
+//! - the read-only **skeleton** ([`assemble_skeleton`]): a small tmpfs root with the system dirs bound read-only,
+//!   generated `/etc` files and a minimal `/dev`. It is the same for every run of a server, so a server's zygote
+//!   assembles it once ([`crate::root_template`]) and each run clones it with one `open_tree`; without a zygote,
+//!   pid 1 assembles it per run. Every host source is captured as a detached mount tree before anything is
+//!   covered, so later mounts cannot hide it.
+//! - the run's own mounts ([`build`]): a sized `/tmp` and `/dev/shm`, the conversation at `/data`, a fresh
+//!   `/proc`. `pivot_root` makes the result `/`, the old root is detached, and `/` itself is read-only.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
@@ -30,7 +34,7 @@ const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 /// Parts of `/proc` that are remounted read-only (as bubblewrap does).
 const PROC_READ_ONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus", "fs"];
 /// Attributes of every read-only tree.
-const READ_ONLY: u64 = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+pub const READ_ONLY: u64 = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
 /// Where the new root is assembled before the pivot (hidden from the host: the mount namespace is private).
 const STAGING: &str = "/tmp";
 
@@ -80,16 +84,15 @@ fn staged(path: &str) -> PathBuf {
     Path::new(STAGING).join(path.trim_start_matches('/'))
 }
 
+/// Mounts a tmpfs on `target`, an existing directory.
 fn mount_tmpfs(target: &Path, options: &str, flags: MsFlags) -> Result<(), SetupError> {
-    std::fs::create_dir_all(target).step(|| format!("mkdir {}", target.display()))?;
     mount(Some("tmpfs"), target, Some("tmpfs"), flags, Some(options))
         .step(|| format!("mount tmpfs {}", target.display()))
 }
 
 /// Generated `/etc` files: just enough identity for the sandbox user.
-fn write_etc(spec: &JailSpec) -> Result<(), SetupError> {
-    let etc = staged("/etc");
-    let (uid, gid) = (spec.sandbox_uid, spec.sandbox_gid);
+fn write_etc(etc: &Path, identity: &Identity) -> Result<(), SetupError> {
+    let (uid, gid, hostname) = (identity.uid, identity.gid, &identity.hostname);
     let files = [
         (
             "passwd",
@@ -98,8 +101,8 @@ fn write_etc(spec: &JailSpec) -> Result<(), SetupError> {
             ),
         ),
         ("group", format!("root:x:0:\nsandbox:x:{gid}:\nnogroup:x:65534:\n")),
-        ("hostname", format!("{}\n", spec.hostname)),
-        ("hosts", format!("127.0.0.1\tlocalhost {0}\n::1\tlocalhost ip6-localhost {0}\n", spec.hostname)),
+        ("hostname", format!("{hostname}\n")),
+        ("hosts", format!("127.0.0.1\tlocalhost {hostname}\n::1\tlocalhost ip6-localhost {hostname}\n")),
         ("nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n".to_owned()),
         ("resolv.conf", "# no network in the sandbox\n".to_owned()),
     ];
@@ -109,16 +112,19 @@ fn write_etc(spec: &JailSpec) -> Result<(), SetupError> {
     Ok(())
 }
 
-/// The trees that come from outside the system dirs: the conversation and interpreter prefixes. When the init starts
-/// as root it captures them before switching to the sandbox uid, which may not be allowed to traverse to them
-/// (a pyenv build under `/root`, say); otherwise pid 1 captures them by path.
+/// The trees that come from outside the system dirs: the conversation, interpreter prefixes, and the zygote's
+/// skeleton. When the init starts as root it captures them before switching to the sandbox uid, which may not be
+/// allowed to traverse to them (a pyenv build under `/root`, a conversation root of mode 0700); otherwise pid 1
+/// captures them by path.
 pub struct HostTrees {
     workspace: OwnedFd,
     extra_ro_binds: Vec<(PathBuf, OwnedFd)>,
+    skeleton: Option<OwnedFd>,
 }
 
 impl HostTrees {
-    /// Clones the trees of `spec`'s workspace (never through a symlink) and extra binds, with their attributes.
+    /// Clones the trees of `spec`'s workspace (never through a symlink), its root template if it has one, and
+    /// otherwise its extra binds (the template holds them), with their attributes.
     pub fn capture(spec: &JailSpec) -> Result<Self, SetupError> {
         let directory = std::fs::OpenOptions::new()
             .read(true)
@@ -128,58 +134,81 @@ impl HostTrees {
         let workspace =
             clone_tree_at(directory.as_raw_fd()).step(|| format!("open_tree {}", spec.workspace.display()))?;
         set_tree_attributes(&workspace, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV).step(|| "mount_setattr /data".into())?;
-        let mut extra_ro_binds = Vec::new();
-        for dir in &spec.extra_ro_binds {
-            let tree = clone_tree(dir).step(|| format!("open_tree {}", dir.display()))?;
-            set_tree_attributes(&tree, READ_ONLY).step(|| format!("mount_setattr {}", dir.display()))?;
-            extra_ro_binds.push((dir.clone(), tree));
-        }
-        Ok(Self { workspace, extra_ro_binds })
+        let (skeleton, extra_ro_binds) = match &spec.root_template {
+            Some(template) => {
+                (Some(clone_tree(template).step(|| format!("open_tree {}", template.display()))?), vec![])
+            }
+            None => (None, capture_read_only(&spec.extra_ro_binds)?),
+        };
+        Ok(Self { workspace, extra_ro_binds, skeleton })
     }
 }
 
-/// Builds the whole filesystem and pivots into it. On return the process's root is the sandbox's.
-pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError> {
-    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
-        .step(|| "make / private".into())?;
+/// Read-only clones of host directories, to bind at the same paths.
+pub fn capture_read_only(dirs: &[PathBuf]) -> Result<Vec<(PathBuf, OwnedFd)>, SetupError> {
+    let mut trees = Vec::new();
+    for dir in dirs {
+        let tree = clone_tree(dir).step(|| format!("open_tree {}", dir.display()))?;
+        set_tree_attributes(&tree, READ_ONLY).step(|| format!("mount_setattr {}", dir.display()))?;
+        trees.push((dir.clone(), tree));
+    }
+    Ok(trees)
+}
 
-    // 1. Capture every host source before anything is covered.
-    let read_only = READ_ONLY;
+/// Who the sandbox's user is, for the generated `/etc` files: the part of a [`JailSpec`] the read-only skeleton
+/// depends on (see [`crate::root_template`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Identity {
+    pub uid: u32,
+    pub gid: u32,
+    pub hostname: String,
+}
+
+impl Identity {
+    pub fn of(spec: &JailSpec) -> Self {
+        Self { uid: spec.sandbox_uid, gid: spec.sandbox_gid, hostname: spec.hostname.clone() }
+    }
+}
+
+/// Assembles at `root` (an existing directory) the read-only skeleton of a sandbox's filesystem: a small tmpfs
+/// with the system dirs, the shared `/etc` files and `extra_ro_binds` bound read-only, the generated `/etc` files,
+/// a read-only `/dev` with host device nodes bound in, and the empty mount points the run fills (`/tmp`, `/data`,
+/// `/proc`, `/dev/shm`). The root tmpfs itself stays writable: the caller makes it read-only when it is done.
+pub fn assemble_skeleton(
+    root: &Path,
+    identity: &Identity,
+    extra_ro_binds: Vec<(PathBuf, OwnedFd)>,
+) -> Result<(), SetupError> {
+    let under = |path: &str| root.join(path.trim_start_matches('/'));
+    // Capture every host source before the tmpfs covers anything.
     let mut sources = Vec::new();
     for dir in SYSTEM_DIRS.iter().chain(ETC_SHARED) {
-        if let Some(source) = capture(Path::new(dir), read_only)? {
-            let is_dir = Path::new(dir).is_dir();
-            sources.push((staged(dir), source, is_dir));
+        if let Some(source) = capture(Path::new(dir), READ_ONLY)? {
+            sources.push((under(dir), source, Path::new(dir).is_dir()));
         }
     }
-    let HostTrees { workspace: data, extra_ro_binds } = match trees {
-        Some(trees) => trees,
-        None => HostTrees::capture(spec)?,
-    };
     for (dir, tree) in extra_ro_binds {
-        sources.push((staged(&dir.to_string_lossy()), Source::Tree(tree), true));
+        sources.push((under(&dir.to_string_lossy()), Source::Tree(tree), true));
     }
     let mut devices = Vec::new();
     for name in DEVICES {
-        let host = Path::new("/dev").join(name);
-        if let Some(source) = capture(&host, MOUNT_ATTR_NOSUID)? {
-            devices.push((staged("/dev").join(name), source));
+        if let Some(source) = capture(&Path::new("/dev").join(name), MOUNT_ATTR_NOSUID)? {
+            devices.push((under("/dev").join(name), source));
         }
     }
 
-    // 2. The new root.
     let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
-    mount_tmpfs(Path::new(STAGING), "size=2m,nr_inodes=4096,mode=0755", nosuid_nodev)?;
-    for dir in ["/etc", "/proc", "/data", "/root"] {
-        std::fs::create_dir_all(staged(dir)).step(|| format!("mkdir {dir}"))?;
+    mount_tmpfs(root, "size=2m,nr_inodes=4096,mode=0755", nosuid_nodev)?;
+    for dir in ["/etc", "/proc", "/data", "/root", "/tmp", "/dev"] {
+        std::fs::create_dir_all(under(dir)).step(|| format!("mkdir {dir}"))?;
     }
     for (target, source, is_dir) in sources {
         place(source, &target, is_dir)?;
     }
-    write_etc(spec)?;
+    write_etc(&under("/etc"), identity)?;
 
-    // 3. /dev: a small tmpfs with host device nodes bound in, and the usual symlinks.
-    mount_tmpfs(&staged("/dev"), "size=64k,nr_inodes=64,mode=0755", nosuid_nodev | MsFlags::MS_NOEXEC)?;
+    // /dev: a small tmpfs with host device nodes bound in, and the usual symlinks.
+    mount_tmpfs(&under("/dev"), "size=64k,nr_inodes=64,mode=0755", nosuid_nodev | MsFlags::MS_NOEXEC)?;
     for (target, source) in devices {
         place(source, &target, false)?;
     }
@@ -189,19 +218,43 @@ pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError
         ("stdout", "/proc/self/fd/1"),
         ("stderr", "/proc/self/fd/2"),
     ] {
-        std::os::unix::fs::symlink(target, staged("/dev").join(link)).step(|| format!("symlink /dev/{link}"))?;
+        std::os::unix::fs::symlink(target, under("/dev").join(link)).step(|| format!("symlink /dev/{link}"))?;
     }
+    std::fs::create_dir(under("/dev/shm")).step(|| "mkdir /dev/shm".into())?;
+    let dev = mount_api::cpath(&under("/dev")).step(|| "/dev path".into())?;
+    set_mount_attributes(&dev, READ_ONLY).step(|| "make /dev read-only".into())
+}
+
+/// Builds the whole filesystem and pivots into it. On return the process's root is the sandbox's.
+///
+/// With `spec.root_template` the read-only skeleton is a recursive clone of the one the zygote assembled once
+/// (one `open_tree` instead of some sixty mount calls and two tmpfs per run); otherwise it is assembled here.
+pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError> {
+    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
+        .step(|| "make / private".into())?;
+
+    // 1. The host trees of this run, before the new root covers anything (the workspace may be under /tmp).
+    let HostTrees { workspace: data, extra_ro_binds, skeleton } = match trees {
+        Some(trees) => trees,
+        None => HostTrees::capture(spec)?,
+    };
+
+    // 2. The read-only skeleton at the staging point.
+    let staging = Path::new(STAGING);
+    match skeleton {
+        Some(skeleton) => attach_tree(&skeleton, staging).step(|| format!("move_mount {STAGING}"))?,
+        None => assemble_skeleton(staging, &Identity::of(spec), extra_ro_binds)?,
+    }
+
+    // 3. The run's own writable places: /dev/shm, /tmp and /data.
+    let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     let shm_options = format!("size={}m,nr_inodes=1024,mode=1777", spec.tmp_mb.min(64));
     mount_tmpfs(&staged("/dev/shm"), &shm_options, nosuid_nodev)?;
-    let dev = mount_api::cpath(&staged("/dev")).step(|| "/dev path".into())?;
-    set_mount_attributes(&dev, READ_ONLY).step(|| "make /dev read-only".into())?;
-
-    // 4. /tmp and /data.
     let tmp_options = format!("size={}m,nr_inodes=16384,mode=1777", spec.tmp_mb);
     mount_tmpfs(&staged("/tmp"), &tmp_options, nosuid_nodev)?;
     attach_tree(&data, &staged("/data")).step(|| "move_mount /data".into())?;
 
-    // 5. A fresh /proc for the new pid namespace, with the kernel knobs read-only.
+    // 4. A fresh /proc for the new pid namespace, with the kernel knobs read-only.
     let proc_dir = staged("/proc");
     mount(Some("proc"), &proc_dir, Some("proc"), nosuid_nodev | MsFlags::MS_NOEXEC, None::<&str>)
         .step(|| "mount /proc".into())?;
@@ -209,12 +262,12 @@ pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError
         let path = proc_dir.join(name);
         if path.exists() {
             let tree = clone_tree(&path).step(|| format!("open_tree /proc/{name}"))?;
-            set_tree_attributes(&tree, read_only).step(|| format!("mount_setattr /proc/{name}"))?;
+            set_tree_attributes(&tree, READ_ONLY).step(|| format!("mount_setattr /proc/{name}"))?;
             attach_tree(&tree, &path).step(|| format!("move_mount /proc/{name}"))?;
         }
     }
 
-    // 6. Switch roots; nothing of the host's root stays reachable; the root itself becomes read-only.
+    // 5. Switch roots; nothing of the host's root stays reachable; the root itself becomes read-only.
     nix::unistd::chdir(STAGING).step(|| "chdir to new root".into())?;
     pivot_to_current_dir().step(|| "pivot_root".into())?;
     set_mount_attributes(c"/", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)

@@ -21,6 +21,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::unix::pipe;
 
 use crate::pidfd_child::PidfdChild;
+use crate::root_template::{RootTemplate, TemplateRequest};
 use crate::zygote::Zygote;
 use crate::{Error, INIT_SUBCOMMAND, Result};
 
@@ -100,6 +101,8 @@ impl InitPipes {
 /// A running init, to wait for or kill.
 pub struct InitProcess {
     process: Process,
+    /// The skeleton assembled in the init's mount namespace, when a zygote with one cloned it.
+    root_template: Option<RootTemplate>,
 }
 
 impl InitProcess {
@@ -140,7 +143,7 @@ impl InitProcess {
             reports: pipe::Receiver::from_owned_fd(OwnedFd::from(report_reader))
                 .map_err(|e| Error::io("watch report pipe", e))?,
         };
-        Ok((Self { process: Process::Spawned(child) }, pipes))
+        Ok((Self { process: Process::Spawned(child), root_template: None }, pipes))
     }
 
     /// Adopts a preforked init.
@@ -152,7 +155,17 @@ impl InitProcess {
 
     /// An init that is a child of this process, started by a fork or by the zygote.
     pub fn cloned(child: PidfdChild) -> Self {
-        Self { process: Process::Cloned(child) }
+        Self { process: Process::Cloned(child), root_template: None }
+    }
+
+    /// The same init, noting the skeleton assembled in its mount namespace.
+    pub fn with_root_template(self, root_template: Option<RootTemplate>) -> Self {
+        Self { root_template, ..self }
+    }
+
+    /// The skeleton assembled in the init's mount namespace, if any.
+    pub fn root_template(&self) -> Option<&RootTemplate> {
+        self.root_template.as_ref()
     }
 
     /// The init's pid, until it has been reaped.
@@ -202,10 +215,10 @@ impl InitStarter {
         Self { program, zygote: None }
     }
 
-    /// A starter that has a zygote (started now, see [`Zygote::start`]) clone each init; if the zygote cannot be
-    /// started it execs them instead.
-    pub fn with_zygote(program: PathBuf) -> Self {
-        let zygote = Zygote::start(&program)
+    /// A starter that has a zygote (started now, see [`Zygote::start`], assembling `template`) clone each init;
+    /// if the zygote cannot be started it execs them instead.
+    pub fn with_zygote(program: PathBuf, template: Option<TemplateRequest>) -> Self {
+        let zygote = Zygote::start(&program, template)
             .inspect_err(|e| tracing::warn!("no jail zygote, every init will be exec'd: {e}"))
             .ok();
         Self { program, zygote }

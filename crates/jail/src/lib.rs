@@ -27,6 +27,7 @@ mod pid1;
 mod pidfd_child;
 mod report;
 mod rlimits;
+mod root_template;
 mod runners;
 mod seccomp;
 pub mod spec;
@@ -39,6 +40,7 @@ pub use cgroup::CgroupSupport;
 pub use doctor::{Check, CheckStatus, diagnose};
 pub use error::{Error, Result};
 pub use launcher::Prefork;
+pub use root_template::TEMPLATE_DIR_NAME;
 pub use runners::{HostRunner, RunnerOverrides, discover_runners};
 pub use supervisor::{INIT_SUBCOMMAND, JailBackend, JailConfig};
 

@@ -36,6 +36,9 @@ pub struct JailSpec {
     pub rlimits: RlimitSpec,
     /// Apply Landlock when the kernel has it.
     pub landlock: bool,
+    /// Where the read-only skeleton of the root is already assembled, in the init's mount namespace (a zygote's
+    /// clone; see `root_template`); `None`: pid 1 assembles it.
+    pub root_template: Option<PathBuf>,
 }
 
 /// Per-process rlimits set on the program; `None` leaves the limit as inherited.

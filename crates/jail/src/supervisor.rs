@@ -19,9 +19,11 @@ use sandlot_core::{
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use crate::cgroup::{CgroupSupport, RunCgroup};
+use crate::filesystem::Identity;
 use crate::launcher::{InitPipes, InitProcess, InitStarter, Prefork};
 use crate::netns_pool::NetnsPool;
 use crate::report::Report;
+use crate::root_template::TemplateRequest;
 use crate::runners::{HostRunner, RunnerOverrides, discover_runners};
 use crate::spec::{JailSpec, RlimitSpec};
 use crate::warm_pool::WarmPool;
@@ -32,6 +34,8 @@ pub const INIT_SUBCOMMAND: &str = "__jail-init";
 
 /// Uid and gid inside the sandbox.
 const SANDBOX_ID: u32 = 1000;
+/// The sandbox's host name.
+const HOSTNAME: &str = "sandlot";
 /// How long the init may take to reap the sandbox after its pid 1 was killed.
 const KILL_GRACE: Duration = Duration::from_secs(5);
 /// How long output may keep flowing after the init is gone (it cannot: everything died with pid 1).
@@ -59,6 +63,9 @@ pub struct JailConfig {
     pub zygote: bool,
     /// Keep a conversation's network namespace from one run to its next (see `netns_pool`; as root only).
     pub keep_netns: bool,
+    /// An empty directory where the zygote (as root) assembles the sandbox's read-only skeleton once, in its own
+    /// mount namespace (see `root_template`); a server uses `<root>/.jail-root`. `None`: each run assembles it.
+    pub root_template_dir: Option<PathBuf>,
 }
 
 impl JailConfig {
@@ -75,6 +82,7 @@ impl JailConfig {
             warm_inits: 0,
             zygote: false,
             keep_netns: false,
+            root_template_dir: None,
         }
     }
 }
@@ -99,9 +107,15 @@ impl JailBackend {
         let runners = discover_runners(&config.languages, &config.overrides, config.probe_versions);
         let cgroups = CgroupSupport::detect(config.tune_cgroups);
         let program = config.init_program.clone();
-        let starter = if config.zygote { InitStarter::with_zygote(program) } else { InitStarter::exec(program) };
-        let warm = WarmPool::new(starter, config.warm_inits);
         let root = nix::unistd::geteuid().is_root();
+        let starter = if config.zygote {
+            let template =
+                config.root_template_dir.clone().filter(|_| root).and_then(|dir| template_request(dir, &runners));
+            InitStarter::with_zygote(program, template)
+        } else {
+            InitStarter::exec(program)
+        };
+        let warm = WarmPool::new(starter, config.warm_inits);
         let netns = (root && config.keep_netns).then(NetnsPool::default);
         Self { config, runners, cgroups, root, prefork: Default::default(), warm, netns }
     }
@@ -163,7 +177,7 @@ impl JailBackend {
             join_netns: netns.map(NetnsPool::path_of),
             sandbox_uid: SANDBOX_ID,
             sandbox_gid: SANDBOX_ID,
-            hostname: "sandlot".into(),
+            hostname: HOSTNAME.into(),
             tmp_mb: limits.tmp_mb,
             rlimits: RlimitSpec {
                 open_files: limits.open_files,
@@ -173,8 +187,23 @@ impl JailBackend {
                 data_bytes: cgroup.is_none().then_some(limits.memory_mb * 1024 * 1024),
             },
             landlock: true,
+            root_template: None, // set once the init is known (see `execute`)
         }
     }
+}
+
+/// What to ask the zygote to assemble at `dir` (created if missing) for these runners; `None` if `dir` cannot be
+/// made.
+fn template_request(dir: PathBuf, runners: &[HostRunner]) -> Option<TemplateRequest> {
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        tracing::warn!(dir = %dir.display(), "no room for the sandbox's root skeleton (each run assembles its own): {e}");
+        return None;
+    }
+    let mut extra_ro_binds: Vec<PathBuf> = runners.iter().flat_map(|r| r.extra_ro_binds.iter().cloned()).collect();
+    extra_ro_binds.sort();
+    extra_ro_binds.dedup();
+    let identity = Identity { uid: SANDBOX_ID, gid: SANDBOX_ID, hostname: HOSTNAME.into() };
+    Some(TemplateRequest { dir, identity, extra_ro_binds })
 }
 
 /// How the waiting ended: the init exited, or sandlot stopped the run.
@@ -226,7 +255,7 @@ impl Backend for JailBackend {
         tracing::debug!(run_id = job.run_id, "cgroup ready");
         let kept_netns = self.netns.as_ref().and_then(|pool| pool.take(&job.workspace));
         let spec = self.spec(&job, runner, cgroup.as_ref(), kept_netns.as_ref());
-        let result = self.execute(&spec, &job, sink, cgroup.as_ref()).await;
+        let result = self.execute(spec, &job, sink, cgroup.as_ref()).await;
         let oom = cgroup.as_ref().is_some_and(RunCgroup::oom_killed);
         if let Some(cgroup) = cgroup {
             cgroup.release().await;
@@ -271,7 +300,7 @@ type Execution = (Ending, Vec<Report>, CapturedStream, CapturedStream, Duration,
 impl JailBackend {
     async fn execute(
         &self,
-        spec: &JailSpec,
+        mut spec: JailSpec,
         job: &Job,
         sink: &dyn OutputSink,
         cgroup: Option<&RunCgroup>,
@@ -282,8 +311,9 @@ impl JailBackend {
             Some(prefork) => InitProcess::adopt(prefork)?,
             None => self.warm.take()?,
         };
+        spec.root_template = init.root_template().filter(|t| t.fits(&spec)).map(|t| t.dir().to_owned());
         let InitPipes { mut stdin, stdout, stderr, reports } = pipes;
-        let spec_json = serde_json::to_vec(spec).map_err(|e| Error::io("encode spec", e.into()))?;
+        let spec_json = serde_json::to_vec(&spec).map_err(|e| Error::io("encode spec", e.into()))?;
 
         let feed = async move {
             // The program may exit without reading its input; a broken pipe then is not an error.

@@ -9,6 +9,10 @@
 //! The clone puts the pipes on fds 0–2 and becomes the init ([`crate::init::run_main`]), exactly as an exec'd
 //! init would be.
 //!
+//! Its first message from the server is a setup: optionally a [`TemplateRequest`], for which the zygote assembles
+//! the sandbox's read-only skeleton once, in a mount namespace of its own that its inits share
+//! ([`crate::root_template`]). It replies with an empty message, or with why it could not.
+//!
 //! The zygote dies with the server (parent-death signal, and end of file on its socket). If it is gone, the
 //! server falls back to exec'ing each init ([`crate::launcher::InitStarter`]).
 
@@ -27,6 +31,7 @@ use nix::unistd::Pid;
 
 use crate::launcher::{InitPipes, InitProcess};
 use crate::pidfd_child::PidfdChild;
+use crate::root_template::{RootTemplate, TemplateRequest};
 use crate::{Error, Result};
 
 /// The hidden subcommand that makes the sandlot binary act as the zygote.
@@ -36,17 +41,22 @@ pub const ZYGOTE_SUBCOMMAND: &str = "__jail-zygote";
 const CHANNEL_FD: RawFd = 0;
 /// Descriptors sent with each request: the init's stdin, stdout, stderr and report pipe.
 const FDS_PER_INIT: usize = 4;
+/// Largest setup message (a [`TemplateRequest`] as JSON) and reply.
+const MAX_SETUP_BYTES: usize = 64 * 1024;
 
 /// The server's handle on a running zygote.
 pub struct Zygote {
     channel: Mutex<OwnedFd>,
     process: Mutex<std::process::Child>,
+    template: Option<RootTemplate>,
 }
 
 impl Zygote {
-    /// Starts `program __jail-zygote`. The zygote and every init it clones die when the calling thread does
-    /// (parent-death signal), so call this from a thread that lives as long as the server (its main thread).
-    pub fn start(program: &Path) -> Result<Self> {
+    /// Starts `program __jail-zygote`, and has it assemble the skeleton `template` asks for. The zygote and every
+    /// init it clones die when the calling thread does (parent-death signal), so call this from a thread that
+    /// lives as long as the server (its main thread). A skeleton it cannot assemble is a warning: its inits then
+    /// assemble their own.
+    pub fn start(program: &Path, template: Option<TemplateRequest>) -> Result<Self> {
         let (ours, theirs) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
             .map_err(|e| Error::io("create the zygote's socket", e.into()))?;
         let process = std::process::Command::new(program)
@@ -57,7 +67,22 @@ impl Zygote {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| Error::io(format!("start the zygote ({})", program.display()), e))?;
-        Ok(Self { channel: Mutex::new(ours), process: Mutex::new(process) })
+        let mut zygote = Self { channel: Mutex::new(ours), process: Mutex::new(process), template: None };
+        let channel = zygote.channel.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner()).as_raw_fd();
+        let setup = serde_json::to_vec(&template).map_err(|e| Error::io("encode the zygote's setup", e.into()))?;
+        send(channel, &setup, MsgFlags::MSG_NOSIGNAL).map_err(|e| Error::io("set up the zygote", e.into()))?;
+        let mut reply = vec![0u8; MAX_SETUP_BYTES];
+        let length = recv(channel, &mut reply, MsgFlags::empty())
+            .map_err(|e| Error::io("read the zygote's setup reply", e.into()))?;
+        match (template, length) {
+            (Some(request), 0) => zygote.template = Some(RootTemplate::assembled(request)),
+            (Some(_), _) => tracing::warn!(
+                "the jail zygote could not assemble the sandbox's root once (each run assembles its own): {}",
+                String::from_utf8_lossy(&reply[..length])
+            ),
+            (None, _) => {}
+        }
+        Ok(zygote)
     }
 
     /// Has the zygote clone a new init, waiting for its spec on its standard input.
@@ -93,7 +118,7 @@ impl Zygote {
         drop((stdin_read, stdout_write, stderr_write, reports_write));
         let child = PidfdChild::open(Pid::from_raw(pid)).map_err(|e| Error::io("open a pidfd for the init", e))?;
         let pipes = InitPipes::from_std(stdin_write, stdout_read, stderr_read, reports_read)?;
-        Ok((InitProcess::cloned(child), pipes))
+        Ok((InitProcess::cloned(child).with_root_template(self.template.clone()), pipes))
     }
 }
 
@@ -109,6 +134,10 @@ impl Drop for Zygote {
 pub fn run_main() -> ! {
     // SAFETY: prctl with integer arguments only.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    let reply = set_up();
+    if send(CHANNEL_FD, reply.as_bytes(), MsgFlags::MSG_NOSIGNAL).is_err() {
+        std::process::exit(1);
+    }
     loop {
         let fds = match receive_request() {
             Ok(Some(fds)) => fds,
@@ -128,6 +157,23 @@ pub fn run_main() -> ! {
         if send(CHANNEL_FD, &reply.to_le_bytes(), MsgFlags::MSG_NOSIGNAL).is_err() {
             std::process::exit(1);
         }
+    }
+}
+
+/// Reads the setup message and carries it out; returns the reply: empty, or what went wrong.
+fn set_up() -> String {
+    let mut setup = vec![0u8; MAX_SETUP_BYTES];
+    let length = match recv(CHANNEL_FD, &mut setup, MsgFlags::empty()) {
+        Ok(length) => length,
+        Err(_) => std::process::exit(1),
+    };
+    match serde_json::from_slice::<Option<TemplateRequest>>(&setup[..length]) {
+        Ok(Some(request)) => match crate::root_template::assemble(&request) {
+            Ok(()) => String::new(),
+            Err(e) => format!("{}: {}", e.step, e.error),
+        },
+        Ok(None) => String::new(),
+        Err(e) => format!("unreadable setup: {e}"),
     }
 }
 

@@ -18,6 +18,10 @@ fn main() {
     common::main(vec![
         ("host_only_files_are_invisible", host_only_files_are_invisible),
         ("system_dirs_and_root_are_read_only", system_dirs_and_root_are_read_only),
+        (
+            "the_shared_root_skeleton_is_read_only_at_its_superblock",
+            the_shared_root_skeleton_is_read_only_at_its_superblock,
+        ),
         ("host_processes_are_invisible_and_unkillable", host_processes_are_invisible_and_unkillable),
         ("network_is_loopback_only", network_is_loopback_only),
         (
@@ -108,6 +112,32 @@ except OSError:
         check(!path.exists(), || format!("{} appeared on the host", path.display()))?;
     }
     check(sandbox.data_dir("attack").join(&marker).exists(), || "the /data write did not reach the host".into())
+}
+
+/// The server's zygote assembles the read-only skeleton (`/`, `/dev`) once and every run gets a copy of the same
+/// mounts: they must be read-only at the superblock (so no sandbox can write to what all share, even by changing
+/// its own mount's flags), and the skeleton must exist only in the zygote's mount namespace, not on the host.
+fn the_shared_root_skeleton_is_read_only_at_its_superblock() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let code = r#"
+import os
+for path in ["/", "/dev"]:
+    fields = next(l.split() for l in open("/proc/self/mountinfo") if l.split()[4] == path)
+    dash = fields.index("-")
+    print(path, fields[dash + 1], fields[dash + 3].split(",")[0], os.stat(path).st_dev)
+"#;
+    let first = sandbox.run("skeleton-a", Language::Python, code);
+    let second = sandbox.run("skeleton-b", Language::Python, code);
+    let lines: Vec<Vec<String>> =
+        first.outcome.stdout.lines().map(|l| l.split_whitespace().map(str::to_owned).collect()).collect();
+    check_eq(lines.len(), 2, &describe(&first))?;
+    for line in &lines {
+        check_eq(&line[1..3], &["tmpfs".to_owned(), "ro".to_owned()][..], &format!("{} superblock", line[0]))?;
+    }
+    check_eq(second.outcome.stdout.as_str(), first.outcome.stdout.as_str(), "the same skeleton for both runs")?;
+    let on_host = sandbox.root.path().join(sandlot_jail::TEMPLATE_DIR_NAME);
+    let entries = std::fs::read_dir(&on_host).map(|dir| dir.count()).unwrap_or(usize::MAX);
+    check_eq(entries, 0, &format!("{} on the host is an empty directory", on_host.display()))
 }
 
 fn host_processes_are_invisible_and_unkillable() -> Result<(), Failed> {

@@ -45,6 +45,7 @@ pub fn jail_backend(
     config.warm_inits = server.unwrap_or(0);
     config.zygote = server.is_some() && sandbox.zygote;
     config.keep_netns = server.is_some() && sandbox.keep_netns;
+    config.root_template_dir = server.map(|_| sandbox.root.join(sandlot_jail::TEMPLATE_DIR_NAME));
     config.tune_cgroups = sandbox.tune_cgroups;
     if let Some(languages) = languages {
         config.languages = languages;

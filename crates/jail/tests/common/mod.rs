@@ -50,6 +50,7 @@ impl Sandbox {
         config.probe_versions = false;
         config.zygote = true; // as a server runs them
         config.keep_netns = true;
+        config.root_template_dir = Some(root.path().join(sandlot_jail::TEMPLATE_DIR_NAME));
         let backend = Arc::new(JailBackend::new(config));
         let mut engine_config = EngineConfig::default();
         engine_config.limits.timeout = Duration::from_secs(10);
