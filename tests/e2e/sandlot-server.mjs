@@ -1,8 +1,9 @@
 // `sandlot serve` for the Node end-to-end tests (the TypeScript SDK test and the browser test): the binary
-// ($SANDLOT_BIN, or target/*/debug/sandlot) on a free port with a temporary SANDBOX_ROOT, ready once /healthz answers.
+// ($SANDLOT_BIN, or target/*/debug/sandlot) on a free port with a temporary SANDBOX_ROOT, ready once /healthz answers;
+// `stopSandlot` ends it and removes that root.
 
 import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -45,4 +46,13 @@ export async function startSandlot({ token, rootPrefix, env = {} }) {
   }
   child.kill("SIGTERM");
   throw new Error("sandlot serve did not start");
+}
+
+/** Stops a server from `startSandlot` (SIGTERM, then waits for its exit) and removes its SANDBOX_ROOT. */
+export async function stopSandlot(server) {
+  if (!server) return;
+  const { process: child, root } = server;
+  child.kill("SIGTERM");
+  if (child.exitCode === null && child.signalCode === null) await new Promise((done) => child.once("exit", done));
+  rmSync(root, { recursive: true, force: true });
 }

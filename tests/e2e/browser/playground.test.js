@@ -10,17 +10,17 @@
 
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { mkdirSync, rmSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
-import { startSandlot } from "../sandlot-server.mjs";
+import { startSandlot, stopSandlot } from "../sandlot-server.mjs";
 
 const here = import.meta.dirname;
 const artifacts = join(here, "artifacts");
 const token = "browser-token-" + Math.random().toString(16).slice(2);
 let server;
 let base;
-let root;
+let sandlot;
 let browser;
 let page;
 const foreignRequests = []; // anything the page fetched from another origin (it must fetch nothing)
@@ -57,11 +57,12 @@ const text = (selector) => page.locator(selector).innerText();
 before(async () => {
   assert.equal(process.getuid(), 0, "the browser test starts sandboxes and needs root");
   mkdirSync(artifacts, { recursive: true });
-  ({ process: server, base, root } = await startSandlot({
+  sandlot = await startSandlot({
     token,
     rootPrefix: "sandlot-browser-",
     env: { SANDLOT_STORE_CODE: "true" },
-  }));
+  });
+  ({ process: server, base } = sandlot);
   browser = await chromium.launch({ executablePath: process.env.CHROMIUM_BIN || "/usr/bin/chromium" });
   page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
   page.setDefaultTimeout(20_000);
@@ -74,9 +75,7 @@ before(async () => {
 
 after(async () => {
   await browser?.close();
-  server?.kill("SIGTERM");
-  if (server?.exitCode === null) await new Promise((done) => server.once("exit", done));
-  if (root) rmSync(root, { recursive: true, force: true });
+  await stopSandlot(sandlot);
 });
 
 test("a run streams its output live, then lists its files with working links and previews its image", async () => {

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { SSEClientTransport } from "@modelcontextprotocol/sdk/client/sse.js";
-import { startSandlot } from "../sandlot-server.mjs";
+import { startSandlot, stopSandlot } from "../sandlot-server.mjs";
 
 const token = "ts-token-" + Math.random().toString(16).slice(2);
 let server;
@@ -15,10 +15,11 @@ let base;
 
 before(async () => {
   assert.equal(process.getuid(), 0, "the end-to-end tests start sandboxes and need root");
-  ({ process: server, base } = await startSandlot({ token, rootPrefix: "sandlot-ts-" }));
+  server = await startSandlot({ token, rootPrefix: "sandlot-ts-" });
+  ({ base } = server);
 });
 
-after(() => server?.kill("SIGTERM"));
+after(() => stopSandlot(server));
 
 const code = [
   "data = bytes(range(256)) * 3",
