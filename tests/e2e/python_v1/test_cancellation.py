@@ -69,8 +69,7 @@ def wait_for_sandbox(count=2):
 
 def assert_cancelled_within_a_second(server, conversation, since):
     """No process of the run is left a second after `since`, and the history says the run was cancelled."""
-    while sandbox_processes() and time.monotonic() - since < 5:
-        time.sleep(0.02)
+    wait_until(lambda: not sandbox_processes(), 5 - (time.monotonic() - since), interval=0.02)
     gone_after = time.monotonic() - since
     assert sandbox_processes() == []
     assert gone_after < 1.0, f"the run's processes were gone only after {gone_after:.2f} s"
