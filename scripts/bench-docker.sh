@@ -6,6 +6,5 @@ set -euo pipefail
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 [[ "$(id -u)" == 0 ]] || { echo "bench-docker.sh: run as root" >&2; exit 1; }
 docker info >/dev/null 2>&1 || { echo "bench-docker.sh: no Docker engine answers" >&2; exit 1; }
-echo "==> cargo build --release" >&2
-cargo build --release --quiet
-exec /usr/bin/python3 scripts/bench_docker.py "target/$(rustc -vV | sed -n 's/^host: //p')/release/sandlot" "$@"
+binary="$(scripts/release-build.sh)"
+exec /usr/bin/python3 scripts/bench_docker.py "$binary" "$@"

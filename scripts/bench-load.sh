@@ -6,6 +6,5 @@
 set -euo pipefail
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 [[ "$(id -u)" == 0 ]] || { echo "bench-load.sh: run as root (cgroups)" >&2; exit 1; }
-echo "==> cargo build --release" >&2
-cargo build --release --quiet
-exec /usr/bin/python3 scripts/bench_load.py "target/$(rustc -vV | sed -n 's/^host: //p')/release/sandlot" "$@"
+binary="$(scripts/release-build.sh)"
+exec /usr/bin/python3 scripts/bench_load.py "$binary" "$@"

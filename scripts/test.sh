@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The test command of sandlot (README: "How to test"). Run it as root from anywhere; CI runs it through .ci/run.
 #
-# On a fresh Debian 12 machine it installs what the tests need (apt: bubblewrap hyperfine iproute2 procps, docker.io
-# and debootstrap, then starts dockerd and builds the runner images with scripts/build-runners.sh;
-# chromium for the playground's browser test; npm: tsx, the TypeScript runner for Node 20, and playwright-core;
-# PyPI: the official MCP SDK for the end-to-end tests), makes sure
+# On a fresh Debian 12 machine it installs what the tests need (rustup: the musl target sandlot builds for; apt:
+# musl-tools, bubblewrap hyperfine iproute2 procps, docker.io and debootstrap, then starts dockerd and builds the
+# runner images with scripts/build-runners.sh; chromium for the playground's browser test; npm: tsx, the TypeScript
+# runner for Node 20, and playwright-core; PyPI: the official MCP SDK for the end-to-end tests), makes sure
 # cargo-nextest is there, then runs cargo fmt --check, cargo clippy -D warnings, cargo nextest run (profile "ci",
 # .config/nextest.toml) and the end-to-end tests (pytest tests/e2e: real MCP clients against the real binary).
 # The jail's tests need root (cgroups, a dedicated sandbox uid, user namespaces): they fail, not skip, without it,
@@ -72,6 +72,14 @@ fi
 command -v cargo >/dev/null || die "cargo is not on PATH (install Rust 1.85 or newer with rustfmt and clippy)"
 cargo fmt --version >/dev/null 2>&1 || die "rustfmt is missing (rustup component add rustfmt)"
 cargo clippy --version >/dev/null 2>&1 || die "clippy is missing (rustup component add clippy)"
+# sandlot builds for musl (.cargo/config.toml): the target's standard library, and musl-gcc for the C in ring and
+# SQLite.
+target="$(sed -n 's/^target = "\(.*\)"$/\1/p' .cargo/config.toml)"
+if ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then
+    step "installing the Rust standard library for $target (rustup target add)"
+    rustup target add "$target"
+fi
+command -v musl-gcc >/dev/null || apt_install musl-tools
 if ! cargo nextest --version >/dev/null 2>&1; then
     step "installing cargo-nextest (cargo install cargo-nextest --locked)"
     cargo install cargo-nextest --locked
@@ -137,6 +145,7 @@ cargo nextest run --workspace --no-fail-fast --profile ci
 
 step "end-to-end tests with real MCP clients against the real binary"
 cargo build --quiet --bin sandlot
+export SANDLOT_BIN="$PWD/target/$target/debug/sandlot"
 .venv-e2e/bin/python -m pytest -q tests/e2e/python_v1
 .venv-e2e2/bin/python -m pytest -q tests/e2e/python_v2
 (cd tests/e2e/ts && node --test)

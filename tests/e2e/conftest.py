@@ -1,6 +1,6 @@
 """Fixtures for the end-to-end tests: the real sandlot binary, started as `serve` or `stdio`, on a temporary root.
 
-The binary is $SANDLOT_BIN, or the debug build under target/. These tests start sandboxes and need root, like the
+The binary is $SANDLOT_BIN, or the newest debug build under target/. These tests start sandboxes and need root, like the
 jail's own tests; scripts/test.sh runs them as root after the Rust tests (which build the binary).
 """
 
@@ -22,11 +22,11 @@ def sandlot_binary():
     explicit = os.environ.get("SANDLOT_BIN")
     if explicit:
         return explicit
-    candidates = sorted(REPO.glob("target/*/debug/sandlot")) + [REPO / "target/debug/sandlot"]
-    for candidate in candidates:
-        if candidate.is_file():
-            return str(candidate)
-    raise RuntimeError("no sandlot binary: run `cargo build` first or set SANDLOT_BIN")
+    # The most recently built one, should target/ hold builds for more than one target.
+    candidates = [c for c in [*REPO.glob("target/*/debug/sandlot"), REPO / "target/debug/sandlot"] if c.is_file()]
+    if not candidates:
+        raise RuntimeError("no sandlot binary: run `cargo build` first or set SANDLOT_BIN")
+    return str(max(candidates, key=lambda c: c.stat().st_mtime))
 
 
 def free_port():

@@ -1,9 +1,9 @@
 // `sandlot serve` for the Node end-to-end tests (the TypeScript SDK test and the browser test): the binary
-// ($SANDLOT_BIN, or target/*/debug/sandlot) on a free port with a temporary SANDBOX_ROOT, ready once /healthz answers;
+// ($SANDLOT_BIN, or the newest target/*/debug/sandlot) on a free port with a temporary SANDBOX_ROOT, ready once /healthz answers;
 // `stopSandlot` ends it and removes that root.
 
 import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -12,12 +12,14 @@ const repo = resolve(import.meta.dirname, "../..");
 
 function binary() {
   if (process.env.SANDLOT_BIN) return process.env.SANDLOT_BIN;
+  // The most recently built one, should target/ hold builds for more than one target.
   const target = join(repo, "target");
-  for (const dir of readdirSync(target)) {
-    const candidate = join(target, dir, "debug", "sandlot");
-    if (existsSync(candidate)) return candidate;
-  }
-  throw new Error("no sandlot binary: run cargo build first or set SANDLOT_BIN");
+  const candidates = readdirSync(target)
+    .map((dir) => join(target, dir, "debug", "sandlot"))
+    .filter((candidate) => existsSync(candidate))
+    .sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs);
+  if (candidates.length === 0) throw new Error("no sandlot binary: run cargo build first or set SANDLOT_BIN");
+  return candidates[0];
 }
 
 function freePort() {

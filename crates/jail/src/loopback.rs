@@ -20,7 +20,7 @@ pub fn bring_up() -> Result<(), Errno> {
     }
     request.ifr_ifru.ifru_flags = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
     // SAFETY: SIOCSIFFLAGS reads a valid ifreq that outlives the call.
-    if unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFFLAGS, &request) } < 0 {
+    if unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFFLAGS as libc::Ioctl, &request) } < 0 {
         return Err(Errno::last());
     }
     Ok(())
