@@ -1,9 +1,9 @@
 //! Cgroups for one run, on cgroup v2 or on v1/hybrid hosts (like ours), written directly to cgroupfs.
 //!
 //! The supervisor takes a slot `sandlot/slot-<n>` in each hierarchy it uses (see [`CgroupSupport::acquire`]),
-//! writes the run's limits, and passes the `cgroup.procs` files to the init, which joins them before creating its
-//! namespaces (so the sandbox's cgroup namespace is rooted there). After the run it reads the OOM counter, kills
-//! stragglers and frees the slot.
+//! writes the run's limits, and passes the `cgroup.procs` files to the init, which opens them as root; the worker
+//! joins them through those descriptors just before the program starts (so only the program is in them, and its
+//! cgroup namespace is rooted there). After the run it reads the OOM counter, kills stragglers and frees the slot.
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -273,7 +273,7 @@ impl RunCgroup {
         Ok(())
     }
 
-    /// The `cgroup.procs` files the init must join.
+    /// The `cgroup.procs` files the program joins (the init opens them as root, the worker writes to them).
     pub fn procs_files(&self) -> Vec<PathBuf> {
         self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
     }

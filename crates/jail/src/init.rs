@@ -2,11 +2,14 @@
 //!
 //! It is single-threaded (it starts before any runtime), which `unshare(CLONE_NEWUSER)` requires. Its steps:
 //! 1. die with the supervisor (`PR_SET_PDEATHSIG`), read the [`JailSpec`] from standard input;
-//! 2. join the run's cgroups; when started as root, enter the network namespace (a new one with loopback up, or
-//!    the conversation's kept one, see [`crate::netns_pool`]), then become the dedicated unprivileged sandbox uid;
+//! 2. open the run's `cgroup.procs` files while still root (the worker joins them just before the program starts,
+//!    so only the program's processes are ever in the run's cgroups); when started as root, enter the network
+//!    namespace (a new one with loopback up, or the conversation's kept one, see [`crate::netns_pool`]), then
+//!    become the dedicated unprivileged sandbox uid;
 //! 3. create a user namespace mapping that uid to the sandbox uid, then mount, pid, ipc, uts and cgroup
 //!    namespaces owned by it (and the network namespace too when not started as root);
-//! 4. fork the sandbox's pid 1 ([`crate::pid1`]), report its pid and wait for it.
+//! 4. fork the sandbox's pid 1 ([`crate::pid1`]), report its pid, close its copies of the program's standard
+//!    streams (so that they end when the program does) and wait for pid 1.
 //!
 //! Nothing is ever printed: stdout and stderr belong to the program; the init speaks through [`Report`]s.
 
@@ -71,6 +74,25 @@ fn read_spec() -> Result<JailSpec, SetupError> {
     serde_json::from_slice(&bytes).step(|| "parse spec".into())
 }
 
+/// Opens the run's `cgroup.procs` files for writing, as root: a descriptor opened by root lets the worker, an
+/// unprivileged process in the sandbox's namespaces by then, move itself in (the kernel checks the credentials of
+/// whoever opened the file). Close-on-exec, so the program never holds one.
+fn open_cgroups(spec: &JailSpec) -> Result<Vec<File>, SetupError> {
+    spec.cgroup_procs
+        .iter()
+        .map(|procs| std::fs::OpenOptions::new().write(true).open(procs).step(|| format!("open {}", procs.display())))
+        .collect()
+}
+
+/// Closes this process's copies of the program's standard streams: the supervisor sees the end of the program's
+/// output when the program's own copies close, not when the init exits.
+pub fn close_stdio() {
+    for fd in 0..=2 {
+        // SAFETY: closes descriptor numbers this process owns and no longer uses (nothing here reads or prints).
+        unsafe { libc::close(fd) };
+    }
+}
+
 fn write_id_maps(spec: &JailSpec, host_uid: u32, host_gid: u32) -> Result<(), SetupError> {
     std::fs::write("/proc/self/setgroups", "deny").step(|| "write setgroups".into())?;
     std::fs::write("/proc/self/uid_map", format!("{} {host_uid} 1\n", spec.sandbox_uid))
@@ -100,9 +122,7 @@ fn enter_network_namespace(spec: &JailSpec, made_ahead: bool) -> Result<(), Setu
 fn helper(netns_made_ahead: bool) -> Result<Infallible, SetupError> {
     die_with_parent()?;
     let spec = read_spec()?;
-    for procs in &spec.cgroup_procs {
-        std::fs::write(procs, "0").step(|| format!("join cgroup {}", procs.display()))?;
-    }
+    let cgroups = open_cgroups(&spec)?;
     // As root, capture the trees from outside the system dirs while every path is still reachable.
     let trees = match spec.switch_to {
         Some(_) => Some(HostTrees::capture(&spec)?),
@@ -141,11 +161,12 @@ fn helper(netns_made_ahead: bool) -> Result<Infallible, SetupError> {
     match unsafe { fork() }.step(|| "fork sandbox init".into())? {
         ForkResult::Child => {
             drop(alive_write);
-            pid1::run(&spec, trees, alive_read)
+            pid1::run(&spec, trees, &cgroups, alive_read)
         }
         ForkResult::Parent { child } => {
-            drop(alive_read);
+            drop((alive_read, cgroups));
             Report::Started { init_pid: child.as_raw() }.send();
+            close_stdio();
             let code = loop {
                 match waitpid(child, None) {
                     Ok(WaitStatus::Exited(_, code)) => break code,

@@ -192,6 +192,25 @@ impl InitProcess {
         }
     }
 
+    /// Lets the init finish exiting on its own once its pid 1 has reported the program's end: a server reaps it in
+    /// the background. A one-shot command (`sandlot run`, whose preforked init is its child), which exits next,
+    /// leaves it instead of waiting for the kernel to tear its namespaces down: it dies with the command (its
+    /// parent-death signal), and the host's init reaps it, as every orphan. Nothing of the program is left by
+    /// then, and neither process is in the run's cgroups.
+    pub fn finish_in_background(self, one_shot: bool) {
+        match self.process {
+            Process::Cloned(child) if one_shot => child.abandon(),
+            mut process => {
+                tokio::spawn(async move {
+                    let _ = match &mut process {
+                        Process::Spawned(child) => child.wait().await,
+                        Process::Cloned(child) => child.wait().await,
+                    };
+                });
+            }
+        }
+    }
+
     /// SIGKILLs the init.
     pub fn kill(&mut self) {
         match &mut self.process {

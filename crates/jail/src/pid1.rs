@@ -1,11 +1,18 @@
 //! The sandbox's pid 1: builds the filesystem, names the host, brings up loopback (unless the init did), writes
-//! the code, forks the worker and reaps every process until the worker ends. When pid 1 exits the kernel kills
-//! everything left in the pid namespace, so no background or double-forked process survives the program.
+//! the code, forks the worker and reaps every process until the worker ends. Then it ends the run before it
+//! reports the worker's status: it kills every process left in the pid namespace (background and double-forked
+//! ones too) and reaps them all, and unmounts the run's tmpfs mounts, whose pages count against the run's memory
+//! cgroup. So when the report arrives, nothing of the program runs any more and its cgroups are empty: the
+//! supervisor can finish the run without waiting for the namespaces to be torn down.
 
+use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 
+use nix::errno::Errno;
+use nix::mount::{MntFlags, umount2};
+use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{Pid, sethostname};
 
@@ -14,32 +21,48 @@ use crate::report::{Report, SetupError, Step};
 use crate::spec::JailSpec;
 use crate::{filesystem, loopback, worker};
 
-/// Runs pid 1; never returns.
-pub fn run(spec: &JailSpec, trees: Option<HostTrees>, parent_alive: std::io::PipeReader) -> ! {
+/// Runs pid 1; never returns. `cgroups` are the run's `cgroup.procs` files, which the worker joins.
+pub fn run(spec: &JailSpec, trees: Option<HostTrees>, cgroups: &[File], parent_alive: std::io::PipeReader) -> ! {
     match prepare(spec, trees, &parent_alive) {
         Ok(()) => {}
         Err(error) => error.report_and_exit(),
     }
-    let worker = match spawn_worker(spec) {
+    let worker = match spawn_worker(&worker::Task { spec, cgroups }) {
         Ok(worker) => worker,
         Err(e) => SetupError::new("start the worker", e).report_and_exit(),
     };
-    loop {
+    crate::init::close_stdio();
+    let status = loop {
         match waitpid(None, None) {
-            Ok(WaitStatus::Exited(pid, code)) if pid == worker => {
-                Report::Exited { code }.send();
-                break;
-            }
+            Ok(WaitStatus::Exited(pid, code)) if pid == worker => break Report::Exited { code },
             Ok(WaitStatus::Signaled(pid, signal, _)) if pid == worker => {
-                Report::Signaled { signal: signal as i32 }.send();
-                break;
+                break Report::Signaled { signal: signal as i32 };
             }
-            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+            Ok(_) | Err(Errno::EINTR) => continue,
             Err(e) => SetupError::new("wait for worker", e).report_and_exit(),
         }
+    };
+    end_every_process();
+    for tmpfs in ["/tmp", "/dev/shm"] {
+        // Its pages are charged to the run's memory cgroup until the superblock goes: gone before the report,
+        // they cannot count against the next run that takes the same cgroup slot.
+        let _ = umount2(tmpfs, MntFlags::MNT_DETACH);
     }
+    status.send();
     // SAFETY: ends pid 1 (and with it the namespace) without running destructors of the forked image.
     unsafe { libc::_exit(0) }
+}
+
+/// Kills every other process in the pid namespace and reaps them all (as pid 1, every orphan is its child). A
+/// process forking at the moment of the kill is killed with its child: the loop kills again until none is left.
+fn end_every_process() {
+    loop {
+        let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+        match waitpid(None, None) {
+            Err(Errno::ECHILD) => return,
+            Ok(_) | Err(_) => continue,
+        }
+    }
 }
 
 /// Stack of the worker until it execs the program.
@@ -51,11 +74,11 @@ const WORKER_STACK_BYTES: usize = 512 * 1024;
 /// which a `fork` would cost on every run. The worker changes only what is its own (credentials, seccomp,
 /// session, limits, working directory, its copy of the descriptor table); what it allocates on the way stays in
 /// this process's heap, unused.
-fn spawn_worker(spec: &JailSpec) -> nix::Result<Pid> {
-    extern "C" fn worker_entry(spec: *mut libc::c_void) -> libc::c_int {
-        // SAFETY: `spec` is the &JailSpec passed to clone below; the parent is suspended until this child execs or
-        // exits, so the reference stays valid for as long as it is used.
-        worker::run(unsafe { &*(spec as *const JailSpec) })
+fn spawn_worker(task: &worker::Task) -> nix::Result<Pid> {
+    extern "C" fn worker_entry(task: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `task` is the &worker::Task passed to clone below; the parent is suspended until this child execs
+        // or exits, so the reference stays valid for as long as it is used.
+        worker::run(unsafe { &*(task as *const worker::Task) })
     }
     let mut stack = vec![0u8; WORKER_STACK_BYTES];
     // SAFETY: the stack is one allocation of WORKER_STACK_BYTES; its end, aligned down to 16 bytes, is a valid
@@ -65,7 +88,7 @@ fn spawn_worker(spec: &JailSpec) -> nix::Result<Pid> {
     let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
     // SAFETY: the child runs on its own stack, shares memory only while this (single-threaded) process is
     // suspended, and never returns from `worker_entry` (it execs or exits).
-    let pid = unsafe { libc::clone(worker_entry, top, flags, spec as *const JailSpec as *mut libc::c_void) };
+    let pid = unsafe { libc::clone(worker_entry, top, flags, task as *const worker::Task as *mut libc::c_void) };
     drop(stack); // the child has exec'd or exited: it no longer runs on it
     nix::errno::Errno::result(pid).map(Pid::from_raw)
 }

@@ -18,6 +18,8 @@ pub struct PidfdChild {
     pidfd: OwnedFd,
     /// Set once reaped; later waits return it again.
     status: Option<ExitStatus>,
+    /// Left to exit and be reaped on its own (see [`PidfdChild::abandon`]).
+    abandoned: bool,
 }
 
 impl PidfdChild {
@@ -30,7 +32,7 @@ impl PidfdChild {
         }
         // SAFETY: the kernel just returned this descriptor; nothing else owns it.
         let pidfd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
-        Ok(Self { pid, pidfd, status: None })
+        Ok(Self { pid, pidfd, status: None, abandoned: false })
     }
 
     /// The child's pid.
@@ -89,6 +91,12 @@ impl PidfdChild {
         matches!(self.try_reap(), Ok(None))
     }
 
+    /// Lets go of the child without killing or reaping it: for a process that exits next, leaving the child to
+    /// the host's init.
+    pub fn abandon(mut self) {
+        self.abandoned = true;
+    }
+
     /// SIGKILLs the child (a no-op once it has exited).
     pub fn kill(&self) {
         if self.status.is_none() {
@@ -99,10 +107,10 @@ impl PidfdChild {
 }
 
 impl Drop for PidfdChild {
-    /// A child dropped before it was reaped is killed and reaped by a short-lived thread, so it does not stay a
-    /// zombie for the life of the server.
+    /// A child dropped before it was reaped (and not abandoned) is killed and reaped by a short-lived thread, so it
+    /// does not stay a zombie for the life of the server.
     fn drop(&mut self) {
-        if self.status.is_some() {
+        if self.status.is_some() || self.abandoned {
             return;
         }
         self.kill();

@@ -21,7 +21,8 @@ pub struct JailSpec {
     pub workspace: PathBuf,
     /// Host directories mounted read-only at the same path (interpreter prefixes outside the system dirs).
     pub extra_ro_binds: Vec<PathBuf>,
-    /// `cgroup.procs` files the init joins (writes `0` to) before anything else.
+    /// The run's `cgroup.procs` files: the init opens them as root, the worker joins them (writes `0`) just before
+    /// the program starts.
     pub cgroup_procs: Vec<PathBuf>,
     /// Host uid/gid the init switches to before creating namespaces (only when started as root).
     pub switch_to: Option<(u32, u32)>,

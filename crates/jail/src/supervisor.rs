@@ -206,9 +206,11 @@ fn template_request(dir: PathBuf, runners: &[HostRunner]) -> Option<TemplateRequ
     Some(TemplateRequest { dir, identity, extra_ro_binds })
 }
 
-/// How the waiting ended: the init exited, or sandlot stopped the run.
+/// How the waiting ended: pid 1 reported the program's end (having killed and reaped every other process of the
+/// run first), the init exited without that report (a setup failure), or sandlot stopped the run.
 enum Ending {
-    Exited(std::process::ExitStatus),
+    Reported,
+    InitExited(std::process::ExitStatus),
     Stopped(Stop),
 }
 
@@ -262,8 +264,8 @@ impl Backend for JailBackend {
             tracing::debug!(run_id = job.run_id, "cgroup released");
         }
         let (ending, reports, stdout, stderr, duration, new_netns) = result?;
-        // The init has been reaped, so every process of the run is gone: its network namespace may serve the
-        // conversation's next run.
+        // Every process of the program is gone (pid 1 killed and reaped them before its report, or the init has
+        // been reaped): the run's network namespace may serve the conversation's next run.
         if let (Some(pool), Some(netns)) = (&self.netns, kept_netns.or(new_netns)) {
             pool.give_back(job.workspace.clone(), netns);
         }
@@ -271,7 +273,7 @@ impl Backend for JailBackend {
         // it, as the shell's exit code 128+SIGXFSZ with /data at its quota.
         let termination = match ending {
             Ending::Stopped(stop) => stop.termination(),
-            Ending::Exited(status) => {
+            Ending::Reported | Ending::InitExited(_) => {
                 let last = reports.iter().rev().find(|r| !matches!(r, Report::Started { .. }));
                 match last {
                     Some(Report::Exited { code }) if *code == 128 + libc::SIGXFSZ && sandlot_core::at_quota(&job) => {
@@ -285,7 +287,13 @@ impl Backend for JailBackend {
                         return Err(Error::Setup { step: step.clone(), message: error.clone() }.into());
                     }
                     _ if oom => Termination::OutOfMemory,
-                    _ => return Err(Error::NoReport { status: status.to_string() }.into()),
+                    _ => {
+                        let status = match ending {
+                            Ending::InitExited(status) => status.to_string(),
+                            _ => "still running".into(),
+                        };
+                        return Err(Error::NoReport { status }.into());
+                    }
                 }
             }
         };
@@ -307,6 +315,7 @@ impl JailBackend {
     ) -> Result<Execution> {
         let started = Instant::now();
         let prefork = self.prefork.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        let one_shot = prefork.is_some();
         let (mut init, pipes) = match prefork {
             Some(prefork) => InitProcess::adopt(prefork)?,
             None => self.warm.take()?,
@@ -326,6 +335,9 @@ impl JailBackend {
         // waiting below sets `reaped` as soon as it has, and both run in this one task, one after the other.
         let (init_os_pid, reaped) = (init.pid(), AtomicBool::new(false));
         let capture_netns = self.netns.is_some() && spec.join_netns.is_none();
+        // Pid 1's last report (the program's exit status) ends the run: it comes after every process of the run
+        // is dead and reaped. The init's own exit (tearing down the namespaces) is not waited for.
+        let program_ended = tokio::sync::Notify::new();
         let read_reports = async {
             let mut lines = BufReader::new(reports).lines();
             let mut all = Vec::new();
@@ -349,7 +361,12 @@ impl JailBackend {
                                     .ok();
                             }
                         }
+                        let last = matches!(report, Report::Exited { .. } | Report::Signaled { .. });
                         all.push(report);
+                        if last {
+                            program_ended.notify_one();
+                            break;
+                        }
                     }
                     Err(e) => tracing::warn!(%e, line, "unreadable report from the jail init"),
                 }
@@ -364,9 +381,13 @@ impl JailBackend {
                 status = init.wait() => {
                     reaped.store(true, Ordering::SeqCst);
                     match status {
-                        Ok(status) => return Ok(Ending::Exited(status)),
+                        Ok(status) => return Ok(Ending::InitExited(status)),
                         Err(e) => return Err(Error::io("wait for jail init", e)),
                     }
+                },
+                () = program_ended.notified() => {
+                    reaped.store(true, Ordering::SeqCst); // no capture through the pid from here on
+                    return Ok(Ending::Reported);
                 },
                 stop = stop_reason(job, job.limits.timeout) => Ending::Stopped(stop),
             };
@@ -395,7 +416,11 @@ impl JailBackend {
             }
         };
         tracing::debug!(run_id = job.run_id, elapsed_us = started.elapsed().as_micros() as u64, "jail finished");
-        Ok((ending?, reports, stdout, stderr, started.elapsed(), netns))
+        let ending = ending?;
+        if matches!(ending, Ending::Reported) {
+            init.finish_in_background(one_shot);
+        }
+        Ok((ending, reports, stdout, stderr, started.elapsed(), netns))
     }
 }
 

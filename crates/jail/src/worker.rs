@@ -1,19 +1,29 @@
 //! The worker: the last steps before the interpreter runs, in the order that keeps each one possible.
-//! New session (no terminal to inject into), rlimits, `/data` as working directory, every capability dropped,
-//! `no_new_privs`, Landlock, stray descriptors closed, seccomp last, then `execve`.
+//! New session (no terminal to inject into), the run's cgroups joined (and a cgroup namespace rooted there),
+//! rlimits, `/data` as working directory, every capability dropped, `no_new_privs`, Landlock, stray descriptors
+//! closed, seccomp last, then `execve`.
 
 use std::convert::Infallible;
 use std::ffi::CString;
+use std::fs::File;
+use std::io::Write;
 
+use nix::sched::{CloneFlags, unshare};
 use nix::unistd::{chdir, execve, setsid};
 
 use crate::report::{SetupError, Step};
 use crate::spec::JailSpec;
 use crate::{capabilities, landlock_rules, mount_api, rlimits, seccomp};
 
+/// What the worker needs: the spec, and the run's `cgroup.procs` files (opened by the init as root).
+pub struct Task<'a> {
+    pub spec: &'a JailSpec,
+    pub cgroups: &'a [File],
+}
+
 /// Runs the worker; never returns (it becomes the program, or reports why not).
-pub fn run(spec: &JailSpec) -> ! {
-    match prepare_and_exec(spec) {
+pub fn run(task: &Task) -> ! {
+    match prepare_and_exec(task) {
         Ok(never) => match never {},
         Err(error) => error.report_and_exit(),
     }
@@ -23,8 +33,22 @@ fn cstring(text: &str, what: &str) -> Result<CString, SetupError> {
     CString::new(text).step(|| format!("{what} contains a NUL byte"))
 }
 
-fn prepare_and_exec(spec: &JailSpec) -> Result<Infallible, SetupError> {
+/// Moves this process into the run's cgroups, then gives it a cgroup namespace rooted there (the program sees
+/// its own group as `/`).
+fn join_cgroups(cgroups: &[File]) -> Result<(), SetupError> {
+    for mut procs in cgroups {
+        procs.write_all(b"0").step(|| "join the run's cgroup".into())?;
+    }
+    if !cgroups.is_empty() {
+        unshare(CloneFlags::CLONE_NEWCGROUP).step(|| "unshare cgroup namespace".into())?;
+    }
+    Ok(())
+}
+
+fn prepare_and_exec(task: &Task) -> Result<Infallible, SetupError> {
+    let spec = task.spec;
     setsid().step(|| "setsid".into())?;
+    join_cgroups(task.cgroups)?;
     rlimits::apply(&spec.rlimits).step(|| "setrlimit".into())?;
     chdir("/data").step(|| "chdir /data".into())?;
     capabilities::drop_all().step(|| "drop capabilities".into())?;

@@ -280,8 +280,16 @@ fn background_children_die_with_the_program() -> Result<(), Failed> {
     let report = sandbox.run("attack", Language::Bash, "( setsid sleep 1000 & )\nsleep 1000 &\ndisown\necho done");
     check_eq(report.outcome.termination.clone(), Termination::Exited { code: 0 }, "termination")?;
     check_eq(report.outcome.stdout.as_str(), "done\n", "stdout")?;
+    // Gone when the run returns: the run ends with pid 1's report, which it sends after killing them all.
+    let left = common::program_processes_of_uid(common::sandbox_host_uid());
+    check(left.is_empty(), || format!("processes of the program left after it exited: {left:?}"))?;
+    // The init and pid 1 finish exiting a moment later.
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while !processes_of_uid(common::sandbox_host_uid()).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let left = processes_of_uid(common::sandbox_host_uid());
-    check(left.is_empty(), || format!("processes left after the program exited: {left:?}"))
+    check(left.is_empty(), || format!("processes of the sandbox uid left 2 s after the run: {left:?}"))
 }
 
 fn resident_kib() -> u64 {

@@ -26,6 +26,7 @@ fn main() {
         ("invalid_requests_are_refused_before_running", invalid_requests_are_refused_before_running),
         ("an_oom_is_not_blamed_on_the_next_run", an_oom_is_not_blamed_on_the_next_run),
         ("concurrent_runs_get_their_own_limits", concurrent_runs_get_their_own_limits),
+        ("the_program_alone_is_in_its_cgroups", the_program_alone_is_in_its_cgroups),
         ("warm_inits_serve_runs_and_are_replaced", warm_inits_serve_runs_and_are_replaced),
         (
             "the_zygote_clones_inits_and_exec_takes_over_when_it_dies",
@@ -206,6 +207,34 @@ fn concurrent_runs_get_their_own_limits() -> Result<(), Failed> {
         check_eq(report.outcome.stdout.as_str(), "ok\n", "stdout")?;
     }
     Ok(())
+}
+
+fn the_program_alone_is_in_its_cgroups() -> Result<(), Failed> {
+    // Allowed 4 processes, the program has all 4 (the jail's own init and pid 1 are not in its cgroups), and its
+    // cgroup namespace is rooted at its own group.
+    let sandbox = Sandbox::new(|limits| limits.pids = 4);
+    let code = "import os, time
+children = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(5)
+        os._exit(0)
+    children.append(pid)
+print('3 children')
+try:
+    if os.fork() == 0:
+        os._exit(0)
+    print('a 4th child')
+except BlockingIOError:
+    print('no 4th child')
+lines = open('/proc/self/cgroup').read().split()
+outside = [l for l in lines if (':pids:' in l or ':memory:' in l or l.startswith('0::')) and not l.endswith(':/')]
+print('cgroup paths:', outside or 'all /')
+";
+    let report = sandbox.run("cgroups", Language::Python, code);
+    check_eq(report.outcome.termination.clone(), Termination::Exited { code: 0 }, &describe(&report))?;
+    check_eq(report.outcome.stdout.as_str(), "3 children\nno 4th child\ncgroup paths: all /\n", "stdout")
 }
 
 fn warm_inits_serve_runs_and_are_replaced() -> Result<(), Failed> {

@@ -125,6 +125,17 @@ pub fn processes_of_uid(uid: u32) -> Vec<i32> {
     pids
 }
 
+/// Like [`processes_of_uid`], but without the jail's own init and pid 1 (copies of this test binary, so named
+/// like it), which may still be exiting when a run has returned: pid 1 ends every process of the program, and the
+/// program's cgroups are empty, before it reports the program's exit.
+pub fn program_processes_of_uid(uid: u32) -> Vec<i32> {
+    let own_name = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
+    processes_of_uid(uid)
+        .into_iter()
+        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|name| name != own_name))
+        .collect()
+}
+
 /// Fails the test with a message when `condition` is false.
 pub fn check(condition: bool, message: impl FnOnce() -> String) -> Result<(), Failed> {
     if condition { Ok(()) } else { Err(message().into()) }
