@@ -161,7 +161,7 @@ fn helper(netns_made_ahead: bool) -> Result<Infallible, SetupError> {
     match unsafe { fork() }.step(|| "fork sandbox init".into())? {
         ForkResult::Child => {
             drop(alive_write);
-            pid1::run(&spec, trees, &cgroups, alive_read)
+            pid1::run(&spec, trees, cgroups, alive_read)
         }
         ForkResult::Parent { child } => {
             drop((alive_read, cgroups));

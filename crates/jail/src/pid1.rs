@@ -21,16 +21,18 @@ use crate::report::{Report, SetupError, Step};
 use crate::spec::JailSpec;
 use crate::{filesystem, loopback, worker};
 
-/// Runs pid 1; never returns. `cgroups` are the run's `cgroup.procs` files, which the worker joins.
-pub fn run(spec: &JailSpec, trees: Option<HostTrees>, cgroups: &[File], parent_alive: std::io::PipeReader) -> ! {
+/// Runs pid 1; never returns. `cgroups` are the run's `cgroup.procs` files, which the worker joins; pid 1 closes
+/// them once the worker has.
+pub fn run(spec: &JailSpec, trees: Option<HostTrees>, cgroups: Vec<File>, parent_alive: std::io::PipeReader) -> ! {
     match prepare(spec, trees, &parent_alive) {
         Ok(()) => {}
         Err(error) => error.report_and_exit(),
     }
-    let worker = match spawn_worker(&worker::Task { spec, cgroups }) {
+    let worker = match spawn_worker(&worker::Task { spec, cgroups: &cgroups }) {
         Ok(worker) => worker,
         Err(e) => SetupError::new("start the worker", e).report_and_exit(),
     };
+    drop(cgroups);
     crate::init::close_stdio();
     let status = loop {
         match waitpid(None, None) {
