@@ -197,15 +197,12 @@ impl InitProcess {
     /// leaves it instead of waiting for the kernel to tear its namespaces down: it dies with the command (its
     /// parent-death signal), and the host's init reaps it, as every orphan. Nothing of the program is left by
     /// then, and neither process is in the run's cgroups.
-    pub fn finish_in_background(self, one_shot: bool) {
+    pub fn finish_in_background(mut self, one_shot: bool) {
         match self.process {
             Process::Cloned(child) if one_shot => child.abandon(),
-            mut process => {
+            _ => {
                 tokio::spawn(async move {
-                    let _ = match &mut process {
-                        Process::Spawned(child) => child.wait().await,
-                        Process::Cloned(child) => child.wait().await,
-                    };
+                    let _ = self.wait().await;
                 });
             }
         }
