@@ -3,7 +3,7 @@
 # the binary's path. The benchmark scripts use it: scripts/bench-*.sh.
 set -euo pipefail
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
-target="$(sed -n 's/^target = "\(.*\)"$/\1/p' .cargo/config.toml)"
+target="$(scripts/build-target.sh)"
 echo "==> cargo build --release (target $target)" >&2
 cargo build --release --quiet
 echo "$PWD/target/$target/release/sandlot"

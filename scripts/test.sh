@@ -72,10 +72,11 @@ fi
 command -v cargo >/dev/null || die "cargo is not on PATH (install Rust 1.85 or newer with rustfmt and clippy)"
 cargo fmt --version >/dev/null 2>&1 || die "rustfmt is missing (rustup component add rustfmt)"
 cargo clippy --version >/dev/null 2>&1 || die "clippy is missing (rustup component add clippy)"
-# sandlot builds for musl (.cargo/config.toml): the target's standard library, and musl-gcc for the C in ring and
-# SQLite.
-target="$(sed -n 's/^target = "\(.*\)"$/\1/p' .cargo/config.toml)"
-if ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then
+# sandlot builds for musl (.cargo/config.toml): the target's standard library, and musl-gcc for the C in ring,
+# SQLite and mimalloc.
+target="$(scripts/build-target.sh)"
+# grep reads a captured string, as for dpkg above: a pipe could end in SIGPIPE and, with pipefail, a false "missing".
+if ! grep -qx "$target" <<<"$(rustup target list --installed 2>/dev/null || true)"; then
     step "installing the Rust standard library for $target (rustup target add)"
     rustup target add "$target"
 fi
