@@ -14,12 +14,16 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     // The jail init and zygote must start before anything else (no runtime, no threads): check for them by hand.
     sandlot_jail::run_hidden_subcommand();
+    // `run` forks its jail init first thing, while this process has a single thread (a fork instead of an exec
+    // later) and has touched little memory (so neither process copies much of the other's on write). The init makes
+    // what does not depend on the run while the arguments are parsed and the run is prepared.
+    let prefork = (std::env::args_os().nth(1).is_some_and(|command| command == "run"))
+        .then(sandlot_jail::Prefork::start)
+        .and_then(Result::ok);
     let cli = cli::parse();
-    // `run` starts its jail init now, while this process has a single thread: a fork instead of an exec later.
+    // Only the native backend uses it; otherwise it is dropped, and it exits when it finds no spec.
     let prefork = match &cli.command {
-        cli::Command::Run(args) if args.sandbox.backend == cli::BackendKind::Native => {
-            sandlot_jail::Prefork::start().ok()
-        }
+        cli::Command::Run(args) if args.sandbox.backend == cli::BackendKind::Native => prefork,
         _ => None,
     };
     // Logs go to stderr (stdout is the wire for `stdio` and the program's output for `run`); SANDLOT_LOG sets the

@@ -7,9 +7,14 @@ use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
 fn sandlot(args: &[&str], stdin: &str, root: &std::path::Path) -> Output {
+    sandlot_with_env(args, stdin, root, &[])
+}
+
+fn sandlot_with_env(args: &[&str], stdin: &str, root: &std::path::Path, env: &[(&str, &str)]) -> Output {
     assert!(nix_is_root(), "the CLI tests start sandboxes and need root (run scripts/test.sh as root)");
     let mut child = Command::new(env!("CARGO_BIN_EXE_sandlot"))
         .args(args)
+        .envs(env.iter().copied())
         .env("SANDBOX_ROOT", root)
         .env("SANDLOT_SANDBOX_UID", (920_000 + std::process::id() % 70_000).to_string())
         .stdin(Stdio::piped())
@@ -41,6 +46,32 @@ fn run_streams_output_and_passes_the_exit_code_on() {
         root.path(),
     );
     assert_eq!((out.status.code(), text(&out.stdout), text(&out.stderr)), (Some(5), "to stdout\n", "to stderr\n"));
+}
+
+/// The init that `run` forks assembles the standard skeleton before it knows the run; an interpreter outside the
+/// system dirs needs its install prefix bound as well, so that run's pid 1 assembles a skeleton of its own.
+#[test]
+fn run_binds_the_prefix_of_an_interpreter_outside_the_system_dirs() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = tempfile::tempdir().unwrap();
+    // Not under /tmp: the sandbox has a /tmp of its own, which would cover the bind.
+    let prefix = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    std::fs::set_permissions(prefix.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir(prefix.path().join("bin")).unwrap();
+    let bash = prefix.path().join("bin/bash");
+    std::fs::copy("/bin/bash", &bash).unwrap();
+    let out = sandlot_with_env(
+        &["run", "-l", "bash"],
+        "readlink /proc/$$/exe",
+        root.path(),
+        &[("SANDLOT_BASH", bash.to_str().unwrap())],
+    );
+    assert_eq!(
+        (out.status.code(), text(&out.stdout)),
+        (Some(0), format!("{}\n", bash.display()).as_str()),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]

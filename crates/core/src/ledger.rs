@@ -4,8 +4,8 @@
 //! so no run is ever left unaccounted for.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
@@ -19,7 +19,9 @@ use crate::{
 /// Where runs are accounted for; owned by the engine.
 pub struct Ledger {
     history: Option<History>,
-    events: broadcast::Sender<RunEvent>,
+    /// The live feed, made for its first listener: its buffer of [`EVENT_BUFFER`] events is no small allocation,
+    /// and most engines (`sandlot run`'s, say) never have a listener.
+    events: OnceLock<broadcast::Sender<RunEvent>>,
     /// Runs executing now: run id → (conversation, language).
     in_flight: Mutex<HashMap<String, (ConversationId, Language)>>,
 }
@@ -27,8 +29,7 @@ pub struct Ledger {
 impl Ledger {
     /// A ledger writing to `history` when there is one.
     pub fn new(history: Option<History>) -> Self {
-        let (events, _) = broadcast::channel(EVENT_BUFFER);
-        Self { history, events, in_flight: Mutex::default() }
+        Self { history, events: OnceLock::new(), in_flight: Mutex::default() }
     }
 
     /// The history database, if this engine keeps one.
@@ -38,7 +39,7 @@ impl Ledger {
 
     /// A live feed of run events from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<RunEvent> {
-        self.events.subscribe()
+        self.events.get_or_init(|| broadcast::channel(EVENT_BUFFER).0).subscribe()
     }
 
     fn in_flight_table(&self) -> std::sync::MutexGuard<'_, HashMap<String, (ConversationId, Language)>> {
@@ -57,7 +58,14 @@ impl Ledger {
     }
 
     fn announce(&self, event: RunEvent) {
-        let _ = self.events.send(event); // nobody listening is fine
+        if let Some(events) = self.events.get() {
+            let _ = events.send(event); // nobody listening is fine
+        }
+    }
+
+    /// Whether anyone listens to the live feed now.
+    fn has_listeners(&self) -> bool {
+        self.events.get().is_some_and(|events| events.receiver_count() > 0)
     }
 
     /// Opens the entry of a run just accepted (recorded as queued).
@@ -121,7 +129,7 @@ impl RunEntry<'_> {
                 Stream::Stderr => &self.stderr_bytes,
             };
             counter.fetch_add(chunk.data.len() as u64, Ordering::Relaxed);
-            if self.ledger.events.receiver_count() > 0 {
+            if self.ledger.has_listeners() {
                 self.ledger.announce(RunEvent::Output {
                     run_id: self.run_id.clone(),
                     conversation_id: self.conversation.to_string(),

@@ -36,7 +36,7 @@ const PROC_READ_ONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus", "fs"];
 /// Attributes of every read-only tree.
 pub const READ_ONLY: u64 = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
 /// Where the new root is assembled before the pivot (hidden from the host: the mount namespace is private).
-const STAGING: &str = "/tmp";
+pub const STAGING: &str = "/tmp";
 
 /// A host path to reproduce in the sandbox.
 enum Source {
@@ -124,8 +124,9 @@ pub struct HostTrees {
 
 impl HostTrees {
     /// Clones the trees of `spec`'s workspace (never through a symlink), its root template if it has one, and
-    /// otherwise its extra binds (the template holds them), with their attributes.
-    pub fn capture(spec: &JailSpec) -> Result<Self, SetupError> {
+    /// otherwise its extra binds (the template holds them), with their attributes. A `skeleton` assembled ahead
+    /// for this spec (see [`crate::root_template::assemble_detached`]) serves as the root template.
+    pub fn capture(spec: &JailSpec, skeleton: Option<OwnedFd>) -> Result<Self, SetupError> {
         let directory = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -134,11 +135,12 @@ impl HostTrees {
         let workspace =
             clone_tree_at(directory.as_raw_fd()).step(|| format!("open_tree {}", spec.workspace.display()))?;
         set_tree_attributes(&workspace, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV).step(|| "mount_setattr /data".into())?;
-        let (skeleton, extra_ro_binds) = match &spec.root_template {
-            Some(template) => {
+        let (skeleton, extra_ro_binds) = match (&spec.root_template, skeleton) {
+            (Some(template), _) => {
                 (Some(clone_tree(template).step(|| format!("open_tree {}", template.display()))?), vec![])
             }
-            None => (None, capture_read_only(&spec.extra_ro_binds)?),
+            (None, Some(skeleton)) => (Some(skeleton), vec![]),
+            (None, None) => (None, capture_read_only(&spec.extra_ro_binds)?),
         };
         Ok(Self { workspace, extra_ro_binds, skeleton })
     }
@@ -167,6 +169,11 @@ pub struct Identity {
 impl Identity {
     pub fn of(spec: &JailSpec) -> Self {
         Self { uid: spec.sandbox_uid, gid: spec.sandbox_gid, hostname: spec.hostname.clone() }
+    }
+
+    /// The sandbox user every run of sandlot has (uid and gid 1000, host name `sandlot`).
+    pub fn standard() -> Self {
+        Self { uid: 1000, gid: 1000, hostname: "sandlot".into() }
     }
 }
 
@@ -236,7 +243,7 @@ pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError
     // 1. The host trees of this run, before the new root covers anything (the workspace may be under /tmp).
     let HostTrees { workspace: data, extra_ro_binds, skeleton } = match trees {
         Some(trees) => trees,
-        None => HostTrees::capture(spec)?,
+        None => HostTrees::capture(spec, None)?,
     };
 
     // 2. The read-only skeleton at the staging point.

@@ -11,13 +11,17 @@
 //! 4. fork the sandbox's pid 1 ([`crate::pid1`]), report its pid, close its copies of the program's standard
 //!    streams (so that they end when the program does) and wait for pid 1.
 //!
+//! An init that `sandlot run` forks first thing ([`run_main_ahead`]) does two things before step 1 when it is root,
+//! while the command is still preparing the run: it makes the network namespace, and it assembles the standard
+//! read-only skeleton in a mount namespace of its own (see [`crate::root_template::assemble_detached`]).
+//!
 //! Nothing is ever printed: stdout and stderr belong to the program; the init speaks through [`Report`]s.
 
 use std::convert::Infallible;
 use std::fs::File;
 use std::io::Read;
 use std::mem::ManuallyDrop;
-use std::os::fd::FromRawFd;
+use std::os::fd::{FromRawFd, OwnedFd};
 
 use nix::sched::{CloneFlags, setns, unshare};
 use nix::sys::wait::{WaitStatus, waitpid};
@@ -26,7 +30,7 @@ use nix::unistd::{ForkResult, Gid, Uid, fork, getegid, geteuid, setgroups, setre
 use crate::filesystem::HostTrees;
 use crate::report::{Report, SetupError, Step};
 use crate::spec::JailSpec;
-use crate::{loopback, pid1};
+use crate::{loopback, pid1, root_template};
 
 /// Largest spec accepted (code is capped well below this by the engine).
 const MAX_SPEC_BYTES: usize = 64 * 1024 * 1024;
@@ -34,19 +38,32 @@ const MAX_SPEC_BYTES: usize = 64 * 1024 * 1024;
 /// Entry point of the init; never returns. `report_fd` is the descriptor number given on the command line.
 pub fn run_main(report_fd: i32) -> ! {
     crate::report::set_report_fd(report_fd);
-    match helper(false) {
+    match helper(Ahead::default()) {
         Ok(never) => match never {},
         Err(error) => error.report_and_exit(),
     }
 }
 
-/// Entry point of an init forked by `sandlot run` before its spec is ready; never returns. As root, it makes the
-/// network namespace (which depends on nothing in the spec) while the command is still preparing the run, so
-/// that ~0.4 ms is off the run's path.
+/// What an init made before its spec came.
+#[derive(Default)]
+struct Ahead {
+    /// It is in a new network namespace, with loopback up.
+    netns: bool,
+    /// The standard read-only skeleton, as a detached tree.
+    skeleton: Option<OwnedFd>,
+}
+
+/// Entry point of an init forked by `sandlot run` before its spec is ready; never returns. As root, it makes what
+/// depends on nothing in the spec while the command is still preparing the run: the network namespace and the
+/// standard read-only skeleton, about 1.3 ms of work taken off the run's path. Either one that fails is made per
+/// run instead, as without a head start.
 pub fn run_main_ahead(report_fd: i32) -> ! {
     crate::report::set_report_fd(report_fd);
-    let made_ahead = geteuid().is_root() && new_network_namespace().is_ok();
-    match helper(made_ahead) {
+    let ahead = match geteuid().is_root() {
+        true => Ahead { netns: new_network_namespace().is_ok(), skeleton: root_template::assemble_detached().ok() },
+        false => Ahead::default(),
+    };
+    match helper(ahead) {
         Ok(never) => match never {},
         Err(error) => error.report_and_exit(),
     }
@@ -119,17 +136,21 @@ fn enter_network_namespace(spec: &JailSpec, made_ahead: bool) -> Result<(), Setu
     }
 }
 
-fn helper(netns_made_ahead: bool) -> Result<Infallible, SetupError> {
+fn helper(ahead: Ahead) -> Result<Infallible, SetupError> {
     die_with_parent()?;
     let spec = read_spec()?;
     let cgroups = open_cgroups(&spec)?;
     // As root, capture the trees from outside the system dirs while every path is still reachable.
     let trees = match spec.switch_to {
-        Some(_) => Some(HostTrees::capture(&spec)?),
+        Some(_) => {
+            let skeleton =
+                ahead.skeleton.filter(|_| spec.root_template.is_none() && root_template::standard_fits(&spec));
+            Some(HostTrees::capture(&spec, skeleton)?)
+        }
         None => None,
     };
     if spec.switch_to.is_some() {
-        enter_network_namespace(&spec, netns_made_ahead)?;
+        enter_network_namespace(&spec, ahead.netns)?;
     }
     if let Some((uid, gid)) = spec.switch_to {
         setgroups(&[]).step(|| "setgroups".into())?;

@@ -18,12 +18,14 @@
 //! conversation root on a disk mounted after the start), and nothing the zygote mounts reaches the host. It dies
 //! with the zygote and its last init.
 
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
-use nix::mount::{MsFlags, mount};
+use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sched::{CloneFlags, unshare};
 
-use crate::filesystem::{Identity, assemble_skeleton, capture_read_only};
+use crate::filesystem::{Identity, STAGING, assemble_skeleton, capture_read_only};
+use crate::mount_api::clone_tree;
 use crate::report::{SetupError, Step};
 use crate::spec::JailSpec;
 
@@ -67,17 +69,48 @@ impl RootTemplate {
 /// In the zygote: moves it to a mount namespace of its own (a slave of the host's) and assembles the skeleton at
 /// `request.dir`, read-only.
 pub fn assemble(request: &TemplateRequest) -> Result<(), SetupError> {
+    enter_own_mount_namespace()?;
+    let extra_ro_binds = capture_read_only(&request.extra_ro_binds)?;
+    assemble_read_only(&request.dir, &request.identity, extra_ro_binds)
+}
+
+/// In an init forked by `sandlot run`, before its spec comes: moves it to a mount namespace of its own and assembles
+/// the standard skeleton (no interpreter prefixes), read-only, as a detached tree. It is assembled at the staging
+/// point `/tmp`, cloned, and unmounted there again, so every host path stays reachable for the rest of the setup.
+/// On failure the staging point is left uncovered too, and the init's pid 1 assembles the skeleton per run.
+pub fn assemble_detached() -> Result<OwnedFd, SetupError> {
+    enter_own_mount_namespace()?;
+    let staging = Path::new(STAGING);
+    let assembled = assemble_read_only(staging, &Identity::standard(), vec![])
+        .and_then(|()| clone_tree(staging).step(|| format!("open_tree {STAGING}")));
+    // Whether or not it worked: nothing may stay mounted over the host's /tmp in this namespace.
+    let _ = umount2(staging, MntFlags::MNT_DETACH);
+    assembled
+}
+
+/// Whether the standard skeleton suits a run of `spec`: its sandbox user, and no interpreter prefix to bind.
+pub fn standard_fits(spec: &JailSpec) -> bool {
+    Identity::of(spec) == Identity::standard() && spec.extra_ro_binds.is_empty()
+}
+
+/// Leaves the host's mount namespace for a copy of it that is a slave of it: mounts made on the host later still
+/// arrive, and nothing mounted here reaches the host.
+fn enter_own_mount_namespace() -> Result<(), SetupError> {
     unshare(CloneFlags::CLONE_NEWNS).step(|| "unshare mount namespace".into())?;
     mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_SLAVE, None::<&str>)
-        .step(|| "make / a slave".into())?;
-    let extra_ro_binds = capture_read_only(&request.extra_ro_binds)?;
-    assemble_skeleton(&request.dir, &request.identity, extra_ro_binds)?;
-    // Read-only down to the two tmpfs superblocks, which belong to the host's user namespace: no sandbox can make
-    // them writable again, whatever it does to its own copies of the mounts.
+        .step(|| "make / a slave".into())
+}
+
+/// Assembles the skeleton at `dir` and makes it read-only down to the two tmpfs superblocks, which belong to the
+/// host's user namespace: no sandbox can make them writable again, whatever it does to its own copies of the mounts.
+fn assemble_read_only(
+    dir: &Path,
+    identity: &Identity,
+    extra_ro_binds: Vec<(PathBuf, OwnedFd)>,
+) -> Result<(), SetupError> {
+    assemble_skeleton(dir, identity, extra_ro_binds)?;
     let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
-    for (path, flags) in
-        [(request.dir.join("dev"), nosuid_nodev | MsFlags::MS_NOEXEC), (request.dir.clone(), nosuid_nodev)]
-    {
+    for (path, flags) in [(dir.join("dev"), nosuid_nodev | MsFlags::MS_NOEXEC), (dir.to_owned(), nosuid_nodev)] {
         mount(None::<&str>, &path, None::<&str>, MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | flags, None::<&str>)
             .step(|| format!("remount {} read-only", path.display()))?;
     }

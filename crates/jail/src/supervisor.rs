@@ -32,10 +32,6 @@ use crate::{Error, Result};
 /// The hidden subcommand that makes the sandlot binary act as the init.
 pub const INIT_SUBCOMMAND: &str = "__jail-init";
 
-/// Uid and gid inside the sandbox.
-const SANDBOX_ID: u32 = 1000;
-/// The sandbox's host name.
-const HOSTNAME: &str = "sandlot";
 /// How long the init may take to reap the sandbox after its pid 1 was killed.
 const KILL_GRACE: Duration = Duration::from_secs(5);
 /// How long output may keep flowing after the init is gone (it cannot: everything died with pid 1).
@@ -164,6 +160,7 @@ impl JailBackend {
         let mut args = runner.args.clone();
         args.push(code_path.to_string_lossy().into_owned());
         let limits = &job.limits;
+        let identity = Identity::standard();
         JailSpec {
             program: runner.program.clone(),
             args,
@@ -175,9 +172,9 @@ impl JailBackend {
             cgroup_procs: cgroup.map(RunCgroup::procs_files).unwrap_or_default(),
             switch_to: self.root.then_some((self.config.sandbox_host_uid, self.config.sandbox_host_gid)),
             join_netns: netns.map(NetnsPool::path_of),
-            sandbox_uid: SANDBOX_ID,
-            sandbox_gid: SANDBOX_ID,
-            hostname: HOSTNAME.into(),
+            sandbox_uid: identity.uid,
+            sandbox_gid: identity.gid,
+            hostname: identity.hostname,
             tmp_mb: limits.tmp_mb,
             rlimits: RlimitSpec {
                 open_files: limits.open_files,
@@ -202,8 +199,7 @@ fn template_request(dir: PathBuf, runners: &[HostRunner]) -> Option<TemplateRequ
     let mut extra_ro_binds: Vec<PathBuf> = runners.iter().flat_map(|r| r.extra_ro_binds.iter().cloned()).collect();
     extra_ro_binds.sort();
     extra_ro_binds.dedup();
-    let identity = Identity { uid: SANDBOX_ID, gid: SANDBOX_ID, hostname: HOSTNAME.into() };
-    Some(TemplateRequest { dir, identity, extra_ro_binds })
+    Some(TemplateRequest { dir, identity: Identity::standard(), extra_ro_binds })
 }
 
 /// How the waiting ended: pid 1 reported the program's end (having killed and reaped every other process of the
