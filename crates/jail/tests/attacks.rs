@@ -23,6 +23,7 @@ fn main() {
             the_shared_root_skeleton_is_read_only_at_its_superblock,
         ),
         ("host_processes_are_invisible_and_unkillable", host_processes_are_invisible_and_unkillable),
+        ("host_system_v_ipc_is_invisible", host_system_v_ipc_is_invisible),
         ("network_is_loopback_only", network_is_loopback_only),
         (
             "a_kept_network_namespace_holds_nothing_of_the_last_run",
@@ -158,6 +159,37 @@ fn host_processes_are_invisible_and_unkillable() -> Result<(), Failed> {
     let visible: u32 = lines.first().and_then(|l| l.parse().ok()).unwrap_or(999);
     check(visible <= 4, || format!("the sandbox sees {visible} processes:\n{}", describe(&report)))?;
     check_eq(&lines[1..], &["no-such-process", "init-refused", "still-here"][..], "kill results")
+}
+
+/// A System V shared-memory segment of the host, found by its key from the host and not from the sandbox, where a
+/// segment of the sandbox's own works.
+fn host_system_v_ipc_is_invisible() -> Result<(), Failed> {
+    let key = 0x5a00_0000 | (std::process::id() as libc::key_t & 0xffff);
+    // SAFETY: shmget/shmctl with integer arguments only; the segment is never attached.
+    let id = unsafe { libc::shmget(key, 4096, libc::IPC_CREAT | libc::IPC_EXCL | 0o666) };
+    check(id >= 0, || format!("cannot create the host's segment: {}", std::io::Error::last_os_error()))?;
+    // SAFETY: as above.
+    let visible_from_host = unsafe { libc::shmget(key, 0, 0) } == id;
+    let sandbox = Sandbox::new(|_| {});
+    let code = format!(
+        r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+found = libc.shmget({key}, 0, 0)
+print("host-segment", "FOUND" if found >= 0 else os.strerror(ctypes.get_errno()))
+own = libc.shmget({key}, 4096, 0o1600)
+print("own-segment", "created" if own >= 0 else os.strerror(ctypes.get_errno()))
+"#
+    );
+    let report = python(&sandbox, &code);
+    // SAFETY: as above; removes the host's segment.
+    unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) };
+    check(visible_from_host, || "the host's own segment was not found by its key".into())?;
+    check_eq(
+        report.outcome.stdout.as_str(),
+        "host-segment No such file or directory\nown-segment created\n",
+        &format!("System V IPC in the sandbox\n{}", describe(&report)),
+    )
 }
 
 fn network_is_loopback_only() -> Result<(), Failed> {
