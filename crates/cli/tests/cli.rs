@@ -54,8 +54,9 @@ fn run_streams_output_and_passes_the_exit_code_on() {
 fn run_binds_the_prefix_of_an_interpreter_outside_the_system_dirs() {
     use std::os::unix::fs::PermissionsExt;
     let root = tempfile::tempdir().unwrap();
-    // Not under /tmp: the sandbox has a /tmp of its own, which would cover the bind.
-    let prefix = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    // Not under /tmp (where a checkout, and so the target dir, may be): the sandbox's own /tmp would cover the bind.
+    std::fs::create_dir_all("/var/tmp").unwrap();
+    let prefix = tempfile::tempdir_in("/var/tmp").unwrap();
     std::fs::set_permissions(prefix.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::create_dir(prefix.path().join("bin")).unwrap();
     let bash = prefix.path().join("bin/bash");
