@@ -48,6 +48,19 @@ fn run_streams_output_and_passes_the_exit_code_on() {
     assert_eq!((out.status.code(), text(&out.stdout), text(&out.stderr)), (Some(5), "to stdout\n", "to stderr\n"));
 }
 
+/// The init that `run` forks assembles the read-only skeleton of the root before the run is known, read-only down to
+/// its two superblocks (a skeleton pid 1 assembles itself is read-only at the mount only): the run gets that one.
+#[test]
+fn run_gets_the_skeleton_its_init_assembled_ahead() {
+    let root = tempfile::tempdir().unwrap();
+    let out = sandlot(
+        &["run", "-l", "bash"],
+        r#"awk '$5 == "/" || $5 == "/dev" { print $5, $NF ~ /^ro(,|$)/ ? "ro" : $NF }' /proc/self/mountinfo"#,
+        root.path(),
+    );
+    assert_eq!((out.status.code(), text(&out.stdout)), (Some(0), "/ ro\n/dev ro\n"), "{}", text(&out.stderr));
+}
+
 /// The init that `run` forks assembles the standard skeleton before it knows the run; an interpreter outside the
 /// system dirs needs its install prefix bound as well, so that run's pid 1 assembles a skeleton of its own.
 #[test]

@@ -55,7 +55,7 @@ struct Ahead {
 
 /// Entry point of an init forked by `sandlot run` before its spec is ready; never returns. As root, it makes what
 /// depends on nothing in the spec while the command is still preparing the run: the network namespace and the
-/// standard read-only skeleton, about 1.3 ms of work taken off the run's path. Either one that fails is made per
+/// standard read-only skeleton (~0.7 and ~0.45 ms of CPU, docs/benchmarks.md), taken off the run's path. Either one that fails is made per
 /// run instead, as without a head start.
 pub fn run_main_ahead(report_fd: i32) -> ! {
     crate::report::set_report_fd(report_fd);

@@ -1,4 +1,5 @@
-//! The sandbox's read-only skeleton, assembled once per server instead of once per run.
+//! The sandbox's read-only skeleton, assembled ahead of the run: once per server, by its zygote, or by the init that
+//! `sandlot run` forks, while the command prepares the run ([`assemble_detached`]).
 //!
 //! Every run of a server gets the same read-only skeleton ([`crate::filesystem::assemble_skeleton`]: the system
 //! dirs bound read-only, generated `/etc` files, `/dev`). Assembling it costs pid 1 some sixty mount calls and two
