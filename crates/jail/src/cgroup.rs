@@ -116,7 +116,7 @@ impl CgroupSupport {
             if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } < 0 {
                 continue; // held by a live run
             }
-            let group = RunCgroup { dirs, oom_file, oom_baseline: 0, _lock: lock };
+            let group = RunCgroup { dirs, oom_file, oom_baseline: 0, lock };
             if group.kill_all() {
                 with_leftovers += 1;
                 tracing::warn!(slot, "killing processes a crashed sandlot left in its cgroup");
@@ -158,7 +158,7 @@ impl CgroupSupport {
                 }
                 return Err(error);
             }
-            let mut group = RunCgroup { dirs, oom_file, oom_baseline: 0, _lock: lock };
+            let mut group = RunCgroup { dirs, oom_file, oom_baseline: 0, lock };
             group.kill_all();
             group.write_limits(self, limits)?;
             group.oom_baseline = group.oom_count();
@@ -231,8 +231,8 @@ pub struct RunCgroup {
     oom_file: PathBuf,
     /// The OOM counter when the run took the slot.
     oom_baseline: u64,
-    /// The slot's lock, released when the run lets go of the slot.
-    _lock: std::fs::File,
+    /// The slot's lock, released when the run lets go of the slot (and the run's init, which shares it, is gone).
+    lock: std::fs::File,
 }
 
 impl RunCgroup {
@@ -271,6 +271,11 @@ impl RunCgroup {
             }
         }
         Ok(())
+    }
+
+    /// The descriptor that holds the slot's lock; the run's init takes a reference of its own to it.
+    pub fn lock_fd(&self) -> std::os::fd::RawFd {
+        self.lock.as_raw_fd()
     }
 
     /// The `cgroup.procs` files the program joins (the init opens them as root, the worker writes to them).

@@ -3,7 +3,8 @@
 //! It is single-threaded (it starts before any runtime), which `unshare(CLONE_NEWUSER)` requires. Its steps:
 //! 1. die with the supervisor (`PR_SET_PDEATHSIG`), read the [`JailSpec`] from standard input;
 //! 2. open the run's `cgroup.procs` files while still root (the worker joins them just before the program starts,
-//!    so only the program's processes are ever in the run's cgroups); when started as root, enter the network
+//!    so only the program's processes are ever in the run's cgroups) and take a reference to the supervisor's lock
+//!    on the cgroup slot ([`share_slot_lock`]); when started as root, enter the network
 //!    namespace (a new one with loopback up, or the conversation's kept one, see [`crate::netns_pool`]), then
 //!    become the dedicated unprivileged sandbox uid;
 //! 3. create a user namespace mapping that uid to the sandbox uid, then mount, pid, ipc, uts and cgroup
@@ -21,7 +22,7 @@ use std::convert::Infallible;
 use std::fs::File;
 use std::io::Read;
 use std::mem::ManuallyDrop;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use nix::sched::{CloneFlags, setns, unshare};
 use nix::sys::wait::{WaitStatus, waitpid};
@@ -29,7 +30,7 @@ use nix::unistd::{ForkResult, Gid, Uid, fork, getegid, geteuid, setgroups, setre
 
 use crate::filesystem::HostTrees;
 use crate::report::{Report, SetupError, Step};
-use crate::spec::JailSpec;
+use crate::spec::{JailSpec, SlotLock};
 use crate::{loopback, pid1, root_template};
 
 /// Largest spec accepted (code is capped well below this by the engine).
@@ -110,6 +111,24 @@ pub fn close_stdio() {
     }
 }
 
+/// Takes a reference of its own to the supervisor's lock on the run's cgroup slot (`pidfd_getfd`, as root; the
+/// descriptor is close-on-exec). Held until this process exits, after pid 1, it keeps the slot taken until the
+/// run's tmpfs mounts, whose pages are charged to the slot's memory cgroup, are gone: so pid 1 may report the
+/// program's end before it unmounts them. `None` if the kernel refuses (pid 1 then unmounts first).
+fn share_slot_lock(lock: &SlotLock) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, lock.holder_pid as libc::pid_t, 0) };
+    if pidfd < 0 {
+        return None;
+    }
+    // SAFETY: pidfd_open returned this descriptor, which nothing else owns.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+    // SAFETY: pidfd_getfd takes a pidfd, a descriptor number in that process and flags; returns a new descriptor.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), lock.fd, 0) };
+    // SAFETY: as above, a new descriptor owned by nobody else.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
 fn write_id_maps(spec: &JailSpec, host_uid: u32, host_gid: u32) -> Result<(), SetupError> {
     std::fs::write("/proc/self/setgroups", "deny").step(|| "write setgroups".into())?;
     std::fs::write("/proc/self/uid_map", format!("{} {host_uid} 1\n", spec.sandbox_uid))
@@ -140,6 +159,9 @@ fn helper(ahead: Ahead) -> Result<Infallible, SetupError> {
     die_with_parent()?;
     let spec = read_spec()?;
     let cgroups = open_cgroups(&spec)?;
+    // Lives until this process exits (it never returns from here).
+    let slot_lock = spec.slot_lock.as_ref().and_then(share_slot_lock);
+    let report_first = spec.slot_lock.is_none() || slot_lock.is_some();
     // As root, capture the trees from outside the system dirs while every path is still reachable.
     let trees = match spec.switch_to {
         Some(_) => {
@@ -182,7 +204,7 @@ fn helper(ahead: Ahead) -> Result<Infallible, SetupError> {
     match unsafe { fork() }.step(|| "fork sandbox init".into())? {
         ForkResult::Child => {
             drop(alive_write);
-            pid1::run(&spec, trees, cgroups, alive_read)
+            pid1::run(&spec, trees, cgroups, alive_read, report_first)
         }
         ForkResult::Parent { child } => {
             drop((alive_read, cgroups));

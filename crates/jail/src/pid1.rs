@@ -1,9 +1,10 @@
 //! The sandbox's pid 1: builds the filesystem, names the host, brings up loopback (unless the init did), writes
 //! the code, forks the worker and reaps every process until the worker ends. Then it ends the run before it
 //! reports the worker's status: it kills every process left in the pid namespace (background and double-forked
-//! ones too) and reaps them all, and unmounts the run's tmpfs mounts, whose pages count against the run's memory
-//! cgroup. So when the report arrives, nothing of the program runs any more and its cgroups are empty: the
-//! supervisor can finish the run without waiting for the namespaces to be torn down.
+//! ones too) and reaps them all. So when the report arrives, nothing of the program runs any more and its cgroups
+//! are empty: the supervisor can finish the run without waiting for the namespaces to be torn down. The run's
+//! tmpfs mounts, whose pages count against the run's memory cgroup, are unmounted after the report when the init
+//! shares the cgroup slot's lock (the slot stays taken until they are gone), else before it.
 
 use std::fs::File;
 use std::io::Write;
@@ -22,8 +23,15 @@ use crate::spec::JailSpec;
 use crate::{filesystem, loopback, worker};
 
 /// Runs pid 1; never returns. `cgroups` are the run's `cgroup.procs` files, which the worker joins; pid 1 closes
-/// them once the worker has.
-pub fn run(spec: &JailSpec, trees: Option<HostTrees>, cgroups: Vec<File>, parent_alive: std::io::PipeReader) -> ! {
+/// them once the worker has. `report_first`: report the program's end before unmounting the run's tmpfs mounts
+/// (see [`unmount_tmpfs`]).
+pub fn run(
+    spec: &JailSpec,
+    trees: Option<HostTrees>,
+    cgroups: Vec<File>,
+    parent_alive: std::io::PipeReader,
+    report_first: bool,
+) -> ! {
     match prepare(spec, trees, &parent_alive) {
         Ok(()) => {}
         Err(error) => error.report_and_exit(),
@@ -45,14 +53,25 @@ pub fn run(spec: &JailSpec, trees: Option<HostTrees>, cgroups: Vec<File>, parent
         }
     };
     end_every_process();
-    for tmpfs in ["/tmp", "/dev/shm"] {
-        // Its pages are charged to the run's memory cgroup until the superblock goes: gone before the report,
-        // they cannot count against the next run that takes the same cgroup slot.
-        let _ = umount2(tmpfs, MntFlags::MNT_DETACH);
+    if report_first {
+        status.send();
+        unmount_tmpfs();
+    } else {
+        unmount_tmpfs();
+        status.send();
     }
-    status.send();
     // SAFETY: ends pid 1 (and with it the namespace) without running destructors of the forked image.
     unsafe { libc::_exit(0) }
+}
+
+/// Unmounts the run's tmpfs mounts. Their pages are charged to the run's memory cgroup until the superblock goes,
+/// which must happen before another run takes the same cgroup slot: before the report, unless the init holds the
+/// slot too (then the slot is taken until the init, which outlives this process, exits). An unmount waits for an RCU
+/// grace period, 0.1–0.25 ms each (docs/benchmarks.md), which is why it is not done first when it need not be.
+fn unmount_tmpfs() {
+    for tmpfs in ["/tmp", "/dev/shm"] {
+        let _ = umount2(tmpfs, MntFlags::MNT_DETACH);
+    }
 }
 
 /// Kills every other process in the pid namespace and reaps them all (as pid 1, every orphan is its child). A

@@ -24,6 +24,9 @@ pub struct JailSpec {
     /// The run's `cgroup.procs` files: the init opens them as root, the worker joins them (writes `0`) just before
     /// the program starts.
     pub cgroup_procs: Vec<PathBuf>,
+    /// The supervisor's descriptor holding the run's cgroup slot, which the init (as root) takes a reference of
+    /// its own to: the slot stays taken until the init, the last process of the run, is gone.
+    pub slot_lock: Option<SlotLock>,
     /// Host uid/gid the init switches to before creating namespaces (only when started as root).
     pub switch_to: Option<(u32, u32)>,
     /// A network namespace to join (a path the init opens while still root) instead of creating one; only with
@@ -40,6 +43,13 @@ pub struct JailSpec {
     /// Where the read-only skeleton of the root is already assembled, in the init's mount namespace (a zygote's
     /// clone; see `root_template`); `None`: pid 1 assembles it.
     pub root_template: Option<PathBuf>,
+}
+
+/// A descriptor of another process: the supervisor's lock on the run's cgroup slot (see `cgroup`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SlotLock {
+    pub holder_pid: u32,
+    pub fd: i32,
 }
 
 /// Per-process rlimits set on the program; `None` leaves the limit as inherited.

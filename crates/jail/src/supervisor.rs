@@ -25,7 +25,7 @@ use crate::netns_pool::NetnsPool;
 use crate::report::Report;
 use crate::root_template::TemplateRequest;
 use crate::runners::{HostRunner, RunnerOverrides, discover_runners};
-use crate::spec::{JailSpec, RlimitSpec};
+use crate::spec::{JailSpec, RlimitSpec, SlotLock};
 use crate::warm_pool::WarmPool;
 use crate::{Error, Result};
 
@@ -170,6 +170,7 @@ impl JailBackend {
             workspace: job.workspace.clone(),
             extra_ro_binds: runner.extra_ro_binds.clone(),
             cgroup_procs: cgroup.map(RunCgroup::procs_files).unwrap_or_default(),
+            slot_lock: cgroup.map(|c| SlotLock { holder_pid: std::process::id(), fd: c.lock_fd() }),
             switch_to: self.root.then_some((self.config.sandbox_host_uid, self.config.sandbox_host_gid)),
             join_netns: netns.map(NetnsPool::path_of),
             sandbox_uid: identity.uid,

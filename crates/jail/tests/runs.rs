@@ -27,6 +27,7 @@ fn main() {
         ("an_oom_is_not_blamed_on_the_next_run", an_oom_is_not_blamed_on_the_next_run),
         ("concurrent_runs_get_their_own_limits", concurrent_runs_get_their_own_limits),
         ("the_program_alone_is_in_its_cgroups", the_program_alone_is_in_its_cgroups),
+        ("a_free_cgroup_slot_never_holds_a_finished_runs_tmpfs", a_free_cgroup_slot_never_holds_a_finished_runs_tmpfs),
         ("warm_inits_serve_runs_and_are_replaced", warm_inits_serve_runs_and_are_replaced),
         (
             "the_zygote_clones_inits_and_exec_takes_over_when_it_dies",
@@ -235,6 +236,27 @@ print('cgroup paths:', outside or 'all /')
     let report = sandbox.run("cgroups", Language::Python, code);
     check_eq(report.outcome.termination.clone(), Termination::Exited { code: 0 }, &describe(&report))?;
     check_eq(report.outcome.stdout.as_str(), "3 children\nno 4th child\ncgroup paths: all /\n", "stdout")
+}
+
+fn a_free_cgroup_slot_never_holds_a_finished_runs_tmpfs() -> Result<(), Failed> {
+    // The pages of a run's /tmp and /dev/shm are charged to its memory cgroup and, without swap, cannot be
+    // reclaimed: were its slot free before they are gone, they would count against the next run that takes it.
+    // Right after each run, every free slot (one whose lock this test can take) must be without them.
+    let sandbox = Sandbox::new(|_| {});
+    let code = "for path, mb in (('/tmp/fill', 48), ('/dev/shm/fill', 8)):
+    with open(path, 'wb') as f:
+        f.write(b'x' * (mb << 20))
+print('filled')";
+    for _ in 0..5 {
+        let report = sandbox.run("tmpfs-charge", Language::Python, code);
+        check_eq(report.outcome.stdout.as_str(), "filled\n", &describe(&report))?;
+        for (slot, shmem) in common::shmem_of_free_slots() {
+            check(shmem < 4 << 20, || {
+                format!("free slot {} still holds {shmem} bytes of tmpfs pages", slot.display())
+            })?;
+        }
+    }
+    Ok(())
 }
 
 fn warm_inits_serve_runs_and_are_replaced() -> Result<(), Failed> {
