@@ -61,6 +61,25 @@ fn run_gets_the_skeleton_its_init_assembled_ahead() {
     assert_eq!((out.status.code(), text(&out.stdout)), (Some(0), "/ ro\n/dev ro\n"), "{}", text(&out.stderr));
 }
 
+/// `run` exits as soon as it has the program's status, while pid 1 is still unmounting the run's /tmp and /dev/shm
+/// (whose pages are charged to the run's cgroup slot, and the init dies with the command): the slot must stay taken
+/// until they are gone, so right after each run no free slot holds tmpfs pages.
+#[test]
+fn run_never_leaves_a_free_cgroup_slot_holding_its_tmpfs() {
+    let root = tempfile::tempdir().unwrap();
+    let code = "for path, mb in (('/tmp/fill', 8), ('/dev/shm/fill', 56)):
+    with open(path, 'wb') as f:
+        f.write(b'x' * (mb << 20))
+print('filled')";
+    for _ in 0..5 {
+        let out = sandlot(&["run", "-l", "python"], code, root.path());
+        assert_eq!((out.status.code(), text(&out.stdout)), (Some(0), "filled\n"), "{}", text(&out.stderr));
+        for (slot, shmem) in sandlot_jail::CgroupSupport::detect(false).shmem_of_free_slots() {
+            assert!(shmem < 4 << 20, "free slot {} still holds {shmem} bytes of tmpfs pages", slot.display());
+        }
+    }
+}
+
 /// The init that `run` forks assembles the standard skeleton before it knows the run; an interpreter outside the
 /// system dirs needs its install prefix bound as well, so that run's pid 1 assembles a skeleton of its own.
 #[test]

@@ -133,6 +133,25 @@ impl CgroupSupport {
         with_leftovers
     }
 
+    /// The tmpfs pages (`shmem` in `memory.stat`) charged to each free slot's memory group, by slot directory: what
+    /// a run that took the slot now would find charged to it already and could not reclaim. A slot is free when
+    /// its lock can be taken; it is held only while its group is read. The tests check this is ~0 after runs.
+    pub fn shmem_of_free_slots(&self) -> Vec<(PathBuf, u64)> {
+        let mut free = Vec::new();
+        for slot in 0..MAX_SLOTS {
+            let Some((dirs, _)) = self.slot_dirs(slot) else { break };
+            let Ok(lock) = std::fs::File::open(&dirs[0]) else { continue };
+            // SAFETY: flock on a descriptor we own; the lock goes with it.
+            if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } < 0 {
+                continue; // held by a run
+            }
+            let Ok(stat) = std::fs::read_to_string(dirs[0].join("memory.stat")) else { continue };
+            let shmem = stat.lines().find_map(|line| line.strip_prefix("shmem ")?.trim().parse::<u64>().ok());
+            free.push((dirs[0].clone(), shmem.unwrap_or(0)));
+        }
+        free
+    }
+
     /// Takes a free slot (creating it the first time) and writes the run's limits into it.
     ///
     /// Groups are reused rather than created and removed per run: `mkdir` and `rmdir` of a memory cgroup cost about

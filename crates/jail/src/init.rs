@@ -112,8 +112,8 @@ pub fn close_stdio() {
 }
 
 /// Takes a reference of its own to the supervisor's lock on the run's cgroup slot (`pidfd_getfd`, as root; the
-/// descriptor is close-on-exec). Held until this process exits, after pid 1, it keeps the slot taken until the
-/// run's tmpfs mounts, whose pages are charged to the slot's memory cgroup, are gone: so pid 1 may report the
+/// descriptor is close-on-exec; pid 1 inherits it). Held by both until they exit, it keeps the slot taken until
+/// the run's tmpfs mounts, whose pages are charged to the slot's memory cgroup, are gone: so pid 1 may report the
 /// program's end before it unmounts them. `None` if the kernel refuses (pid 1 then unmounts first).
 fn share_slot_lock(lock: &SlotLock) -> Option<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
@@ -159,7 +159,7 @@ fn helper(ahead: Ahead) -> Result<Infallible, SetupError> {
     die_with_parent()?;
     let spec = read_spec()?;
     let cgroups = open_cgroups(&spec)?;
-    // Lives until this process exits (it never returns from here).
+    // Held until this process exits, and by pid 1 (inherited) until it exits: see `pid1::unmount_tmpfs`.
     let slot_lock = spec.slot_lock.as_ref().and_then(share_slot_lock);
     let report_first = spec.slot_lock.is_none() || slot_lock.is_some();
     // As root, capture the trees from outside the system dirs while every path is still reachable.

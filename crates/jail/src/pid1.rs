@@ -55,6 +55,10 @@ pub fn run(
     end_every_process();
     if report_first {
         status.send();
+        // The supervisor may now exit (`sandlot run` does at once), and the init die with it: pid 1, which holds
+        // the slot's lock too (inherited from the init), must not die with them before its unmounts are done.
+        // SAFETY: prctl with integer arguments only.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, 0, 0, 0, 0) };
         unmount_tmpfs();
     } else {
         unmount_tmpfs();
@@ -65,8 +69,8 @@ pub fn run(
 }
 
 /// Unmounts the run's tmpfs mounts. Their pages are charged to the run's memory cgroup until the superblock goes,
-/// which must happen before another run takes the same cgroup slot: before the report, unless the init holds the
-/// slot too (then the slot is taken until the init, which outlives this process, exits). An unmount waits for an RCU
+/// which must happen before another run takes the same cgroup slot: before the report, unless the init shares the
+/// slot's lock (then pid 1 holds it too, inherited, and the slot stays taken until both have exited). An unmount waits for an RCU
 /// grace period, 0.1–0.25 ms each (docs/benchmarks.md), which is why it is not done first when it need not be.
 fn unmount_tmpfs() {
     for tmpfs in ["/tmp", "/dev/shm"] {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::{Sandbox, check, check_eq, describe};
 use libtest_mimic::Failed;
 use sandlot_core::{Engine, EngineConfig, Language, OutputChunk, RunRequest, Stream, Termination, Workspaces};
-use sandlot_jail::{JailBackend, JailConfig};
+use sandlot_jail::{CgroupSupport, JailBackend, JailConfig};
 
 fn main() {
     common::main(vec![
@@ -250,7 +250,7 @@ print('filled')";
     for _ in 0..5 {
         let report = sandbox.run("tmpfs-charge", Language::Python, code);
         check_eq(report.outcome.stdout.as_str(), "filled\n", &describe(&report))?;
-        for (slot, shmem) in common::shmem_of_free_slots() {
+        for (slot, shmem) in CgroupSupport::detect(false).shmem_of_free_slots() {
             check(shmem < 4 << 20, || {
                 format!("free slot {} still holds {shmem} bytes of tmpfs pages", slot.display())
             })?;

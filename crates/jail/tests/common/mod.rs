@@ -7,14 +7,13 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use sandlot_core::{ConversationId, Engine, EngineConfig, Language, Limits, RunReport, RunRequest, Workspaces};
-use sandlot_jail::{CgroupSupport, JailBackend, JailConfig};
+use sandlot_jail::{JailBackend, JailConfig};
 
 /// The host uid the sandboxes of this test process run as: unique per process (nextest runs each test in its own
 /// process, several at once), so a test can look for leftovers of its own runs only.
@@ -90,35 +89,6 @@ impl Sandbox {
     pub fn data_dir(&self, conversation: &str) -> PathBuf {
         self.engine.workspaces().files_dir(&ConversationId::parse(conversation).expect("id"))
     }
-}
-
-/// The `shmem` bytes charged to each free cgroup slot's memory group: a slot is free when this process can take
-/// its lock (see `cgroup`); it holds the lock only while it reads.
-pub fn shmem_of_free_slots() -> Vec<(PathBuf, u64)> {
-    let parent = match CgroupSupport::detect(false) {
-        CgroupSupport::V1 { memory, .. } => memory,
-        CgroupSupport::V2 { parent } => parent,
-        CgroupSupport::Unavailable { reason } => panic!("the jail tests need cgroups: {reason}"),
-    };
-    let mut free = Vec::new();
-    for entry in std::fs::read_dir(&parent).expect("read the slots").flatten() {
-        let slot = entry.path();
-        if !entry.file_name().to_string_lossy().starts_with("slot-") {
-            continue;
-        }
-        let Ok(lock) = std::fs::File::open(&slot) else { continue };
-        // SAFETY: flock on a descriptor this function owns; the lock goes with it.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } < 0 {
-            continue; // a run holds it
-        }
-        let stat = std::fs::read_to_string(slot.join("memory.stat")).expect("memory.stat");
-        let shmem = stat
-            .lines()
-            .find_map(|line| line.strip_prefix("shmem ").and_then(|n| n.trim().parse::<u64>().ok()))
-            .expect("shmem in memory.stat");
-        free.push((slot, shmem));
-    }
-    free
 }
 
 /// Pids of this process's children whose command line contains `needle`.
