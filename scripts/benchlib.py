@@ -2,6 +2,7 @@
 
 import json
 import os
+import random
 import re
 import socket
 import statistics
@@ -49,13 +50,17 @@ def spawn_and_wait(argv, env, stdin_path=None):
 
 def round_robin(rows, runs, warmup):
     """Runs every `(name, measure)` row `warmup` times, then `runs` times, one of each per round (so that drift on
-    the machine hits all rows alike); returns the milliseconds each `measure()` returned, by name."""
+    the machine hits all rows alike), in a new random order each round: a command is measurably faster or slower
+    depending on which one ran just before it (up to 0.5 ms for `sandlot run`, which runs after bare python or after
+    another sandbox), so no row may always follow the same one. Returns the milliseconds each `measure()` returned,
+    by name."""
+    order = random.Random(1)  # the same orders on every invocation
     for _ in range(warmup):
         for _, measure in rows:
             measure()
     samples = {name: [] for name, _ in rows}
     for _ in range(runs):
-        for name, measure in rows:
+        for name, measure in order.sample(rows, len(rows)):
             samples[name].append(measure())
     return samples
 

@@ -20,11 +20,14 @@ struct CapData {
 
 /// Leaves the calling process with no capability at all, now or after exec.
 pub fn drop_all() -> Result<(), Errno> {
+    // Capabilities are numbered from 0 to the kernel's last one, which is the first that gives EINVAL.
     for cap in 0..64 {
         // SAFETY: prctl with integer arguments only.
-        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
-        if rc < 0 && Errno::last() != Errno::EINVAL {
-            return Err(Errno::last());
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } < 0 {
+            match Errno::last() {
+                Errno::EINVAL => break,
+                errno => return Err(errno),
+            }
         }
     }
     // SAFETY: prctl with integer arguments only.

@@ -70,7 +70,9 @@ pub async fn run(args: RunArgs, prefork: Option<sandlot_jail::Prefork>) -> anyho
     if !args.json && report.outcome.truncated() {
         eprintln!("sandlot: output truncated at {} bytes per stream", report.limits.max_output_bytes);
     }
-    Ok(ExitCode::from((report.outcome.exit_code() & 0xff) as u8))
+    // Exit here rather than return: what is left to drop (the engine, the backend, the runtime) holds nothing that
+    // the kernel does not release at exit, and dropping it is on the path of every run. Standard output is flushed.
+    std::process::exit(report.outcome.exit_code() & 0xff)
 }
 
 fn read_stdin() -> anyhow::Result<String> {
