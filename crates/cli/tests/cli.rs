@@ -80,6 +80,36 @@ print('filled')";
     }
 }
 
+/// `run` moves its preforked init off its own CPU to start it at once, and the init widens its CPUs again when the
+/// run comes: the program may use exactly the CPUs the command may (all of them, or those `taskset` gave it).
+#[test]
+fn run_gives_the_program_the_cpus_of_the_command() {
+    let root = tempfile::tempdir().unwrap();
+    let allowed = |status: &str| {
+        status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).map(|v| v.trim().to_owned()).unwrap()
+    };
+    let ours = allowed(&std::fs::read_to_string("/proc/self/status").unwrap());
+    let out = sandlot(&["run", "-l", "bash"], "cat /proc/self/status", root.path());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(allowed(text(&out.stdout)), ours, "the program's CPUs without taskset");
+    let first = ours.split([',', '-']).next().unwrap().to_owned();
+    let out = Command::new("taskset")
+        .args(["-c", &first, env!("CARGO_BIN_EXE_sandlot"), "run", "-l", "bash", "-"])
+        .env("SANDBOX_ROOT", root.path())
+        .env("SANDLOT_SANDBOX_UID", (920_000 + std::process::id() % 70_000).to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            child.stdin.take().unwrap().write_all(b"cat /proc/self/status")?;
+            child.wait_with_output()
+        })
+        .expect("run sandlot under taskset");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(allowed(text(&out.stdout)), first, "the program's CPUs under taskset -c {first}");
+}
+
 /// The init that `run` forks assembles the standard skeleton before it knows the run; an interpreter outside the
 /// system dirs needs its install prefix bound as well, so that run's pid 1 assembles a skeleton of its own.
 #[test]

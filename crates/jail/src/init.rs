@@ -28,6 +28,7 @@ use nix::sched::{CloneFlags, setns, unshare};
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Gid, Uid, fork, getegid, geteuid, setgroups, setresgid, setresuid};
 
+use crate::cpu_placement::CpuSet;
 use crate::filesystem::HostTrees;
 use crate::report::{Report, SetupError, Step};
 use crate::spec::{JailSpec, SlotLock};
@@ -52,17 +53,23 @@ struct Ahead {
     netns: bool,
     /// The standard read-only skeleton, as a detached tree.
     skeleton: Option<OwnedFd>,
+    /// The CPUs to widen this process's set to once the spec has come (see [`crate::cpu_placement`]).
+    cpus: Option<CpuSet>,
 }
 
 /// Entry point of an init forked by `sandlot run` before its spec is ready; never returns. As root, it makes what
 /// depends on nothing in the spec while the command is still preparing the run: the network namespace and the
-/// standard read-only skeleton (~0.7 and ~0.45 ms of CPU, docs/benchmarks.md), taken off the run's path. Either one that fails is made per
-/// run instead, as without a head start.
-pub fn run_main_ahead(report_fd: i32) -> ! {
+/// standard read-only skeleton (~0.7 and ~0.45 ms of CPU, docs/benchmarks.md), taken off the run's path. Either one
+/// that fails is made per run instead, as without a head start. `cpus`: the command's CPUs, which this process
+/// widens its set to again once its spec has come (the command started it on the others, see
+/// [`crate::cpu_placement`]).
+pub fn run_main_ahead(report_fd: i32, cpus: Option<CpuSet>) -> ! {
     crate::report::set_report_fd(report_fd);
     let ahead = match geteuid().is_root() {
-        true => Ahead { netns: new_network_namespace().is_ok(), skeleton: root_template::assemble_detached().ok() },
-        false => Ahead::default(),
+        true => {
+            Ahead { netns: new_network_namespace().is_ok(), skeleton: root_template::assemble_detached().ok(), cpus }
+        }
+        false => Ahead { cpus, ..Ahead::default() },
     };
     match helper(ahead) {
         Ok(never) => match never {},
@@ -158,6 +165,9 @@ fn enter_network_namespace(spec: &JailSpec, made_ahead: bool) -> Result<(), Setu
 fn helper(ahead: Ahead) -> Result<Infallible, SetupError> {
     die_with_parent()?;
     let spec = read_spec()?;
+    if let Some(cpus) = &ahead.cpus {
+        cpus.apply_to(0);
+    }
     let cgroups = open_cgroups(&spec)?;
     // Held until this process exits, and by pid 1 (inherited) until it exits: see `pid1::unmount_tmpfs`.
     let slot_lock = spec.slot_lock.as_ref().and_then(share_slot_lock);

@@ -20,6 +20,7 @@ use nix::unistd::{ForkResult, Pid, fork};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::unix::pipe;
 
+use crate::cpu_placement::{self, CpuSet};
 use crate::pidfd_child::PidfdChild;
 use crate::root_template::{RootTemplate, TemplateRequest};
 use crate::zygote::Zygote;
@@ -45,6 +46,7 @@ impl Prefork {
         let (stdout_read, stdout_write) = std::io::pipe()?;
         let (stderr_read, stderr_write) = std::io::pipe()?;
         let (reports_read, reports_write) = std::io::pipe()?;
+        let cpus = CpuSet::allowed();
         // SAFETY: the caller guarantees a single thread, so the child may run arbitrary code after fork.
         match unsafe { fork() }? {
             ForkResult::Child => {
@@ -58,15 +60,20 @@ impl Prefork {
                     }
                 }
                 drop((stdin_read, stdin_write, stdout_read, stdout_write, stderr_read, stderr_write, reports_read));
-                crate::init::run_main_ahead(reports_write.into_raw_fd())
+                crate::init::run_main_ahead(reports_write.into_raw_fd(), cpus)
             }
-            ForkResult::Parent { child } => Ok(Self {
-                pid: child,
-                stdin: stdin_write,
-                stdout: stdout_read,
-                stderr: stderr_read,
-                reports: reports_read,
-            }),
+            ForkResult::Parent { child } => {
+                if let Some(cpus) = &cpus {
+                    cpu_placement::move_off_this_cpu(child.as_raw(), cpus);
+                }
+                Ok(Self {
+                    pid: child,
+                    stdin: stdin_write,
+                    stdout: stdout_read,
+                    stderr: stderr_read,
+                    reports: reports_read,
+                })
+            }
         }
     }
 }
