@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Where the time of one `sandlot run` goes: median microseconds after the command's exec at which each process of
-# the run is forked, the init starts waiting for its spec and reads it, python is exec'd and exits, and pid 1 and
-# the command exit. Traces the sched_process_fork/exec/exit and raw_syscalls tracepoints with bpftrace (installed if
-# missing). Run as root, on an otherwise idle machine.  Usage: scripts/timeline-jail.sh [RUNS]
+# the run is forked, the init first gets a CPU, starts waiting for its spec and reads it, python is exec'd and
+# exits, and pid 1 and the command exit. Traces the sched_process_fork/exec/exit, sched_switch and raw_syscalls
+# tracepoints with bpftrace (installed if missing). Run as root, on an otherwise idle machine.  Usage: scripts/timeline-jail.sh [RUNS]
 set -euo pipefail
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 
@@ -20,10 +20,12 @@ tracepoint:sched:sched_process_exec /str(args->filename) == str($1)/ { @t0[pid] 
 tracepoint:sched:sched_process_fork /@in[args->parent_pid]/ {
   @in[args->child_pid] = 1; @t0[args->child_pid] = @t0[args->parent_pid]; @gen[args->child_pid] = @gen[args->parent_pid] + 1;
   printf("fork%d %d\n", @gen[args->parent_pid] + 1, (nsecs - @t0[args->parent_pid]) / 1000); }
+tracepoint:sched:sched_switch /@in[args->next_pid] && @gen[args->next_pid] == 1 && !@ran[args->next_pid]/ {
+  @ran[args->next_pid] = 1; printf("run1 %d\n", (nsecs - @t0[args->next_pid]) / 1000); }
 tracepoint:sched:sched_process_exec /@in[pid] && @gen[pid] == 3/ { printf("exec %d\n", (nsecs - @t0[pid]) / 1000); }
 tracepoint:raw_syscalls:sys_enter /@in[tid] && @gen[tid] == 1 && args->id == 0 && !@read[tid]/ { printf("wait %d\n", (nsecs - @t0[tid]) / 1000); }
 tracepoint:raw_syscalls:sys_exit /@in[tid] && @gen[tid] == 1 && args->id == 0 && !@read[tid]/ { @read[tid] = 1; printf("spec %d\n", (nsecs - @t0[tid]) / 1000); }
-tracepoint:sched:sched_process_exit /@in[tid]/ { printf("exit%d %d\n", @gen[tid], (nsecs - @t0[tid]) / 1000); delete(@in[tid]); delete(@t0[tid]); delete(@gen[tid]); delete(@read[tid]); }
+tracepoint:sched:sched_process_exit /@in[tid]/ { printf("exit%d %d\n", @gen[tid], (nsecs - @t0[tid]) / 1000); delete(@in[tid]); delete(@t0[tid]); delete(@gen[tid]); delete(@read[tid]); delete(@ran[tid]); }
 BT
 bpftrace "$work/timeline.bt" "$binary" > "$work/trace.out" 2>/dev/null &
 tracer=$!
@@ -41,7 +43,7 @@ for line in open(sys.argv[1]):
     parts = line.split()
     if len(parts) == 2 and parts[1].isdigit():
         events[parts[0]].append(int(parts[1]))
-names = [("fork1", "init forked"), ("wait", "init waits for its spec"), ("spec", "spec read"), ("fork2", "pid 1 forked"),
+names = [("fork1", "init forked"), ("run1", "init first runs"), ("wait", "init waits for its spec"), ("spec", "spec read"), ("fork2", "pid 1 forked"),
          ("fork3", "worker forked"), ("exec", "python exec'd"), ("exit3", "python exits"), ("exit2", "pid 1 exits"),
          ("exit0", "command exits")]
 print(f"sandlot run, {sys.argv[2]} runs: median µs after the command's exec")

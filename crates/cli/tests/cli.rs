@@ -110,6 +110,23 @@ fn run_gives_the_program_the_cpus_of_the_command() {
     assert_eq!(allowed(text(&out.stdout)), first, "the program's CPUs under taskset -c {first}");
 }
 
+/// `run`'s init makes the network and IPC namespaces before the run comes, as root: the program is in namespaces of
+/// its own all the same, none of them the host's.
+#[test]
+fn run_gets_namespaces_of_its_own() {
+    let root = tempfile::tempdir().unwrap();
+    let kinds = ["ipc", "net", "mnt", "pid", "uts", "user", "cgroup"];
+    let script: String = kinds.iter().map(|kind| format!("readlink /proc/self/ns/{kind}\n")).collect();
+    let out = sandlot(&["run", "-l", "bash"], &script, root.path());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let inside: Vec<&str> = text(&out.stdout).lines().collect();
+    assert_eq!(inside.len(), kinds.len(), "{}", text(&out.stdout));
+    for (kind, theirs) in kinds.iter().zip(inside) {
+        let ours = std::fs::read_link(format!("/proc/self/ns/{kind}")).unwrap();
+        assert_ne!(theirs, ours.to_str().unwrap(), "the sandbox shares the host's {kind} namespace");
+    }
+}
+
 /// The init that `run` forks assembles the standard skeleton before it knows the run; an interpreter outside the
 /// system dirs needs its install prefix bound as well, so that run's pid 1 assembles a skeleton of its own.
 #[test]

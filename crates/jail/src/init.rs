@@ -12,8 +12,9 @@
 //! 4. fork the sandbox's pid 1 ([`crate::pid1`]), report its pid, close its copies of the program's standard
 //!    streams (so that they end when the program does) and wait for pid 1.
 //!
-//! An init that `sandlot run` forks first thing ([`run_main_ahead`]) does two things before step 1 when it is root,
-//! while the command is still preparing the run: it makes the network namespace, and it assembles the standard
+//! An init that `sandlot run` forks first thing ([`run_main_ahead`]) does three things before step 1 when it is root,
+//! while the command is still preparing the run: it makes the network and IPC namespaces (owned by the host's user
+//! namespace), and it assembles the standard
 //! read-only skeleton in a mount namespace of its own (see [`crate::root_template::assemble_detached`]).
 //!
 //! Nothing is ever printed: stdout and stderr belong to the program; the init speaks through [`Report`]s.
@@ -51,6 +52,9 @@ pub fn run_main(report_fd: i32) -> ! {
 struct Ahead {
     /// It is in a new network namespace, with loopback up.
     netns: bool,
+    /// It is in a new IPC namespace (owned by the host's user namespace: nothing in the sandbox can change its
+    /// limits).
+    ipcns: bool,
     /// The standard read-only skeleton, as a detached tree.
     skeleton: Option<OwnedFd>,
     /// The CPUs to widen this process's set to once the spec has come (see [`crate::cpu_placement`]).
@@ -58,17 +62,20 @@ struct Ahead {
 }
 
 /// Entry point of an init forked by `sandlot run` before its spec is ready; never returns. As root, it makes what
-/// depends on nothing in the spec while the command is still preparing the run: the network namespace and the
-/// standard read-only skeleton (~0.7 and ~0.45 ms of CPU, docs/benchmarks.md), taken off the run's path. Either one
+/// depends on nothing in the spec while the command is still preparing the run: the network and IPC namespaces and
+/// the standard read-only skeleton (~0.7, ~0.1 and ~0.45 ms of CPU, docs/benchmarks.md), taken off the run's path. Either one
 /// that fails is made per run instead, as without a head start. `cpus`: the command's CPUs, which this process
 /// widens its set to again once its spec has come (the command started it on the others, see
 /// [`crate::cpu_placement`]).
 pub fn run_main_ahead(report_fd: i32, cpus: Option<CpuSet>) -> ! {
     crate::report::set_report_fd(report_fd);
     let ahead = match geteuid().is_root() {
-        true => {
-            Ahead { netns: new_network_namespace().is_ok(), skeleton: root_template::assemble_detached().ok(), cpus }
-        }
+        true => Ahead {
+            netns: new_network_namespace().is_ok(),
+            ipcns: unshare(CloneFlags::CLONE_NEWIPC).is_ok(),
+            skeleton: root_template::assemble_detached().ok(),
+            cpus,
+        },
         false => Ahead { cpus, ..Ahead::default() },
     };
     match helper(ahead) {
@@ -198,11 +205,11 @@ fn helper(ahead: Ahead) -> Result<Infallible, SetupError> {
     let (host_uid, host_gid) = (geteuid().as_raw(), getegid().as_raw());
     unshare(CloneFlags::CLONE_NEWUSER).step(|| "unshare user namespace".into())?;
     write_id_maps(&spec, host_uid, host_gid)?;
-    let mut namespaces = CloneFlags::CLONE_NEWNS
-        | CloneFlags::CLONE_NEWPID
-        | CloneFlags::CLONE_NEWIPC
-        | CloneFlags::CLONE_NEWUTS
-        | CloneFlags::CLONE_NEWCGROUP;
+    let mut namespaces =
+        CloneFlags::CLONE_NEWNS | CloneFlags::CLONE_NEWPID | CloneFlags::CLONE_NEWUTS | CloneFlags::CLONE_NEWCGROUP;
+    if !ahead.ipcns {
+        namespaces |= CloneFlags::CLONE_NEWIPC;
+    }
     if spec.switch_to.is_none() {
         namespaces |= CloneFlags::CLONE_NEWNET; // pid 1 brings its loopback up
     }
