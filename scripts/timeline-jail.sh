@@ -25,6 +25,7 @@ tracepoint:sched:sched_switch /@in[args->next_pid] && @gen[args->next_pid] == 1 
 tracepoint:sched:sched_process_exec /@in[pid] && @gen[pid] == 3/ { printf("exec %d\n", (nsecs - @t0[pid]) / 1000); }
 tracepoint:raw_syscalls:sys_enter /@in[tid] && @gen[tid] == 1 && args->id == 0 && !@read[tid]/ { printf("wait %d\n", (nsecs - @t0[tid]) / 1000); }
 tracepoint:raw_syscalls:sys_exit /@in[tid] && @gen[tid] == 1 && args->id == 0 && !@read[tid]/ { @read[tid] = 1; printf("spec %d\n", (nsecs - @t0[tid]) / 1000); }
+END { clear(@in); clear(@t0); clear(@gen); clear(@read); clear(@ran); }
 tracepoint:sched:sched_process_exit /@in[tid]/ { printf("exit%d %d\n", @gen[tid], (nsecs - @t0[tid]) / 1000); delete(@in[tid]); delete(@t0[tid]); delete(@gen[tid]); delete(@read[tid]); delete(@ran[tid]); }
 BT
 bpftrace "$work/timeline.bt" "$binary" > "$work/trace.out" 2>/dev/null &
@@ -35,7 +36,11 @@ for _ in $(seq "$runs"); do
     "$binary" run -l python --root "$work/root" -c timeline "$work/print1.py" > /dev/null
 done
 sleep 1
-kill -INT "$tracer"; wait "$tracer" || true
+kill -INT "$tracer"
+# bpftrace has been seen to hang on exit (once in ~10 runs): give it 10 s, then kill it (its output is complete).
+for _ in $(seq 20); do kill -0 "$tracer" 2>/dev/null || break; sleep 0.5; done
+kill -9 "$tracer" 2>/dev/null || true
+wait "$tracer" 2>/dev/null || true
 /usr/bin/python3 - "$work/trace.out" "$runs" <<'PY'
 import collections, statistics, sys
 events = collections.defaultdict(list)

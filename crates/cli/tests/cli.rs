@@ -127,6 +127,25 @@ fn run_gets_namespaces_of_its_own() {
     }
 }
 
+/// Run from a terminal, the program still has no controlling terminal (its session is not the command's), so it
+/// cannot inject input into the user's terminal (`TIOCSTI`) or read from it. `script` gives the command a terminal.
+#[test]
+fn run_from_a_terminal_leaves_the_program_without_one() {
+    let root = tempfile::tempdir().unwrap();
+    let code = root.path().join("tty.sh");
+    std::fs::write(&code, "read -r _ _ _ _ _ _ tty _ < /proc/self/stat; echo \"tty_nr=$tty\"\n").unwrap();
+    let command = format!("{} run -l bash {}", env!("CARGO_BIN_EXE_sandlot"), code.display());
+    let out = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env("SANDBOX_ROOT", root.path())
+        .env("SANDLOT_SANDBOX_UID", (920_000 + std::process::id() % 70_000).to_string())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sandlot under script (util-linux)");
+    assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "tty_nr=0", "the program has a controlling terminal");
+}
+
 /// The init that `run` forks assembles the standard skeleton before it knows the run; an interpreter outside the
 /// system dirs needs its install prefix bound as well, so that run's pid 1 assembles a skeleton of its own.
 #[test]

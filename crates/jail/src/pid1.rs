@@ -24,19 +24,20 @@ use crate::{filesystem, loopback, worker};
 
 /// Runs pid 1; never returns. `cgroups` are the run's `cgroup.procs` files, which the worker joins; pid 1 closes
 /// them once the worker has. `report_first`: report the program's end before unmounting the run's tmpfs mounts
-/// (see [`unmount_tmpfs`]).
+/// (see [`unmount_tmpfs`]). `new_session`: the worker makes a session of its own (unless the init made one).
 pub fn run(
     spec: &JailSpec,
     trees: Option<HostTrees>,
     cgroups: Vec<File>,
     parent_alive: std::io::PipeReader,
     report_first: bool,
+    new_session: bool,
 ) -> ! {
     match prepare(spec, trees, &parent_alive) {
         Ok(()) => {}
         Err(error) => error.report_and_exit(),
     }
-    let worker = match spawn_worker(&worker::Task { spec, cgroups: &cgroups }) {
+    let worker = match spawn_worker(&worker::Task { spec, cgroups: &cgroups, new_session }) {
         Ok(worker) => worker,
         Err(e) => SetupError::new("start the worker", e).report_and_exit(),
     };

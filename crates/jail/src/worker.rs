@@ -19,6 +19,8 @@ use crate::{capabilities, landlock_rules, mount_api, rlimits, seccomp};
 pub struct Task<'a> {
     pub spec: &'a JailSpec,
     pub cgroups: &'a [File],
+    /// Make a new session; `false` when the init already leads one that has no controlling terminal.
+    pub new_session: bool,
 }
 
 /// Runs the worker; never returns (it becomes the program, or reports why not).
@@ -47,7 +49,9 @@ fn join_cgroups(cgroups: &[File]) -> Result<(), SetupError> {
 
 fn prepare_and_exec(task: &Task) -> Result<Infallible, SetupError> {
     let spec = task.spec;
-    setsid().step(|| "setsid".into())?;
+    if task.new_session {
+        setsid().step(|| "setsid".into())?;
+    }
     join_cgroups(task.cgroups)?;
     rlimits::apply(&spec.rlimits).step(|| "setrlimit".into())?;
     chdir("/data").step(|| "chdir /data".into())?;
