@@ -35,12 +35,11 @@ pub fn move_off_this_cpu(child: libc::pid_t, allowed: &CpuSet) {
     // SAFETY: sched_getcpu takes no arguments.
     let Ok(here) = usize::try_from(unsafe { libc::sched_getcpu() }) else { return };
     let mut elsewhere = *allowed;
-    // SAFETY: CPU_ISSET and CPU_CLR index within the set (checked against its size by the libc macros' callers:
-    // `here` is a CPU number the kernel gave, below CPU_SETSIZE).
+    // SAFETY: CPU_ISSET reads bit `here` of the set, which exists: `here` < CPU_SETSIZE is checked first.
     if here >= libc::CPU_SETSIZE as usize || !unsafe { libc::CPU_ISSET(here, &elsewhere.0) } {
         return;
     }
-    // SAFETY: as above.
+    // SAFETY: as above, for the bit CPU_CLR clears.
     unsafe { libc::CPU_CLR(here, &mut elsewhere.0) };
     // SAFETY: CPU_COUNT reads the set.
     if unsafe { libc::CPU_COUNT(&elsewhere.0) } > 0 {

@@ -12,10 +12,10 @@
 //! 4. fork the sandbox's pid 1 ([`crate::pid1`]), report its pid, close its copies of the program's standard
 //!    streams (so that they end when the program does) and wait for pid 1.
 //!
-//! An init that `sandlot run` forks first thing ([`run_main_ahead`]) does these things before step 1 when it is root,
-//! while the command is still preparing the run: it makes the network and IPC namespaces (owned by the host's user
-//! namespace) and a session of its own, and it assembles the standard read-only skeleton in a mount namespace of its own (see
-//! [`crate::root_template::assemble_detached`]).
+//! An init that `sandlot run` forks first thing ([`run_main_ahead`]) does more before step 1 when it is root, while
+//! the command is still preparing the run: it makes the network and IPC namespaces (owned by the host's user
+//! namespace) and a session of its own, and it assembles the standard read-only skeleton in a mount namespace of
+//! its own (see [`crate::root_template::assemble_detached`]).
 //!
 //! Nothing is ever printed: stdout and stderr belong to the program; the init speaks through [`Report`]s.
 
@@ -65,11 +65,11 @@ struct Ahead {
 }
 
 /// Entry point of an init forked by `sandlot run` before its spec is ready; never returns. As root, it makes what
-/// depends on nothing in the spec while the command is still preparing the run: the network and IPC namespaces and
-/// the standard read-only skeleton (~0.7, ~0.1 and ~0.45 ms of CPU, docs/benchmarks.md), taken off the run's path. Either one
-/// that fails is made per run instead, as without a head start. `cpus`: the command's CPUs, which this process
-/// widens its set to again once its spec has come (the command started it on the others, see
-/// [`crate::cpu_placement`]).
+/// depends on nothing in the spec while the command is still preparing the run: the network and IPC namespaces, a
+/// session, and the standard read-only skeleton (~0.7, ~0.1, ~0.1 and ~0.45 ms of CPU, docs/benchmarks.md), taken
+/// off the run's path. Any that fails is made per run instead, as without a head start. `cpus`: the command's
+/// CPUs, which this process widens its set to again once its spec has come (the command started it on the others,
+/// see [`crate::cpu_placement`]).
 pub fn run_main_ahead(report_fd: i32, cpus: Option<CpuSet>) -> ! {
     crate::report::set_report_fd(report_fd);
     let ahead = match geteuid().is_root() {
