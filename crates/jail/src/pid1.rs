@@ -71,8 +71,9 @@ pub fn run(
 
 /// Unmounts the run's tmpfs mounts. Their pages are charged to the run's memory cgroup until the superblock goes,
 /// which must happen before another run takes the same cgroup slot: before the report, unless the init shares the
-/// slot's lock (then pid 1 holds it too, inherited, and the slot stays taken until both have exited). An unmount waits for an RCU
-/// grace period, 0.1–0.25 ms each (docs/benchmarks.md), which is why it is not done first when it need not be.
+/// slot's lock (then pid 1 holds it too, inherited, and the slot stays taken until both have exited). An unmount
+/// waits for an RCU grace period (the two took ~0.09 ms untraced, 0.2–0.5 ms under bpftrace; docs/benchmarks.md),
+/// which is why they do not come first when they need not.
 fn unmount_tmpfs() {
     for tmpfs in ["/tmp", "/dev/shm"] {
         let _ = umount2(tmpfs, MntFlags::MNT_DETACH);

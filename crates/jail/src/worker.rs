@@ -1,6 +1,6 @@
 //! The worker: the last steps before the interpreter runs, in the order that keeps each one possible.
-//! New session (no terminal to inject into; unless the init made one ahead), the run's cgroups joined (and a cgroup namespace rooted there),
-//! rlimits, `/data` as working directory, every capability dropped, `no_new_privs`, Landlock, stray descriptors
+//! New session (no terminal to inject into; unless the init made one ahead), the run's cgroups joined (and a
+//! cgroup namespace rooted there), rlimits, `/data` as working directory, every capability dropped, `no_new_privs`, Landlock, stray descriptors
 //! closed, seccomp last, then `execve`.
 
 use std::convert::Infallible;
