@@ -11,17 +11,24 @@ fn sandlot(args: &[&str], stdin: &str, root: &std::path::Path) -> Output {
 }
 
 fn sandlot_with_env(args: &[&str], stdin: &str, root: &std::path::Path, env: &[(&str, &str)]) -> Output {
+    let mut command = command_for_runs(env!("CARGO_BIN_EXE_sandlot"), root);
+    command.args(args).envs(env.iter().copied());
+    output_with_stdin(command, stdin)
+}
+
+/// `program` (sandlot, or a wrapper that starts it) with the environment of the runs: conversations under `root`,
+/// sandboxes as a host uid of this test process's own.
+fn command_for_runs(program: &str, root: &std::path::Path) -> Command {
     assert!(nix_is_root(), "the CLI tests start sandboxes and need root (run scripts/test.sh as root)");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sandlot"))
-        .args(args)
-        .envs(env.iter().copied())
-        .env("SANDBOX_ROOT", root)
-        .env("SANDLOT_SANDBOX_UID", (920_000 + std::process::id() % 70_000).to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start sandlot");
+    let mut command = Command::new(program);
+    command.env("SANDBOX_ROOT", root).env("SANDLOT_SANDBOX_UID", (920_000 + std::process::id() % 70_000).to_string());
+    command
+}
+
+/// Runs `command` with `stdin` as its standard input; its output.
+fn output_with_stdin(mut command: Command, stdin: &str) -> Output {
+    let mut child =
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start sandlot");
     child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("write code");
     child.wait_with_output().expect("wait for sandlot")
 }
@@ -93,19 +100,9 @@ fn run_gives_the_program_the_cpus_of_the_command() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(allowed(text(&out.stdout)), ours, "the program's CPUs without taskset");
     let first = ours.split([',', '-']).next().unwrap().to_owned();
-    let out = Command::new("taskset")
-        .args(["-c", &first, env!("CARGO_BIN_EXE_sandlot"), "run", "-l", "bash", "-"])
-        .env("SANDBOX_ROOT", root.path())
-        .env("SANDLOT_SANDBOX_UID", (920_000 + std::process::id() % 70_000).to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .and_then(|mut child| {
-            child.stdin.take().unwrap().write_all(b"cat /proc/self/status")?;
-            child.wait_with_output()
-        })
-        .expect("run sandlot under taskset");
+    let mut taskset = command_for_runs("taskset", root.path());
+    taskset.args(["-c", &first, env!("CARGO_BIN_EXE_sandlot"), "run", "-l", "bash", "-"]);
+    let out = output_with_stdin(taskset, "cat /proc/self/status");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(allowed(text(&out.stdout)), first, "the program's CPUs under taskset -c {first}");
 }
@@ -135,10 +132,8 @@ fn run_from_a_terminal_leaves_the_program_without_one() {
     let code = root.path().join("tty.sh");
     std::fs::write(&code, "read -r _ _ _ _ _ _ tty _ < /proc/self/stat; echo \"tty_nr=$tty\"\n").unwrap();
     let command = format!("{} run -l bash {}", env!("CARGO_BIN_EXE_sandlot"), code.display());
-    let out = Command::new("script")
+    let out = command_for_runs("script", root.path())
         .args(["-qec", &command, "/dev/null"])
-        .env("SANDBOX_ROOT", root.path())
-        .env("SANDLOT_SANDBOX_UID", (920_000 + std::process::id() % 70_000).to_string())
         .stdin(Stdio::null())
         .output()
         .expect("run sandlot under script (util-linux)");

@@ -111,11 +111,7 @@ impl CgroupSupport {
         let mut with_leftovers = 0;
         for slot in 0..MAX_SLOTS {
             let Some((dirs, oom_file)) = self.slot_dirs(slot) else { return 0 };
-            let Ok(lock) = std::fs::File::open(&dirs[0]) else { continue };
-            // SAFETY: flock on a descriptor we own.
-            if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } < 0 {
-                continue; // held by a live run
-            }
+            let Ok(Some(lock)) = lock_slot(&dirs[0]) else { continue }; // held by a live run, or gone
             let group = RunCgroup { dirs, oom_file, oom_baseline: 0, lock };
             if group.kill_all() {
                 with_leftovers += 1;
@@ -140,11 +136,7 @@ impl CgroupSupport {
         let mut free = Vec::new();
         for slot in 0..MAX_SLOTS {
             let Some((dirs, _)) = self.slot_dirs(slot) else { break };
-            let Ok(lock) = std::fs::File::open(&dirs[0]) else { continue };
-            // SAFETY: flock on a descriptor we own; the lock goes with it.
-            if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } < 0 {
-                continue; // held by a run
-            }
+            let Ok(Some(_lock)) = lock_slot(&dirs[0]) else { continue }; // held by a run, or never made
             let Ok(stat) = std::fs::read_to_string(dirs[0].join("memory.stat")) else { continue };
             let shmem = stat.lines().find_map(|line| line.strip_prefix("shmem ")?.trim().parse::<u64>().ok());
             free.push((dirs[0].clone(), shmem.unwrap_or(0)));
@@ -168,15 +160,7 @@ impl CgroupSupport {
                     Err(e) => return Err(e),
                 }
             }
-            let lock = std::fs::File::open(&dirs[0])?;
-            // SAFETY: flock on a descriptor we own.
-            if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } < 0 {
-                let error = std::io::Error::last_os_error();
-                if error.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                    continue;
-                }
-                return Err(error);
-            }
+            let Some(lock) = lock_slot(&dirs[0])? else { continue }; // held by another run
             let mut group = RunCgroup { dirs, oom_file, oom_baseline: 0, lock };
             group.kill_all();
             group.write_limits(self, limits)?;
@@ -354,5 +338,20 @@ impl RunCgroup {
             tracing::warn!(dirs = ?self.dirs, "processes are still in a run's cgroup; its slot stays taken");
             std::mem::forget(self); // keep the lock: nobody may reuse a group that still has processes
         }
+    }
+}
+
+/// Takes the lock of the slot whose first group is `dir` (an exclusive `flock`, without waiting): `None` if another
+/// run holds it. The lock lasts as long as the returned file (and any duplicate of its descriptor).
+fn lock_slot(dir: &Path) -> std::io::Result<Option<std::fs::File>> {
+    let lock = std::fs::File::open(dir)?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(Some(lock));
+    }
+    let error = std::io::Error::last_os_error();
+    match error.raw_os_error() {
+        Some(libc::EWOULDBLOCK) => Ok(None),
+        _ => Err(error),
     }
 }

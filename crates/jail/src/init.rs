@@ -27,10 +27,11 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use nix::sched::{CloneFlags, setns, unshare};
 use nix::sys::wait::{WaitStatus, waitpid};
-use nix::unistd::{ForkResult, Gid, Uid, fork, getegid, geteuid, setgroups, setresgid, setresuid};
+use nix::unistd::{ForkResult, Gid, Pid, Uid, fork, getegid, geteuid, setgroups, setresgid, setresuid};
 
 use crate::cpu_placement::CpuSet;
 use crate::filesystem::HostTrees;
+use crate::pidfd_child::pidfd_open;
 use crate::report::{Report, SetupError, Step};
 use crate::spec::{JailSpec, SlotLock};
 use crate::{loopback, pid1, root_template};
@@ -88,7 +89,8 @@ pub fn run_main_ahead(report_fd: i32, cpus: Option<CpuSet>) -> ! {
     }
 }
 
-fn die_with_parent() -> Result<(), SetupError> {
+/// Sets this process to be killed (SIGKILL) when its parent dies.
+pub(crate) fn die_with_parent() -> Result<(), SetupError> {
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } < 0 {
         return Err(SetupError::new("prctl(PR_SET_PDEATHSIG)", std::io::Error::last_os_error()));
@@ -134,13 +136,7 @@ pub fn close_stdio() {
 /// the run's tmpfs mounts, whose pages are charged to the slot's memory cgroup, are gone: so pid 1 may report the
 /// program's end before it unmounts them. `None` if the kernel refuses (pid 1 then unmounts first).
 fn share_slot_lock(lock: &SlotLock) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, lock.holder_pid as libc::pid_t, 0) };
-    if pidfd < 0 {
-        return None;
-    }
-    // SAFETY: pidfd_open returned this descriptor, which nothing else owns.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+    let pidfd = pidfd_open(Pid::from_raw(lock.holder_pid as libc::pid_t)).ok()?;
     // SAFETY: pidfd_getfd takes a pidfd, a descriptor number in that process and flags; returns a new descriptor.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), lock.fd, 0) };
     // SAFETY: as above, a new descriptor owned by nobody else.

@@ -129,10 +129,7 @@ fn parent_gone(parent_alive: &std::io::PipeReader) -> bool {
 }
 
 fn prepare(spec: &JailSpec, trees: Option<HostTrees>, parent_alive: &std::io::PipeReader) -> Result<(), SetupError> {
-    // SAFETY: prctl with integer arguments only.
-    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } < 0 {
-        return Err(SetupError::new("prctl(PR_SET_PDEATHSIG)", std::io::Error::last_os_error()));
-    }
+    crate::init::die_with_parent()?;
     if parent_gone(parent_alive) {
         return Err(SetupError::new("start", "the init died before the sandbox started"));
     }

@@ -12,6 +12,17 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
 /// A child of this process, known by its pidfd.
+/// A pidfd for the process `pid` (`pidfd_open`), close-on-exec.
+pub fn pidfd_open(pid: Pid) -> std::io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
 #[derive(Debug)]
 pub struct PidfdChild {
     pid: Pid,
@@ -25,14 +36,7 @@ pub struct PidfdChild {
 impl PidfdChild {
     /// Opens a pidfd for `pid`, which must be a child of this process that has not been reaped.
     pub fn open(pid: Pid) -> std::io::Result<Self> {
-        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: the kernel just returned this descriptor; nothing else owns it.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
-        Ok(Self { pid, pidfd, status: None, abandoned: false })
+        Ok(Self { pid, pidfd: pidfd_open(pid)?, status: None, abandoned: false })
     }
 
     /// The child's pid.
