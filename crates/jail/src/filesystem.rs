@@ -13,12 +13,13 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use nix::errno::Errno;
 use nix::mount::{MsFlags, mount};
-use nix::sys::stat::Mode;
+use nix::sys::stat::{Mode, SFlag};
 
 use crate::mount_api;
 use crate::mount_api::{
-    MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, attach_tree, clone_tree, clone_tree_at,
+    MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, attach_tree, clone_tree, clone_tree_at,
     pivot_to_current_dir, set_mount_attributes, set_tree_attributes,
 };
 use crate::report::{SetupError, Step};
@@ -35,6 +36,8 @@ const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 const PROC_READ_ONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus", "fs"];
 /// Attributes of every read-only tree.
 pub const READ_ONLY: u64 = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+/// Attributes of `/dev`: read-only, but its device nodes work (it has no others: nothing can make one there).
+const DEV_READ_ONLY: u64 = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC;
 /// Where the new root is assembled before the pivot (hidden from the host: the mount namespace is private).
 pub const STAGING: &str = "/tmp";
 
@@ -197,13 +200,6 @@ pub fn assemble_skeleton(
     for (dir, tree) in extra_ro_binds {
         sources.push((under(&dir.to_string_lossy()), Source::Tree(tree), true));
     }
-    let mut devices = Vec::new();
-    for name in DEVICES {
-        if let Some(source) = capture(&Path::new("/dev").join(name), MOUNT_ATTR_NOSUID)? {
-            devices.push((under("/dev").join(name), source));
-        }
-    }
-
     let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     mount_tmpfs(root, "size=2m,nr_inodes=4096,mode=0755", nosuid_nodev)?;
     for dir in ["/etc", "/proc", "/data", "/root", "/tmp", "/dev"] {
@@ -214,10 +210,10 @@ pub fn assemble_skeleton(
     }
     write_etc(&under("/etc"), identity)?;
 
-    // /dev: a small tmpfs with host device nodes bound in, and the usual symlinks.
-    mount_tmpfs(&under("/dev"), "size=64k,nr_inodes=64,mode=0755", nosuid_nodev | MsFlags::MS_NOEXEC)?;
-    for (target, source) in devices {
-        place(source, &target, false)?;
+    // /dev: a small tmpfs with the host's device nodes, and the usual symlinks.
+    mount_tmpfs(&under("/dev"), "size=64k,nr_inodes=64,mode=0755", MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC)?;
+    for name in DEVICES {
+        add_device(name, &under("/dev").join(name))?;
     }
     for (link, target) in [
         ("fd", "/proc/self/fd"),
@@ -229,7 +225,30 @@ pub fn assemble_skeleton(
     }
     std::fs::create_dir(under("/dev/shm")).step(|| "mkdir /dev/shm".into())?;
     let dev = mount_api::cpath(&under("/dev")).step(|| "/dev path".into())?;
-    set_mount_attributes(&dev, READ_ONLY).step(|| "make /dev read-only".into())
+    set_mount_attributes(&dev, DEV_READ_ONLY).step(|| "make /dev read-only".into())
+}
+
+/// Reproduces the host's device `/dev/<name>` at `target`: as a device node like the host's when this process may
+/// make one (root in the host's user namespace: ~5 µs), else as a read-only bind of the host's node (a user
+/// namespace may not make device nodes; ~25 µs). A device the host lacks is left out.
+fn add_device(name: &str, target: &Path) -> Result<(), SetupError> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+    let host = Path::new("/dev").join(name);
+    let Ok(meta) = std::fs::symlink_metadata(&host) else { return Ok(()) };
+    if !meta.file_type().is_char_device() {
+        return Ok(());
+    }
+    let permissions = meta.mode() & 0o777;
+    match nix::sys::stat::mknod(target, SFlag::S_IFCHR, Mode::from_bits_truncate(permissions), meta.rdev()) {
+        // The umask took bits off: set the host's permissions (0666 for most), so the sandbox user may use it.
+        Ok(()) => std::fs::set_permissions(target, std::fs::Permissions::from_mode(permissions))
+            .step(|| format!("chmod /dev/{name}")),
+        Err(Errno::EPERM) => match capture(&host, MOUNT_ATTR_NOSUID)? {
+            Some(source) => place(source, target, false),
+            None => Ok(()),
+        },
+        Err(e) => Err(SetupError::new(format!("mknod /dev/{name}"), e)),
+    }
 }
 
 /// Builds the whole filesystem and pivots into it. On return the process's root is the sandbox's.

@@ -111,7 +111,8 @@ fn assemble_read_only(
 ) -> Result<(), SetupError> {
     assemble_skeleton(dir, identity, extra_ro_binds)?;
     let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
-    for (path, flags) in [(dir.join("dev"), nosuid_nodev | MsFlags::MS_NOEXEC), (dir.to_owned(), nosuid_nodev)] {
+    let dev_flags = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC; // its device nodes must work
+    for (path, flags) in [(dir.join("dev"), dev_flags), (dir.to_owned(), nosuid_nodev)] {
         mount(None::<&str>, &path, None::<&str>, MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | flags, None::<&str>)
             .step(|| format!("remount {} read-only", path.display()))?;
     }
