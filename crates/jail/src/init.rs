@@ -27,7 +27,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use nix::sched::{CloneFlags, setns, unshare};
 use nix::sys::wait::{WaitStatus, waitpid};
-use nix::unistd::{ForkResult, Gid, Pid, Uid, fork, getegid, geteuid, setgroups, setresgid, setresuid};
+use nix::unistd::{Gid, Pid, Uid, getegid, geteuid, setgroups, setresgid, setresuid};
 
 use crate::cpu_placement::CpuSet;
 use crate::filesystem::HostTrees;
@@ -217,25 +217,37 @@ fn helper(ahead: Ahead) -> Result<Infallible, SetupError> {
     // Pid 1 holds the read end of this pipe: once the init is gone the pipe reports a hang-up, which closes the
     // window before pid 1 has set its parent-death signal.
     let (alive_read, alive_write) = std::io::pipe().step(|| "create liveness pipe".into())?;
-    // SAFETY: this process is single-threaded, so the child may do anything after fork.
-    match unsafe { fork() }.step(|| "fork sandbox init".into())? {
-        ForkResult::Child => {
-            drop(alive_write);
-            pid1::run(&spec, trees, cgroups, alive_read, report_first, !ahead.session)
-        }
-        ForkResult::Parent { child } => {
-            drop((alive_read, cgroups));
-            Report::Started { init_pid: child.as_raw() }.send();
-            close_stdio();
-            let code = loop {
-                match waitpid(child, None) {
-                    Ok(WaitStatus::Exited(_, code)) => break code,
-                    Ok(WaitStatus::Signaled(_, signal, _)) => break 128 + signal as i32,
-                    Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
-                    Err(_) => break 125,
-                }
-            };
-            std::process::exit(code)
-        }
+    // What this process closes once pid 1 has its own copies: every descriptor it hands to pid 1 but the skeleton
+    // and the workspace trees, which it keeps, unused, until it exits (as it did when pid 1 was forked).
+    let mut handed_over: Vec<i32> = cgroups.iter().map(AsRawFd::as_raw_fd).collect();
+    handed_over.push(alive_read.as_raw_fd());
+    let task = pid1::Task {
+        spec,
+        trees,
+        cgroups,
+        parent_alive: alive_read,
+        init_end: alive_write.as_raw_fd(),
+        report_first,
+        new_session: !ahead.session,
+    };
+    let pid1 = pid1::start(task)?;
+    // Pid 1 shares this process's memory from here on (see `pid1::start`): nothing below allocates or frees,
+    // runs a destructor, or exits through `exit` (whose handlers would touch the allocator's state).
+    for fd in handed_over.iter() {
+        // SAFETY: closes this process's copies of descriptors pid 1 owns in its own descriptor table.
+        unsafe { libc::close(*fd) };
     }
+    Report::Started { init_pid: pid1.as_raw() }.send();
+    close_stdio();
+    let code = loop {
+        match waitpid(pid1, None) {
+            Ok(WaitStatus::Exited(_, code)) => break code,
+            Ok(WaitStatus::Signaled(_, signal, _)) => break 128 + signal as i32,
+            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => break 125,
+        }
+    };
+    // SAFETY: ends the init without running exit handlers or destructors (see above); everything it holds is
+    // released by the kernel.
+    unsafe { libc::_exit(code) }
 }

@@ -17,6 +17,9 @@ pub fn report_fd() -> RawFd {
     REPORT_FD.load(Ordering::Relaxed)
 }
 
+/// Longest report written without allocating (with its newline).
+const SHORT_REPORT_BYTES: usize = 256;
+
 /// One event of the init's life.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -33,10 +36,25 @@ pub enum Report {
 
 impl Report {
     /// Writes the report as one line to the report descriptor. Errors are ignored: the supervisor treats a
-    /// missing report as a failure anyway.
+    /// missing report as a failure anyway. A report of up to [`SHORT_REPORT_BYTES`] is written from the stack,
+    /// without allocating: the init sends [`Report::Started`] while pid 1 shares its memory (see [`crate::pid1`]).
     pub fn send(&self) {
-        let Ok(mut line) = serde_json::to_vec(self) else { return };
-        line.push(b'\n');
+        let mut short = [0u8; SHORT_REPORT_BYTES];
+        let mut rest = &mut short[..];
+        let long;
+        let line = match serde_json::to_writer(&mut rest, self) {
+            Ok(()) if !rest.is_empty() => {
+                let length = SHORT_REPORT_BYTES - rest.len();
+                short[length] = b'\n';
+                &short[..=length]
+            }
+            _ => {
+                let Ok(mut line) = serde_json::to_vec(self) else { return };
+                line.push(b'\n');
+                long = line;
+                &long[..]
+            }
+        };
         // SAFETY: writes a valid buffer to a descriptor; a closed or invalid fd only yields an error code.
         unsafe {
             libc::write(report_fd(), line.as_ptr().cast(), line.len());
