@@ -33,6 +33,7 @@ use crate::cpu_placement::CpuSet;
 use crate::filesystem::HostTrees;
 use crate::pidfd_child::pidfd_open;
 use crate::report::{Report, SetupError, Step};
+use crate::root_template::DetachedSkeleton;
 use crate::spec::{JailSpec, SlotLock};
 use crate::{loopback, pid1, root_template};
 
@@ -61,6 +62,9 @@ struct Ahead {
     ipcns: bool,
     /// The standard read-only skeleton, as a detached tree.
     skeleton: Option<OwnedFd>,
+    /// The mount namespace the skeleton was assembled in: held until this process exits (see
+    /// [`DetachedSkeleton`]).
+    _staging_namespace: Option<OwnedFd>,
     /// The CPUs to widen this process's set to once the spec has come (see [`crate::cpu_placement`]).
     cpus: Option<CpuSet>,
 }
@@ -74,13 +78,16 @@ struct Ahead {
 pub fn run_main_ahead(report_fd: i32, cpus: Option<CpuSet>) -> ! {
     crate::report::set_report_fd(report_fd);
     let ahead = match geteuid().is_root() {
-        true => Ahead {
-            netns: new_network_namespace().is_ok(),
-            ipcns: unshare(CloneFlags::CLONE_NEWIPC).is_ok(),
-            session: nix::unistd::setsid().is_ok(),
-            skeleton: root_template::assemble_detached().ok(),
-            cpus,
-        },
+        true => {
+            let netns = new_network_namespace().is_ok();
+            let ipcns = unshare(CloneFlags::CLONE_NEWIPC).is_ok();
+            let session = nix::unistd::setsid().is_ok();
+            let (skeleton, staging_namespace) = match root_template::assemble_detached() {
+                Ok(DetachedSkeleton { tree, staging_namespace }) => (Some(tree), Some(staging_namespace)),
+                Err(_) => (None, None),
+            };
+            Ahead { netns, ipcns, session, skeleton, _staging_namespace: staging_namespace, cpus }
+        }
         false => Ahead { cpus, ..Ahead::default() },
     };
     match helper(ahead) {

@@ -23,7 +23,7 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
-use nix::sched::{CloneFlags, unshare};
+use nix::sched::{CloneFlags, setns, unshare};
 
 use crate::filesystem::{Identity, STAGING, assemble_skeleton, capture_read_only};
 use crate::mount_api::clone_tree;
@@ -75,17 +75,34 @@ pub fn assemble(request: &TemplateRequest) -> Result<(), SetupError> {
     assemble_read_only(&request.dir, &request.identity, extra_ro_binds)
 }
 
-/// In an init forked by `sandlot run`, before its spec comes: moves it to a mount namespace of its own and assembles
-/// the standard skeleton (no interpreter prefixes), read-only, as a detached tree. It is assembled at the staging
-/// point `/tmp`, cloned, and unmounted there again, so every host path stays reachable for the rest of the setup.
-/// On failure the staging point is left uncovered too, and the init's pid 1 assembles the skeleton per run.
-pub fn assemble_detached() -> Result<OwnedFd, SetupError> {
+/// The standard skeleton assembled ahead by [`assemble_detached`].
+pub struct DetachedSkeleton {
+    /// The skeleton, as a detached tree.
+    pub tree: OwnedFd,
+    /// The mount namespace it was assembled in, with the staging mounts still in it: kept until this process
+    /// exits, because tearing it down waits for an RCU grace period (~0.1 ms), which is then off the run's path.
+    pub staging_namespace: OwnedFd,
+}
+
+/// In an init forked by `sandlot run`, before its spec comes: assembles the standard skeleton (no interpreter
+/// prefixes), read-only, as a detached tree. It is assembled at the staging point `/tmp` in a mount namespace of
+/// its own and cloned; then the init goes back to the host's mount namespace, where every host path is reachable
+/// for the rest of the setup. On failure the init is back there too (or, if it cannot go back, the staging point
+/// is unmounted), and its pid 1 assembles the skeleton per run.
+pub fn assemble_detached() -> Result<DetachedSkeleton, SetupError> {
+    let host_namespace = std::fs::File::open("/proc/self/ns/mnt").step(|| "open the host's mount namespace".into())?;
     enter_own_mount_namespace()?;
     let staging = Path::new(STAGING);
     let assembled = assemble_read_only(staging, &Identity::standard(), vec![])
-        .and_then(|()| clone_tree(staging).step(|| format!("open_tree {STAGING}")));
-    // Whether or not it worked: nothing may stay mounted over the host's /tmp in this namespace.
-    let _ = umount2(staging, MntFlags::MNT_DETACH);
+        .and_then(|()| clone_tree(staging).step(|| format!("open_tree {STAGING}")))
+        .and_then(|tree| {
+            let namespace = std::fs::File::open("/proc/self/ns/mnt").step(|| "open the staging namespace".into())?;
+            Ok(DetachedSkeleton { tree, staging_namespace: namespace.into() })
+        });
+    // Whether or not it worked: nothing may stay mounted over the host's /tmp where the init goes on.
+    if setns(&host_namespace, CloneFlags::CLONE_NEWNS).is_err() {
+        let _ = umount2(staging, MntFlags::MNT_DETACH);
+    }
     assembled
 }
 
