@@ -9,13 +9,14 @@
 //!    become the dedicated unprivileged sandbox uid;
 //! 3. create a user namespace mapping that uid to the sandbox uid, then mount, pid, ipc, uts and cgroup
 //!    namespaces owned by it (and the network namespace too when not started as root);
-//! 4. fork the sandbox's pid 1 ([`crate::pid1`]), report its pid, close its copies of the program's standard
-//!    streams (so that they end when the program does) and wait for pid 1.
+//! 4. start the sandbox's pid 1 ([`crate::pid1::start`], which shares this process's memory: from then on the
+//!    init allocates nothing), report its pid, close its copies of the program's standard streams (so that they
+//!    end when the program does), wait for pid 1 and `_exit`.
 //!
 //! An init that `sandlot run` forks first thing ([`run_main_ahead`]) does more before step 1 when it is root, while
 //! the command is still preparing the run: it makes the network and IPC namespaces (owned by the host's user
 //! namespace) and a session of its own, and it assembles the standard read-only skeleton in a mount namespace of
-//! its own (see [`crate::root_template::assemble_detached`]).
+//! its own, which it then leaves for the host's again (see [`crate::root_template::assemble_detached`]).
 //!
 //! Nothing is ever printed: stdout and stderr belong to the program; the init speaks through [`Report`]s.
 
@@ -225,7 +226,7 @@ fn helper(ahead: Ahead) -> Result<Infallible, SetupError> {
     // window before pid 1 has set its parent-death signal.
     let (alive_read, alive_write) = std::io::pipe().step(|| "create liveness pipe".into())?;
     // What this process closes once pid 1 has its own copies: every descriptor it hands to pid 1 but the skeleton
-    // and the workspace trees, which it keeps, unused, until it exits (as it did when pid 1 was forked).
+    // and the workspace trees, which it keeps, unused, until it exits.
     let mut handed_over: Vec<i32> = cgroups.iter().map(AsRawFd::as_raw_fd).collect();
     handed_over.push(alive_read.as_raw_fd());
     let task = pid1::Task {

@@ -1,5 +1,5 @@
 //! The sandbox's pid 1: builds the filesystem, names the host, brings up loopback (unless the init did), writes
-//! the code, forks the worker and reaps every process until the worker ends. Then it ends the run before it
+//! the code, starts the worker and reaps every process until the worker ends. Then it ends the run before it
 //! reports the worker's status: it kills every process left in the pid namespace (background and double-forked
 //! ones too) and reaps them all. So when the report arrives, nothing of the program runs any more and its cgroups
 //! are empty: the supervisor can finish the run without waiting for the namespaces to be torn down. The run's
