@@ -218,19 +218,23 @@ pub fn program() -> Option<Vec<libc::sock_filter>> {
     ];
     let tree = search_tree(&singled_out());
     let tree_at = p.len();
-    let blocks_at = tree_at + tree.len();
-    let block_start = |block: Block| {
-        blocks_at + Block::ALL.iter().take_while(|b| **b != block).map(|b| b.code().len()).sum::<usize>()
-    };
+    let blocks: Vec<(Block, Vec<libc::sock_filter>)> = Block::ALL.iter().map(|&b| (b, b.code())).collect();
+    let mut block_starts = Vec::with_capacity(blocks.len());
+    let mut next = tree_at + tree.len();
+    for (block, code) in &blocks {
+        block_starts.push((*block, next));
+        next += code.len();
+    }
+    let start_of = |block: Block| block_starts.iter().find(|(b, _)| *b == block).map(|(_, start)| *start);
     for (index, insn) in tree.iter().enumerate() {
         let resolve = |jump: Jump| match jump {
             Jump::Skip(n) => u8::try_from(n).ok(),
-            Jump::To(block) => u8::try_from(block_start(block) - (tree_at + index + 1)).ok(),
+            Jump::To(block) => u8::try_from(start_of(block)? - (tree_at + index + 1)).ok(),
         };
         p.push(jump(insn.code, insn.k, resolve(insn.jt)?, resolve(insn.jf)?));
     }
-    for block in Block::ALL {
-        p.extend(block.code());
+    for (_, code) in blocks {
+        p.extend(code);
     }
     Some(p)
 }

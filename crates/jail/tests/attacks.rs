@@ -18,6 +18,7 @@ fn main() {
     common::main(vec![
         ("host_only_files_are_invisible", host_only_files_are_invisible),
         ("system_dirs_and_root_are_read_only", system_dirs_and_root_are_read_only),
+        ("devices_work_and_dev_takes_no_new_node", devices_work_and_dev_takes_no_new_node),
         (
             "the_shared_root_skeleton_is_read_only_at_its_superblock",
             the_shared_root_skeleton_is_read_only_at_its_superblock,
@@ -113,6 +114,44 @@ except OSError:
         check(!path.exists(), || format!("{} appeared on the host", path.display()))?;
     }
     check(sandbox.data_dir("attack").join(&marker).exists(), || "the /data write did not reach the host".into())
+}
+
+/// `/dev` has the host's harmless devices, usable (made with `mknod` like the host's when sandlot is root, else
+/// bound from the host), and nothing can add a node there: a device node of the program's choice could reach the
+/// host's hardware.
+fn devices_work_and_dev_takes_no_new_node() -> Result<(), Failed> {
+    use std::os::unix::fs::MetadataExt;
+    let sandbox = Sandbox::new(|_| {});
+    let code = r#"
+import errno, os, stat
+open("/dev/null", "w").write("x")
+print("null reads empty", open("/dev/null", "rb").read() == b"")
+print("zero reads zeros", open("/dev/zero", "rb").read(4) == bytes(4))
+print("urandom gives", len(open("/dev/urandom", "rb").read(16)))
+try:
+    with open("/dev/full", "w") as f:
+        f.write("x")
+    print("full WROTE")
+except OSError as e:
+    print("full", errno.errorcode[e.errno])
+for name in ["null", "zero", "full", "random", "urandom", "tty"]:
+    st = os.stat("/dev/" + name)
+    print(name, stat.S_ISCHR(st.st_mode), os.major(st.st_rdev), os.minor(st.st_rdev), oct(st.st_mode & 0o777))
+try:
+    os.mknod("/dev/sda", 0o666 | stat.S_IFBLK, os.makedev(8, 0))
+    print("mknod MADE")
+except OSError as e:
+    print("mknod", "refused" if e.errno in (errno.EROFS, errno.EPERM) else errno.errorcode[e.errno])
+"#;
+    let report = python(&sandbox, code);
+    let mut expected = "null reads empty True\nzero reads zeros True\nurandom gives 16\nfull ENOSPC\n".to_owned();
+    for name in ["null", "zero", "full", "random", "urandom", "tty"] {
+        let host = std::fs::metadata(format!("/dev/{name}"))?;
+        let (major, minor) = (nix::sys::stat::major(host.rdev()), nix::sys::stat::minor(host.rdev()));
+        expected.push_str(&format!("{name} True {major} {minor} {:#o}\n", host.mode() & 0o777));
+    }
+    expected.push_str("mknod refused\n");
+    check_eq(report.outcome.stdout.as_str(), expected.as_str(), &describe(&report))
 }
 
 /// The server's zygote assembles the read-only skeleton (`/`, `/dev`) once and every run gets a copy of the same
