@@ -138,6 +138,12 @@ scripts/build-runners.sh
 step "cargo fmt --all -- --check"
 cargo fmt --all -- --check
 
+# scripts/phases-jail.sh measures the sandbox's start-up step by step with this patch: it must keep applying.
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    step "scripts/phases-jail.patch applies to this checkout"
+    git apply --check scripts/phases-jail.patch || die "scripts/phases-jail.patch no longer applies: update its marks"
+fi
+
 step "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 

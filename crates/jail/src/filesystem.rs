@@ -229,8 +229,9 @@ pub fn assemble_skeleton(
 }
 
 /// Reproduces the host's device `/dev/<name>` at `target`: as a device node like the host's when this process may
-/// make one (root in the host's user namespace: ~5 µs), else as a read-only bind of the host's node (a user
-/// namespace may not make device nodes; ~25 µs). A device the host lacks is left out.
+/// make one (root in the host's user namespace), else as a bind of the host's node (a user namespace may not make
+/// device nodes). Making them starts the program ~70 µs sooner than binding all six (`scripts/phases-jail.sh`,
+/// docs/benchmarks.md). A device the host lacks is left out.
 fn add_device(name: &str, target: &Path) -> Result<(), SetupError> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
     let host = Path::new("/dev").join(name);

@@ -44,9 +44,9 @@ const PID1_STACK_BYTES: usize = 8 * 1024 * 1024;
 /// Starts pid 1 (the init has unshared the pid namespace, so its next child is pid 1 there) and returns its pid on
 /// the host.
 ///
-/// Pid 1 shares the init's memory (`CLONE_VM`) on a stack of its own: a `fork` would copy the init's page tables
-/// and then fault in a copy of every page either process writes, ~0.1 ms of every run spent before pid 1 does
-/// anything. The price is a rule for the init: from this call on it must not touch memory pid 1 may use. It
+/// Pid 1 shares the init's memory (`CLONE_VM`) on a stack of its own: a `fork` copied the init's page tables and
+/// then faulted in a copy of every page either process wrote; the program now starts ~0.2 ms sooner
+/// (`scripts/phases-jail.sh`, docs/benchmarks.md). The price is a rule for the init: from this call on it must not touch memory pid 1 may use. It
 /// allocates nothing, drops nothing and ends with `_exit` (see `init::helper`); pid 1 owns everything in `task`.
 /// Each has its own descriptor table, credentials and namespaces, as after a fork.
 pub fn start(task: Task) -> Result<Pid, SetupError> {

@@ -41,24 +41,23 @@ impl Report {
     pub fn send(&self) {
         let mut short = [0u8; SHORT_REPORT_BYTES];
         let mut rest = &mut short[..];
-        let long;
-        let line = match serde_json::to_writer(&mut rest, self) {
-            Ok(()) if !rest.is_empty() => {
-                let length = SHORT_REPORT_BYTES - rest.len();
-                short[length] = b'\n';
-                &short[..=length]
-            }
-            _ => {
-                let Ok(mut line) = serde_json::to_vec(self) else { return };
-                line.push(b'\n');
-                long = line;
-                &long[..]
-            }
-        };
-        // SAFETY: writes a valid buffer to a descriptor; a closed or invalid fd only yields an error code.
-        unsafe {
-            libc::write(report_fd(), line.as_ptr().cast(), line.len());
+        if serde_json::to_writer(&mut rest, self).is_ok() && !rest.is_empty() {
+            let length = SHORT_REPORT_BYTES - rest.len();
+            short[length] = b'\n';
+            return write_line(&short[..=length]);
         }
+        if let Ok(mut line) = serde_json::to_vec(self) {
+            line.push(b'\n');
+            write_line(&line);
+        }
+    }
+}
+
+/// Writes one report line to the report descriptor.
+fn write_line(line: &[u8]) {
+    // SAFETY: writes a valid buffer to a descriptor; a closed or invalid fd only yields an error code.
+    unsafe {
+        libc::write(report_fd(), line.as_ptr().cast(), line.len());
     }
 }
 
