@@ -55,6 +55,18 @@ fn run_streams_output_and_passes_the_exit_code_on() {
     assert_eq!((out.status.code(), text(&out.stdout), text(&out.stderr)), (Some(5), "to stdout\n", "to stderr\n"));
 }
 
+/// Without `--root` or `SANDBOX_ROOT`, conversations live under `./sandlot-data` of the directory `run` starts in.
+#[test]
+fn run_keeps_conversations_under_the_relative_default_root() {
+    let cwd = tempfile::tempdir().unwrap();
+    let mut command = command_for_runs(env!("CARGO_BIN_EXE_sandlot"), cwd.path());
+    command.env_remove("SANDBOX_ROOT").current_dir(cwd.path()).args(["run", "-l", "bash", "--conversation", "c1"]);
+    let out = output_with_stdin(command, "echo kept > /data/out.txt && cat /data/out.txt");
+    assert_eq!((out.status.code(), text(&out.stdout), text(&out.stderr)), (Some(0), "kept\n", ""));
+    let kept = std::fs::read_to_string(cwd.path().join("sandlot-data/c1/files/out.txt")).unwrap();
+    assert_eq!(kept, "kept\n");
+}
+
 /// The init that `run` forks assembles the read-only skeleton of the root before the run is known, read-only down to
 /// its two superblocks (a skeleton pid 1 assembles itself is read-only at the mount only): the run gets that one.
 #[test]

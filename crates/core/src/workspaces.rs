@@ -40,9 +40,12 @@ pub struct Workspaces {
 }
 
 impl Workspaces {
-    /// Workspaces under `root` (created on first use).
+    /// Workspaces under `root` (created on first use). A relative `root` (the CLI's default is `./sandlot-data`) is
+    /// made absolute against the current directory now, because the sandbox's init and Docker resolve paths from
+    /// elsewhere.
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        let root = root.into();
+        Self { root: std::path::absolute(&root).unwrap_or(root) }
     }
 
     /// The root directory.
@@ -311,6 +314,12 @@ mod tests {
         let ws = Workspaces::new(tmp.path());
         let id = ConversationId::parse("never").unwrap();
         assert_eq!(ws.list(&id, 10).unwrap(), FileListing::default());
+    }
+
+    #[test]
+    fn a_relative_root_is_made_absolute_against_the_current_directory() {
+        let ws = Workspaces::new("sandlot-data");
+        assert_eq!(ws.root(), std::env::current_dir().unwrap().join("sandlot-data"));
     }
 
     #[test]
