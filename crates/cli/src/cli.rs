@@ -141,8 +141,8 @@ pub struct SandboxArgs {
     /// The backend: native (the built-in jail) or docker.
     #[arg(long, env = "SANDLOT_BACKEND", value_enum, default_value_t = BackendKind::Native)]
     pub backend: BackendKind,
-    /// Directory holding the conversations (`<root>/<id>/files` is `/data`).
-    #[arg(long = "root", env = "SANDBOX_ROOT", default_value = "./sandlot-data")]
+    /// Directory holding the conversations (`<root>/<id>/files` is `/data`); relative to where sandlot starts.
+    #[arg(long = "root", env = "SANDBOX_ROOT", default_value = "./sandlot-data", value_parser = absolute_path)]
     pub root: PathBuf,
     /// Default deadline of a run, in seconds.
     #[arg(long, env = "SANDLOT_TIMEOUT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
@@ -274,4 +274,13 @@ fn env_of_flag(command: &clap::Command, long: &str) -> Option<String> {
         .find(|arg| arg.get_long() == Some(long))
         .and_then(|arg| arg.get_env().map(|env| env.to_string_lossy().into_owned()))
         .or_else(|| command.get_subcommands().find_map(|sub| env_of_flag(sub, long)))
+}
+
+/// `path` made absolute against the current directory: the jail's init, Docker and the server's template of the root
+/// all resolve it from elsewhere.
+fn absolute_path(path: &str) -> Result<PathBuf, String> {
+    if path.is_empty() {
+        return Err("must not be empty".into());
+    }
+    std::path::absolute(path).map_err(|e| format!("cannot resolve it against the current directory: {e}"))
 }

@@ -315,7 +315,7 @@ fn serve_with(env: &[(&str, &str)]) -> Output {
 
 #[test]
 fn bad_configuration_stops_the_start_with_one_line_naming_the_variable() {
-    let cases: [(&[(&str, &str)], &str); 10] = [
+    let cases: [(&[(&str, &str)], &str); 11] = [
         (
             &[("SANDLOT_MEMORY_MB", "lots")],
             "sandlot: invalid SANDLOT_MEMORY_MB=\"lots\": invalid digit found in string\n",
@@ -334,6 +334,7 @@ fn bad_configuration_stops_the_start_with_one_line_naming_the_variable() {
         ),
         (&[("MCP_API_TOKEN", "")], "sandlot: MCP_API_TOKEN must not be empty\n"),
         (&[("FILE_SECRET", "")], "sandlot: FILE_SECRET must not be empty\n"),
+        (&[("SANDBOX_ROOT", "")], "sandlot: invalid SANDBOX_ROOT=\"\": must not be empty\n"),
         (
             &[("PUBLIC_BASE_URL", "ftp://x")],
             "sandlot: invalid PUBLIC_BASE_URL=\"ftp://x\": expected http(s)://host[:port][/path]\n",
