@@ -136,6 +136,38 @@ fn run_gets_namespaces_of_its_own() {
     }
 }
 
+/// As root, a conversation's runs share one network namespace, pinned on the host after its first run (a bind
+/// mount under /run/sandlot/netns, private to the host's mount namespace); another conversation gets another, and
+/// with `SANDLOT_KEEP_NETNS=false` every run gets a new one and nothing is pinned.
+#[test]
+fn run_pins_a_network_namespace_per_conversation() {
+    let root = tempfile::tempdir().unwrap();
+    let netns_of = |conversation: &str, env: &[(&str, &str)]| {
+        let args = ["run", "-l", "bash", "-c", conversation];
+        let out = sandlot_with_env(&args, "readlink /proc/self/ns/net", root.path(), env);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        text(&out.stdout).trim().to_owned()
+    };
+    let pin_of = |conversation: &str| {
+        let workspace = root.path().join(conversation).join("files");
+        let pin = sandlot_jail::PinnedNetns::new("/run/sandlot/netns").find(&workspace)?;
+        Some(format!("net:[{}]", std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(pin).unwrap())))
+    };
+    let first = netns_of("a", &[]);
+    assert!(first.starts_with("net:["), "{first}");
+    assert_eq!(pin_of("a"), Some(first.clone()), "the first run's namespace is pinned");
+    assert_eq!(netns_of("a", &[]), first, "the second run joins the pinned namespace");
+    let other = netns_of("b", &[]);
+    assert_ne!(other, first, "another conversation shares the namespace");
+    let unkept = [("SANDLOT_KEEP_NETNS", "false")];
+    let (one, two) = (netns_of("c", &unkept), netns_of("c", &unkept));
+    assert_ne!(one, two, "without SANDLOT_KEEP_NETNS each run gets a new namespace");
+    assert!(pin_of("c").is_none(), "without SANDLOT_KEEP_NETNS nothing is pinned");
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let pins_dir = mountinfo.lines().find(|line| line.split(' ').nth(4) == Some("/run/sandlot/netns")).unwrap();
+    assert!(!pins_dir.contains("shared:"), "the pins' directory propagates its mounts: {pins_dir}");
+}
+
 /// Run from a terminal, the program still has no controlling terminal (its session is not the command's), so it
 /// cannot inject input into the user's terminal (`TIOCSTI`) or read from it. `script` gives the command a terminal.
 #[test]

@@ -14,17 +14,22 @@
 //!    end when the program does), wait for pid 1 and `_exit`.
 //!
 //! An init that `sandlot run` forks first thing ([`run_main_ahead`]) does more before step 1 when it is root, while
-//! the command is still preparing the run: it makes the network and IPC namespaces (owned by the host's user
-//! namespace) and a session of its own, and it assembles the standard read-only skeleton in a mount namespace of
-//! its own, which it then leaves for the host's again (see [`crate::root_template::assemble_detached`]).
+//! the command is still preparing the run: it makes the IPC namespace (owned by the host's user namespace) and a
+//! session of its own, it assembles the standard read-only skeleton in a mount namespace of its own, which it then
+//! leaves for the host's again (see [`crate::root_template::assemble_detached`]), and it enters its network
+//! namespace: the conversation's pinned one, whose path the command sends first of all (a frame before the spec,
+//! empty when there is none, see [`crate::PinnedNetns`]), or a new one.
 //!
 //! Nothing is ever printed: stdout and stderr belong to the program; the init speaks through [`Report`]s.
 
 use std::convert::Infallible;
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io::Read;
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 
 use nix::sched::{CloneFlags, setns, unshare};
 use nix::sys::wait::{WaitStatus, waitpid};
@@ -41,6 +46,9 @@ use crate::{loopback, pid1, root_template};
 /// Largest spec accepted (code is capped well below this by the engine).
 const MAX_SPEC_BYTES: usize = 64 * 1024 * 1024;
 
+/// Largest path of a pinned network namespace accepted.
+const MAX_PATH_BYTES: usize = 4096;
+
 /// Entry point of the init; never returns. `report_fd` is the descriptor number given on the command line.
 pub fn run_main(report_fd: i32) -> ! {
     crate::report::set_report_fd(report_fd);
@@ -53,7 +61,7 @@ pub fn run_main(report_fd: i32) -> ! {
 /// What an init made before its spec came.
 #[derive(Default)]
 struct Ahead {
-    /// It is in a new network namespace, with loopback up.
+    /// It is in its network namespace: a new one, with loopback up, or the conversation's pinned one.
     netns: bool,
     /// It leads a session of its own (no controlling terminal), which pid 1 and the program share: the worker
     /// need not make one (`setsid` costs ~0.1 ms, its scheduler autogroup).
@@ -71,25 +79,37 @@ struct Ahead {
 }
 
 /// Entry point of an init forked by `sandlot run` before its spec is ready; never returns. As root, it makes what
-/// depends on nothing in the spec while the command is still preparing the run: the network and IPC namespaces, a
-/// session, and the standard read-only skeleton (~0.7, ~0.1, ~0.1 and ~0.45 ms of CPU, docs/benchmarks.md), taken
-/// off the run's path. Any that fails is made per run instead, as without a head start. `cpus`: the command's
+/// depends on nothing in the spec while the command is still preparing the run: the IPC namespace, a session, the
+/// standard read-only skeleton and, once the command has said whether the conversation has a pinned one, the
+/// network namespace (~0.1, ~0.1, ~0.45 and ~0.5 ms of CPU, docs/benchmarks.md; joining a pinned one costs
+/// ~20 µs), taken off the run's path. Any that fails is made per run instead, as without a head start. `cpus`: the command's
 /// CPUs, which this process widens its set to again once its spec has come (the command started it on the others,
 /// see [`crate::cpu_placement`]).
 pub fn run_main_ahead(report_fd: i32, cpus: Option<CpuSet>) -> ! {
     crate::report::set_report_fd(report_fd);
     let ahead = match geteuid().is_root() {
         true => {
-            let netns = new_network_namespace().is_ok();
             let ipcns = unshare(CloneFlags::CLONE_NEWIPC).is_ok();
             let session = nix::unistd::setsid().is_ok();
             let (skeleton, staging_namespace) = match root_template::assemble_detached() {
                 Ok(DetachedSkeleton { tree, staging_namespace }) => (Some(tree), Some(staging_namespace)),
                 Err(_) => (None, None),
             };
+            // The command names the conversation's pinned namespace, if it has one, once it has parsed its
+            // arguments (see `Prefork::announce_netns`): by now, usually.
+            let netns = match read_frame(MAX_PATH_BYTES) {
+                Ok(path) if !path.is_empty() => {
+                    join_network_namespace(Path::new(OsStr::from_bytes(&path))).is_ok()
+                        || new_network_namespace().is_ok()
+                }
+                _ => new_network_namespace().is_ok(),
+            };
             Ahead { netns, ipcns, session, skeleton, _staging_namespace: staging_namespace, cpus }
         }
-        false => Ahead { cpus, ..Ahead::default() },
+        false => {
+            let _ = read_frame(MAX_PATH_BYTES); // a network namespace cannot be joined without root
+            Ahead { cpus, ..Ahead::default() }
+        }
     };
     match helper(ahead) {
         Ok(never) => match never {},
@@ -106,17 +126,24 @@ pub(crate) fn die_with_parent() -> Result<(), SetupError> {
     Ok(())
 }
 
-fn read_spec() -> Result<JailSpec, SetupError> {
+/// Reads one frame from standard input (the supervisor's pipe): its length (4 bytes, little-endian), then its
+/// bytes, at most `max`.
+fn read_frame(max: usize) -> std::io::Result<Vec<u8>> {
     // SAFETY: fd 0 is the pipe the supervisor gave us; ManuallyDrop keeps it open for the program.
     let mut stdin = ManuallyDrop::new(unsafe { File::from_raw_fd(0) });
     let mut length = [0u8; 4];
-    stdin.read_exact(&mut length).step(|| "read spec length".into())?;
+    stdin.read_exact(&mut length)?;
     let length = u32::from_le_bytes(length) as usize;
-    if length > MAX_SPEC_BYTES {
-        return Err(SetupError::new("read spec", format!("spec of {length} bytes is too large")));
+    if length > max {
+        return Err(std::io::Error::other(format!("{length} bytes is too large")));
     }
     let mut bytes = vec![0u8; length];
-    stdin.read_exact(&mut bytes).step(|| "read spec".into())?;
+    stdin.read_exact(&mut bytes)?;
+    Ok(bytes)
+}
+
+fn read_spec() -> Result<JailSpec, SetupError> {
+    let bytes = read_frame(MAX_SPEC_BYTES).step(|| "read spec".into())?;
     serde_json::from_slice(&bytes).step(|| "parse spec".into())
 }
 
@@ -165,14 +192,18 @@ fn new_network_namespace() -> Result<(), SetupError> {
     loopback::bring_up().step(|| "bring up loopback".into())
 }
 
-/// As root: joins the conversation's kept network namespace, or makes a new one unless `made_ahead`.
-fn enter_network_namespace(spec: &JailSpec, made_ahead: bool) -> Result<(), SetupError> {
+/// As root: joins the network namespace at `path` (a kept or pinned one).
+fn join_network_namespace(path: &Path) -> Result<(), SetupError> {
+    let netns = File::open(path).step(|| format!("open {}", path.display()))?;
+    setns(netns, CloneFlags::CLONE_NEWNET).step(|| "join the network namespace".into())
+}
+
+/// As root: joins the conversation's kept network namespace, or makes a new one unless it has one already
+/// (`entered_ahead`).
+fn enter_network_namespace(spec: &JailSpec, entered_ahead: bool) -> Result<(), SetupError> {
     match &spec.join_netns {
-        Some(path) => {
-            let netns = File::open(path).step(|| format!("open {}", path.display()))?;
-            setns(netns, CloneFlags::CLONE_NEWNET).step(|| "join the network namespace".into())
-        }
-        None if made_ahead => Ok(()),
+        Some(path) => join_network_namespace(path),
+        None if entered_ahead => Ok(()),
         None => new_network_namespace(),
     }
 }

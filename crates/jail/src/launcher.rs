@@ -8,8 +8,8 @@
 //!   a single thread, and hands it to the backend ([`crate::JailBackend::use_prefork`]). The init then costs a fork
 //!   instead of a fork, an exec and a second program start-up.
 //!
-//! Either way the init gets the same pipes: the spec and the program's stdin on fd 0, the program's stdout and
-//! stderr on fds 1 and 2, and the report pipe.
+//! Either way the init gets the same pipes: the spec and the program's stdin on fd 0 (for a preforked init, after
+//! the frame of [`Prefork::announce_netns`]), the program's stdout and stderr on fds 1 and 2, and the report pipe.
 
 use std::io::{PipeReader, PipeWriter};
 use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
@@ -37,9 +37,33 @@ pub struct Prefork {
     stdout: PipeReader,
     stderr: PipeReader,
     reports: PipeReader,
+    /// The network namespace frame has been sent (see [`Prefork::announce_netns`]).
+    netns_announced: bool,
+    /// The init was told to join the conversation's pinned network namespace.
+    joins_pinned: bool,
 }
 
 impl Prefork {
+    /// Tells the init which pinned network namespace to join (`None`: make a new one). The init waits for this,
+    /// the first frame on its standard input, before it enters a network namespace; call it as soon as the
+    /// conversation is known. Only the first call counts; adopting the init sends `None` if none was made.
+    pub fn announce_netns(&mut self, pinned: Option<&Path>) {
+        if std::mem::replace(&mut self.netns_announced, true) {
+            return;
+        }
+        let path = pinned.map(|p| p.as_os_str().as_encoded_bytes()).unwrap_or_default();
+        self.joins_pinned = pinned.is_some();
+        let mut frame = (path.len() as u32).to_le_bytes().to_vec();
+        frame.extend_from_slice(path);
+        // A failed write (the init is gone) shows when the spec is sent.
+        let _ = std::io::Write::write_all(&mut self.stdin, &frame);
+    }
+
+    /// Whether the init was told to join a pinned network namespace (so it makes no new one to pin).
+    pub fn joins_pinned(&self) -> bool {
+        self.joins_pinned
+    }
+
     /// Forks the init now. Call it only while the process has a single thread (before any async runtime).
     pub fn start() -> std::io::Result<Self> {
         let (stdin_read, stdin_write) = std::io::pipe()?;
@@ -72,6 +96,8 @@ impl Prefork {
                     stdout: stdout_read,
                     stderr: stderr_read,
                     reports: reports_read,
+                    netns_announced: false,
+                    joins_pinned: false,
                 })
             }
         }
@@ -154,7 +180,8 @@ impl InitProcess {
     }
 
     /// Adopts a preforked init.
-    pub fn adopt(prefork: Prefork) -> Result<(Self, InitPipes)> {
+    pub fn adopt(mut prefork: Prefork) -> Result<(Self, InitPipes)> {
+        prefork.announce_netns(None);
         let child = PidfdChild::open(prefork.pid).map_err(|e| Error::io("open a pidfd for the preforked init", e))?;
         let pipes = InitPipes::from_std(prefork.stdin, prefork.stdout, prefork.stderr, prefork.reports)?;
         Ok((Self::cloned(child), pipes))

@@ -22,6 +22,7 @@ use crate::cgroup::{CgroupSupport, RunCgroup};
 use crate::filesystem::Identity;
 use crate::launcher::{InitPipes, InitProcess, InitStarter, Prefork};
 use crate::netns_pool::NetnsPool;
+use crate::pinned_netns::PinnedNetns;
 use crate::report::Report;
 use crate::root_template::TemplateRequest;
 use crate::runners::{HostRunner, RunnerOverrides, discover_runners};
@@ -59,6 +60,9 @@ pub struct JailConfig {
     pub zygote: bool,
     /// Keep a conversation's network namespace from one run to its next (see `netns_pool`; as root only).
     pub keep_netns: bool,
+    /// Where a one-shot command (`sandlot run`, as root) pins the network namespace its init made, for the
+    /// conversation's next run (see `pinned_netns`); `None`: never.
+    pub pinned_netns: Option<PinnedNetns>,
     /// An empty directory where the zygote (as root) assembles the sandbox's read-only skeleton once, in its own
     /// mount namespace (see `root_template`); a server uses `<root>/.jail-root`. `None`: each run assembles it.
     pub root_template_dir: Option<PathBuf>,
@@ -78,6 +82,7 @@ impl JailConfig {
             warm_inits: 0,
             zygote: false,
             keep_netns: false,
+            pinned_netns: None,
             root_template_dir: None,
         }
     }
@@ -263,8 +268,14 @@ impl Backend for JailBackend {
         let (ending, reports, stdout, stderr, duration, new_netns) = result?;
         // Every process of the program is gone (pid 1 killed and reaped them before its report, or the init has
         // been reaped): the run's network namespace may serve the conversation's next run.
-        if let (Some(pool), Some(netns)) = (&self.netns, kept_netns.or(new_netns)) {
-            pool.give_back(job.workspace.clone(), netns);
+        match (kept_netns.or(new_netns), &self.netns, &self.config.pinned_netns) {
+            (Some(netns), Some(pool), _) => pool.give_back(job.workspace.clone(), netns),
+            (Some(netns), None, Some(pins)) => {
+                if let Err(e) = pins.pin(&job.workspace, &netns) {
+                    tracing::debug!("network namespace not pinned: {e}");
+                }
+            }
+            _ => {}
         }
         // A program killed by RLIMIT_FSIZE (the quota as the largest file) shows as SIGXFSZ, or, when a shell ran
         // it, as the shell's exit code 128+SIGXFSZ with /data at its quota.
@@ -299,7 +310,7 @@ impl Backend for JailBackend {
 }
 
 /// How the run ended, the init's reports, the output, the duration, and the network namespace the init created
-/// (when the backend keeps them).
+/// (when the backend keeps or pins them).
 type Execution = (Ending, Vec<Report>, CapturedStream, CapturedStream, Duration, Option<OwnedFd>);
 
 impl JailBackend {
@@ -313,6 +324,9 @@ impl JailBackend {
         let started = Instant::now();
         let prefork = self.prefork.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
         let one_shot = prefork.is_some();
+        // A one-shot command pins the namespace its init makes, unless the init joined a pinned one.
+        let pin_new_netns =
+            self.root && self.config.pinned_netns.is_some() && prefork.as_ref().is_some_and(|p| !p.joins_pinned());
         let (mut init, pipes) = match prefork {
             Some(prefork) => InitProcess::adopt(prefork)?,
             None => self.warm.take()?,
@@ -331,7 +345,7 @@ impl JailBackend {
         // The namespace is captured through the init's pid, which names the init only until it is reaped: the
         // waiting below sets `reaped` as soon as it has, and both run in this one task, one after the other.
         let (init_os_pid, reaped) = (init.pid(), AtomicBool::new(false));
-        let capture_netns = self.netns.is_some() && spec.join_netns.is_none();
+        let capture_netns = (self.netns.is_some() && spec.join_netns.is_none()) || pin_new_netns;
         // Pid 1's last report (the program's exit status) ends the run: it comes after every process of the run
         // is dead and reaped. The init's own exit (tearing down the namespaces) is not waited for.
         let program_ended = tokio::sync::Notify::new();

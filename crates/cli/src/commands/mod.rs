@@ -45,12 +45,18 @@ pub fn jail_backend(
     config.warm_inits = server.unwrap_or(0);
     config.zygote = server.is_some() && sandbox.zygote;
     config.keep_netns = server.is_some() && sandbox.keep_netns;
+    config.pinned_netns = server.is_none().then(|| pinned_netns(sandbox)).flatten();
     config.root_template_dir = server.map(|_| sandbox.root.join(sandlot_jail::TEMPLATE_DIR_NAME));
     config.tune_cgroups = sandbox.tune_cgroups;
     if let Some(languages) = languages {
         config.languages = languages;
     }
     Ok(Arc::new(JailBackend::new(config)))
+}
+
+/// Where `sandlot run` pins its conversations' network namespaces: as root with `--keep-netns` (the default) only.
+pub fn pinned_netns(sandbox: &SandboxArgs) -> Option<sandlot_jail::PinnedNetns> {
+    sandbox.keep_netns.then(sandlot_jail::PinnedNetns::when_root).flatten()
 }
 
 /// Checks the file-URL settings before anything is started; the error names the variable.

@@ -5,14 +5,23 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use sandlot_core::{Engine, Error, Language, OutputChunk, RunReport, RunRequest, Stream, Workspaces};
+use sandlot_core::{ConversationId, Engine, Error, Language, OutputChunk, RunReport, RunRequest, Stream, Workspaces};
 
 use crate::cli::RunArgs;
 
 /// Exit code for a request sandlot refused (bad argument, no runner).
 const EXIT_USAGE: u8 = 2;
 
-pub async fn run(args: RunArgs, prefork: Option<sandlot_jail::Prefork>) -> anyhow::Result<ExitCode> {
+pub async fn run(args: RunArgs, mut prefork: Option<sandlot_jail::Prefork>) -> anyhow::Result<ExitCode> {
+    // First of all, tell the init whether the conversation has a pinned network namespace to join (it waits for
+    // this before it makes one). An invalid conversation id has none; the engine refuses it below.
+    if let Some(prefork) = prefork.as_mut() {
+        let workspace =
+            ConversationId::parse(&args.conversation).ok().map(|id| Workspaces::new(&args.sandbox.root).files_dir(&id));
+        let pins = super::pinned_netns(&args.sandbox);
+        let pinned = workspace.zip(pins).and_then(|(workspace, pins)| pins.find(&workspace));
+        prefork.announce_netns(pinned.as_deref());
+    }
     let code = match args.file.as_deref() {
         None => read_stdin()?,
         Some(path) if path.as_os_str() == "-" => read_stdin()?,
