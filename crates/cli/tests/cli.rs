@@ -168,6 +168,30 @@ fn run_pins_a_network_namespace_per_conversation() {
     assert!(!pins_dir.contains("shared:"), "the pins' directory propagates its mounts: {pins_dir}");
 }
 
+/// The host's cgroup2 mount: its mount point and its super options.
+fn cgroup2_mount() -> (String, String) {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = mountinfo.lines().find(|line| line.contains(" - cgroup2 ")).expect("a cgroup2 mount");
+    let fields: Vec<&str> = line.split(' ').collect();
+    (fields[4].to_owned(), fields.last().unwrap().to_string())
+}
+
+/// `run`'s init turns `favordynmods` on (the command asks it to, instead of checking itself) when it is off. Other
+/// tests running at the same time may turn it on too; run alone, this one fails if `run` does not.
+#[test]
+fn run_turns_on_favordynmods() {
+    let (mount_point, options) = cgroup2_mount();
+    let without: Vec<&str> = options.split(',').filter(|o| !["rw", "ro", "favordynmods"].contains(o)).collect();
+    let data = without.join(",");
+    let remount = nix::mount::MsFlags::MS_REMOUNT;
+    nix::mount::mount(None::<&str>, mount_point.as_str(), None::<&str>, remount, Some(data.as_str())).unwrap();
+    assert!(!cgroup2_mount().1.split(',').any(|o| o == "favordynmods"), "favordynmods is still on");
+    let root = tempfile::tempdir().unwrap();
+    let out = sandlot(&["run", "-l", "bash"], "true", root.path());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(cgroup2_mount().1.split(',').any(|o| o == "favordynmods"), "run left favordynmods off");
+}
+
 /// Run from a terminal, the program still has no controlling terminal (its session is not the command's), so it
 /// cannot inject input into the user's terminal (`TIOCSTI`) or read from it. `script` gives the command a terminal.
 #[test]

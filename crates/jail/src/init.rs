@@ -17,18 +17,17 @@
 //! the command is still preparing the run: it makes the IPC namespace (owned by the host's user namespace) and a
 //! session of its own, it assembles the standard read-only skeleton in a mount namespace of its own, which it then
 //! leaves for the host's again (see [`crate::root_template::assemble_detached`]), and it enters its network
-//! namespace: the conversation's pinned one, whose path the command sends first of all (a frame before the spec,
-//! empty when there is none, see [`crate::PinnedNetns`]), or a new one.
+//! namespace: the conversation's pinned one (see [`crate::PinnedNetns`]) or a new one. Which, it learns from the
+//! [`HeadStart`] the command sends as soon as it has parsed its arguments, which may also ask it to turn on the
+//! cgroup option `favordynmods` (a check that costs the command ~0.1 ms).
 //!
 //! Nothing is ever printed: stdout and stderr belong to the program; the init speaks through [`Report`]s.
 
 use std::convert::Infallible;
-use std::ffi::OsStr;
 use std::fs::File;
 use std::io::Read;
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use nix::sched::{CloneFlags, setns, unshare};
@@ -40,14 +39,14 @@ use crate::filesystem::HostTrees;
 use crate::pidfd_child::pidfd_open;
 use crate::report::{Report, SetupError, Step};
 use crate::root_template::DetachedSkeleton;
-use crate::spec::{JailSpec, SlotLock};
-use crate::{loopback, pid1, root_template};
+use crate::spec::{HeadStart, JailSpec, SlotLock};
+use crate::{cgroup, loopback, pid1, root_template};
 
 /// Largest spec accepted (code is capped well below this by the engine).
 const MAX_SPEC_BYTES: usize = 64 * 1024 * 1024;
 
-/// Largest path of a pinned network namespace accepted.
-const MAX_PATH_BYTES: usize = 4096;
+/// Largest [`HeadStart`] accepted.
+const MAX_HEAD_START_BYTES: usize = 64 * 1024;
 
 /// Entry point of the init; never returns. `report_fd` is the descriptor number given on the command line.
 pub fn run_main(report_fd: i32) -> ! {
@@ -95,19 +94,19 @@ pub fn run_main_ahead(report_fd: i32, cpus: Option<CpuSet>) -> ! {
                 Ok(DetachedSkeleton { tree, staging_namespace }) => (Some(tree), Some(staging_namespace)),
                 Err(_) => (None, None),
             };
-            // The command names the conversation's pinned namespace, if it has one, once it has parsed its
-            // arguments (see `Prefork::announce_netns`): by now, usually.
-            let netns = match read_frame(MAX_PATH_BYTES) {
-                Ok(path) if !path.is_empty() => {
-                    join_network_namespace(Path::new(OsStr::from_bytes(&path))).is_ok()
-                        || new_network_namespace().is_ok()
-                }
-                _ => new_network_namespace().is_ok(),
+            // The rest comes once the command has parsed its arguments (see `Prefork::announce`): by now, usually.
+            let head_start = read_head_start();
+            if head_start.favor_dynmods {
+                let _ = cgroup::favor_dynamic_modifications();
+            }
+            let netns = match &head_start.join_netns {
+                Some(path) => join_network_namespace(path).is_ok() || new_network_namespace().is_ok(),
+                None => new_network_namespace().is_ok(),
             };
             Ahead { netns, ipcns, session, skeleton, _staging_namespace: staging_namespace, cpus }
         }
         false => {
-            let _ = read_frame(MAX_PATH_BYTES); // a network namespace cannot be joined without root
+            read_head_start(); // nothing in it can be done without root
             Ahead { cpus, ..Ahead::default() }
         }
     };
@@ -140,6 +139,11 @@ fn read_frame(max: usize) -> std::io::Result<Vec<u8>> {
     let mut bytes = vec![0u8; length];
     stdin.read_exact(&mut bytes)?;
     Ok(bytes)
+}
+
+/// The [`HeadStart`] frame; the default (nothing more ahead) if it is unreadable.
+fn read_head_start() -> HeadStart {
+    read_frame(MAX_HEAD_START_BYTES).ok().and_then(|json| serde_json::from_slice(&json).ok()).unwrap_or_default()
 }
 
 fn read_spec() -> Result<JailSpec, SetupError> {

@@ -9,7 +9,7 @@
 //!   instead of a fork, an exec and a second program start-up.
 //!
 //! Either way the init gets the same pipes: the spec and the program's stdin on fd 0 (for a preforked init, after
-//! the frame of [`Prefork::announce_netns`]), the program's stdout and stderr on fds 1 and 2, and the report pipe.
+//! the frame of [`Prefork::announce`]), the program's stdout and stderr on fds 1 and 2, and the report pipe.
 
 use std::io::{PipeReader, PipeWriter};
 use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
@@ -23,6 +23,7 @@ use tokio::net::unix::pipe;
 use crate::cpu_placement::{self, CpuSet};
 use crate::pidfd_child::PidfdChild;
 use crate::root_template::{RootTemplate, TemplateRequest};
+use crate::spec::HeadStart;
 use crate::zygote::Zygote;
 use crate::{Error, INIT_SUBCOMMAND, Result};
 
@@ -37,24 +38,25 @@ pub struct Prefork {
     stdout: PipeReader,
     stderr: PipeReader,
     reports: PipeReader,
-    /// The network namespace frame has been sent (see [`Prefork::announce_netns`]).
-    netns_announced: bool,
+    /// The [`HeadStart`] has been sent (see [`Prefork::announce`]).
+    announced: bool,
     /// The init was told to join the conversation's pinned network namespace.
     joins_pinned: bool,
 }
 
 impl Prefork {
-    /// Tells the init which pinned network namespace to join (`None`: make a new one). The init waits for this,
-    /// the first frame on its standard input, before it enters a network namespace; call it as soon as the
-    /// conversation is known. Only the first call counts; adopting the init sends `None` if none was made.
-    pub fn announce_netns(&mut self, pinned: Option<&Path>) {
-        if std::mem::replace(&mut self.netns_announced, true) {
+    /// Tells the init the rest of what it can do before its spec: which pinned network namespace to join, if any,
+    /// and whether to turn on `favordynmods`. The init waits for this, the first frame on its standard input,
+    /// before it enters a network namespace; call it as soon as the arguments are parsed. Only the first call
+    /// counts; adopting the init announces [`HeadStart::default`] if nothing was announced.
+    pub fn announce(&mut self, head_start: &HeadStart) {
+        if std::mem::replace(&mut self.announced, true) {
             return;
         }
-        let path = pinned.map(|p| p.as_os_str().as_encoded_bytes()).unwrap_or_default();
-        self.joins_pinned = pinned.is_some();
-        let mut frame = (path.len() as u32).to_le_bytes().to_vec();
-        frame.extend_from_slice(path);
+        self.joins_pinned = head_start.join_netns.is_some();
+        let json = serde_json::to_vec(head_start).unwrap_or_default();
+        let mut frame = (json.len() as u32).to_le_bytes().to_vec();
+        frame.extend_from_slice(&json);
         // A failed write (the init is gone) shows when the spec is sent.
         let _ = std::io::Write::write_all(&mut self.stdin, &frame);
     }
@@ -96,7 +98,7 @@ impl Prefork {
                     stdout: stdout_read,
                     stderr: stderr_read,
                     reports: reports_read,
-                    netns_announced: false,
+                    announced: false,
                     joins_pinned: false,
                 })
             }
@@ -181,7 +183,7 @@ impl InitProcess {
 
     /// Adopts a preforked init.
     pub fn adopt(mut prefork: Prefork) -> Result<(Self, InitPipes)> {
-        prefork.announce_netns(None);
+        prefork.announce(&HeadStart::default());
         let child = PidfdChild::open(prefork.pid).map_err(|e| Error::io("open a pidfd for the preforked init", e))?;
         let pipes = InitPipes::from_std(prefork.stdin, prefork.stdout, prefork.stderr, prefork.reports)?;
         Ok((Self::cloned(child), pipes))

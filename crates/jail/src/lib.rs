@@ -45,6 +45,7 @@ pub use launcher::Prefork;
 pub use pinned_netns::PinnedNetns;
 pub use root_template::TEMPLATE_DIR_NAME;
 pub use runners::{HostRunner, RunnerOverrides, discover_runners};
+pub use spec::HeadStart;
 pub use supervisor::{INIT_SUBCOMMAND, JailBackend, JailConfig};
 
 /// Becomes the jail init or the zygote when the process was started as one (`argv[1]` is a hidden subcommand), and

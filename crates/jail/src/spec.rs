@@ -1,9 +1,20 @@
 //! What the supervisor tells the init: everything needed to build one sandbox, serialised as JSON.
 //!
 //! Wire format on the init's standard input: a little-endian `u32` length, the JSON of [`JailSpec`], then the bytes
-//! of the program's own standard input until end of file.
+//! of the program's own standard input until end of file. An init that `sandlot run` forks first reads one more
+//! frame before the spec, in the same form: the JSON of [`HeadStart`].
 
 use std::path::PathBuf;
+
+/// What an init forked by `sandlot run` is told first, as soon as the command has parsed its arguments (see
+/// [`crate::Prefork::announce`]): the rest of what it can do ahead of the spec.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HeadStart {
+    /// The conversation's pinned network namespace, to join instead of making one (see `pinned_netns`).
+    pub join_netns: Option<PathBuf>,
+    /// Turn on `favordynmods` on the cgroup2 mount, as root (see `cgroup::favor_dynamic_modifications`).
+    pub favor_dynmods: bool,
+}
 
 /// The sandbox to build and the program to run in it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
