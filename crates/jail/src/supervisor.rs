@@ -259,11 +259,18 @@ impl Backend for JailBackend {
         tracing::debug!(run_id = job.run_id, "cgroup ready");
         let kept_netns = self.netns.as_ref().and_then(|pool| pool.take(&job.workspace));
         let spec = self.spec(&job, runner, cgroup.as_ref(), kept_netns.as_ref());
+        let one_shot = self.prefork.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).is_some();
         let result = self.execute(spec, &job, sink, cgroup.as_ref()).await;
         let oom = cgroup.as_ref().is_some_and(RunCgroup::oom_killed);
-        if let Some(cgroup) = cgroup {
-            cgroup.release().await;
-            tracing::debug!(run_id = job.run_id, "cgroup released");
+        match cgroup {
+            // The command exits next, and the init holds the slot until it has exited: nothing can reuse the slot
+            // before every process of the run is gone (and the next run's `acquire` kills what is left).
+            Some(cgroup) if one_shot && matches!(result, Ok((Ending::Reported, ..))) => drop(cgroup),
+            Some(cgroup) => {
+                cgroup.release().await;
+                tracing::debug!(run_id = job.run_id, "cgroup released");
+            }
+            None => {}
         }
         let (ending, reports, stdout, stderr, duration, new_netns) = result?;
         // Every process of the program is gone (pid 1 killed and reaped them before its report, or the init has
@@ -333,12 +340,14 @@ impl JailBackend {
         };
         spec.root_template = init.root_template().filter(|t| t.fits(&spec)).map(|t| t.dir().to_owned());
         let InitPipes { mut stdin, stdout, stderr, reports } = pipes;
+        // The frame in one write: a second would wake the init a second time.
         let spec_json = serde_json::to_vec(&spec).map_err(|e| Error::io("encode spec", e.into()))?;
+        let mut frame = (spec_json.len() as u32).to_le_bytes().to_vec();
+        frame.extend_from_slice(&spec_json);
 
         let feed = async move {
             // The program may exit without reading its input; a broken pipe then is not an error.
-            let _ = stdin.write_all(&(spec_json.len() as u32).to_le_bytes()).await;
-            let _ = stdin.write_all(&spec_json).await;
+            let _ = stdin.write_all(&frame).await;
             let _ = stdin.write_all(&job.stdin).await;
         };
         let init_pid = AtomicI32::new(0);
