@@ -275,14 +275,8 @@ impl Backend for JailBackend {
         let (ending, reports, stdout, stderr, duration, new_netns) = result?;
         // Every process of the program is gone (pid 1 killed and reaped them before its report, or the init has
         // been reaped): the run's network namespace may serve the conversation's next run.
-        match (kept_netns.or(new_netns), &self.netns, &self.config.pinned_netns) {
-            (Some(netns), Some(pool), _) => pool.give_back(job.workspace.clone(), netns),
-            (Some(netns), None, Some(pins)) => {
-                if let Err(e) = pins.pin(&job.workspace, &netns) {
-                    tracing::debug!("network namespace not pinned: {e}");
-                }
-            }
-            _ => {}
+        if let (Some(pool), Some(netns)) = (&self.netns, kept_netns.or(new_netns)) {
+            pool.give_back(job.workspace.clone(), netns);
         }
         // A program killed by RLIMIT_FSIZE (the quota as the largest file) shows as SIGXFSZ, or, when a shell ran
         // it, as the shell's exit code 128+SIGXFSZ with /data at its quota.
@@ -317,7 +311,7 @@ impl Backend for JailBackend {
 }
 
 /// How the run ended, the init's reports, the output, the duration, and the network namespace the init created
-/// (when the backend keeps or pins them).
+/// (when the backend keeps them; one it pins is pinned as soon as the init has reported).
 type Execution = (Ending, Vec<Report>, CapturedStream, CapturedStream, Duration, Option<OwnedFd>);
 
 impl JailBackend {
@@ -355,6 +349,7 @@ impl JailBackend {
         // waiting below sets `reaped` as soon as it has, and both run in this one task, one after the other.
         let (init_os_pid, reaped) = (init.pid(), AtomicBool::new(false));
         let capture_netns = (self.netns.is_some() && spec.join_netns.is_none()) || pin_new_netns;
+        let pins = self.config.pinned_netns.as_ref().filter(|_| pin_new_netns);
         // Pid 1's last report (the program's exit status) ends the run: it comes after every process of the run
         // is dead and reaped. The init's own exit (tearing down the namespaces) is not waited for.
         let program_ended = tokio::sync::Notify::new();
@@ -379,6 +374,14 @@ impl JailBackend {
                                 netns = NetnsPool::capture(os_pid)
                                     .inspect_err(|e| tracing::debug!("network namespace not kept: {e}"))
                                     .ok();
+                                // Pinned now, while the program runs, rather than after it: it costs a few mount
+                                // operations. (A server's pool takes it back only once the run is over.)
+                                if let (Some(pins), Some(new)) = (pins, &netns) {
+                                    if let Err(e) = pins.pin(&job.workspace, new) {
+                                        tracing::debug!("network namespace not pinned: {e}");
+                                    }
+                                    netns = None;
+                                }
                             }
                         }
                         let last = matches!(report, Report::Exited { .. } | Report::Signaled { .. });
