@@ -116,7 +116,11 @@ fn output_is_streamed_while_the_program_runs() -> Result<(), Failed> {
         .flat_map(|(_, c)| c.data.iter().copied())
         .collect();
     check_eq(early.as_slice(), b"first\n".as_slice(), "stdout that came a second before the end (output is live)")?;
-    check(chunks.iter().any(|(_, c)| c.stream == Stream::Stderr && c.data == b"oops\n"), || "no stderr chunk".into())?;
+    // Likewise "oops" and its newline, on stderr.
+    let stderr: Vec<u8> =
+        chunks.iter().filter(|(_, c)| c.stream == Stream::Stderr).flat_map(|(_, c)| c.data.iter().copied()).collect();
+    check_eq(stderr.as_slice(), b"oops\n".as_slice(), "stderr chunks")?;
+    check_eq(report.outcome.stderr.as_str(), "oops\n", "stderr")?;
     check_eq(report.outcome.stdout.as_str(), "first\nsecond\n", "stdout")
 }
 
