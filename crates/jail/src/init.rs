@@ -18,8 +18,7 @@
 //! session of its own, it assembles the standard read-only skeleton in a mount namespace of its own, which it then
 //! leaves for the host's again (see [`crate::root_template::assemble_detached`]), and it enters its network
 //! namespace: the conversation's pinned one (see [`crate::PinnedNetns`]) or a new one. Which, it learns from the
-//! [`HeadStart`] the command sends as soon as it has parsed its arguments, which may also ask it to turn on the
-//! cgroup option `favordynmods` (a check that costs the command ~0.1 ms).
+//! [`HeadStart`] the command sends as soon as it has parsed its arguments.
 //!
 //! Nothing is ever printed: stdout and stderr belong to the program; the init speaks through [`Report`]s.
 
@@ -40,7 +39,7 @@ use crate::pidfd_child::pidfd_open;
 use crate::report::{Report, SetupError, Step};
 use crate::root_template::DetachedSkeleton;
 use crate::spec::{HeadStart, JailSpec, SlotLock};
-use crate::{cgroup, loopback, pid1, root_template};
+use crate::{loopback, pid1, root_template};
 
 /// Largest spec accepted (code is capped well below this by the engine).
 const MAX_SPEC_BYTES: usize = 64 * 1024 * 1024;
@@ -96,9 +95,6 @@ pub fn run_main_ahead(report_fd: i32, cpus: Option<CpuSet>) -> ! {
             };
             // The rest comes once the command has parsed its arguments (see `Prefork::announce`): by now, usually.
             let head_start = read_head_start();
-            if head_start.favor_dynmods {
-                let _ = cgroup::favor_dynamic_modifications();
-            }
             let netns = match &head_start.join_netns {
                 Some(path) => join_network_namespace(path).is_ok() || new_network_namespace().is_ok(),
                 None => new_network_namespace().is_ok(),

@@ -12,8 +12,6 @@ use std::path::PathBuf;
 pub struct HeadStart {
     /// The conversation's pinned network namespace, to join instead of making one (see `pinned_netns`).
     pub join_netns: Option<PathBuf>,
-    /// Turn on `favordynmods` on the cgroup2 mount, as root (see `cgroup::favor_dynamic_modifications`).
-    pub favor_dynmods: bool,
 }
 
 /// The sandbox to build and the program to run in it.
