@@ -64,7 +64,7 @@ def main():
 
     # The runs above are all in one conversation ("bench"), as an agent's are: from its second run on, `sandlot run`
     # (as root) joins the network namespace its first run pinned. Here every run starts a new conversation, so each
-    # makes its namespace and pins it (and, once 64 are pinned, drops the oldest pin, whose namespace the kernel
+    # makes its namespace and pins it (and, once 8 are pinned, drops the oldest pin, whose namespace the kernel
     # then tears down). A table of its own: that tear-down would slow whichever command runs next.
     fresh = iter(range(1 << 30))
     sandlot = os.path.abspath(args.sandlot)

@@ -13,7 +13,8 @@
 //! (`TIME_WAIT`) and counters, nothing that needs a process. Unlike a server, two `sandlot run`s of one
 //! conversation at the same time share it, as they share `/data`. Never two conversations: the key names one
 //! conversation directory. The directory is a private mount of its own (pins made there do not propagate to other
-//! mount namespaces), mode 0700; at most [`CAPACITY`] namespaces are pinned, the oldest pins are dropped first.
+//! mount namespaces), mode 0700; at most [`CAPACITY`] namespaces are pinned, the oldest pins are dropped first
+//! (each pin costs every run a little, see there).
 
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -27,8 +28,11 @@ use sha2::{Digest, Sha256};
 /// Where `sandlot run` pins namespaces unless told otherwise.
 pub const DEFAULT_DIR: &str = "/run/sandlot/netns";
 
-/// Namespaces pinned at most; pinning one more unpins the oldest.
-pub const CAPACITY: usize = 64;
+/// Namespaces pinned at most; pinning one more unpins the oldest. Each pin is a mount in the host's mount
+/// namespace, which every run copies twice (its staging and its own mount namespace) and then tears down: ~3 µs per
+/// pin per run (64 pins cost ~0.2 ms per run, docs/benchmarks.md). A few recent conversations are what a command
+/// line works with.
+pub const CAPACITY: usize = 8;
 
 /// `statfs` type of a namespace file (`NSFS_MAGIC` in linux/magic.h).
 const NSFS_MAGIC: i64 = 0x6e73_6673;
