@@ -46,9 +46,9 @@ pub struct Prefork {
 
 impl Prefork {
     /// Tells the init the rest of what it can do before its spec: which pinned network namespace to join, if any.
-    /// The init waits for this, the first frame on its standard input,
-    /// before it enters a network namespace; call it as soon as the arguments are parsed. Only the first call
-    /// counts; adopting the init announces [`HeadStart::default`] if nothing was announced.
+    /// The init waits for this, the first frame on its standard input, before it enters a network namespace: call
+    /// it as soon as the arguments are parsed. Only the first call counts; adopting the init announces
+    /// [`HeadStart::default`] if nothing was announced.
     pub fn announce(&mut self, head_start: &HeadStart) {
         if std::mem::replace(&mut self.announced, true) {
             return;

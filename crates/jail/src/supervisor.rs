@@ -264,8 +264,9 @@ impl Backend for JailBackend {
         tracing::debug!(run_id = job.run_id, "cgroup ready");
         let kept_netns = self.netns.as_ref().and_then(|pool| pool.take(&job.workspace));
         let spec = self.spec(&job, runner, cgroup.as_ref(), kept_netns.as_ref());
-        let one_shot = self.prefork.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).is_some();
-        let result = self.execute(spec, &job, sink, cgroup.as_ref()).await;
+        let prefork = self.prefork.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        let one_shot = prefork.is_some();
+        let result = self.execute(spec, &job, sink, cgroup.as_ref(), prefork).await;
         let oom = cgroup.as_ref().is_some_and(RunCgroup::oom_killed);
         match cgroup {
             // The command exits next, and the init holds the slot until it has exited: nothing can reuse the slot
@@ -326,9 +327,9 @@ impl JailBackend {
         job: &Job,
         sink: &dyn OutputSink,
         cgroup: Option<&RunCgroup>,
+        prefork: Option<Prefork>,
     ) -> Result<Execution> {
         let started = Instant::now();
-        let prefork = self.prefork.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
         let one_shot = prefork.is_some();
         // A one-shot command pins the namespace its init makes, unless the init joined a pinned one.
         let pin_new_netns =
