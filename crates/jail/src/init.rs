@@ -80,9 +80,9 @@ struct Ahead {
 /// depends on nothing in the spec while the command is still preparing the run: the IPC namespace, a session, the
 /// standard read-only skeleton and, once the command has said whether the conversation has a pinned one, the
 /// network namespace (~0.1, ~0.1, ~0.45 and ~0.5 ms of CPU, docs/benchmarks.md; joining a pinned one costs
-/// ~20 µs), taken off the run's path. Any that fails is made per run instead, as without a head start. `cpus`: the command's
-/// CPUs, which this process widens its set to again once its spec has come (the command started it on the others,
-/// see [`crate::cpu_placement`]).
+/// ~10 µs), taken off the run's path. Any that fails is made per run instead, as without a head start. `cpus`: the
+/// command's CPUs, which this process widens its set to again once its spec has come (the command started it on the
+/// others, see [`crate::cpu_placement`]).
 pub fn run_main_ahead(report_fd: i32, cpus: Option<CpuSet>) -> ! {
     crate::report::set_report_fd(report_fd);
     let ahead = match geteuid().is_root() {

@@ -46,8 +46,9 @@ const PID1_STACK_BYTES: usize = 8 * 1024 * 1024;
 ///
 /// Pid 1 shares the init's memory (`CLONE_VM`) on a stack of its own: a `fork` copied the init's page tables and
 /// then faulted in a copy of every page either process wrote; the program now starts ~0.2 ms sooner
-/// (`scripts/phases-jail.sh`, docs/benchmarks.md). The price is a rule for the init: from this call on it must not touch memory pid 1 may use. It
-/// allocates nothing, drops nothing and ends with `_exit` (see `init::helper`); pid 1 owns everything in `task`.
+/// (`scripts/phases-jail.sh`, docs/benchmarks.md). The price is a rule for the init: from this call on it must not
+/// touch memory pid 1 may use. It allocates nothing, drops nothing and ends with `_exit` (see `init::helper`); pid 1
+/// owns everything in `task`.
 /// Each has its own descriptor table, credentials and namespaces, as after a fork.
 pub fn start(task: Task) -> Result<Pid, SetupError> {
     extern "C" fn pid1_entry(task: *mut libc::c_void) -> libc::c_int {
@@ -169,23 +170,22 @@ const WORKER_STACK_BYTES: usize = 512 * 1024;
 /// which a `fork` would cost on every run. The worker changes only what is its own (credentials, seccomp,
 /// session, limits, working directory, its copy of the descriptor table); what it allocates on the way stays in
 /// this process's heap, unused.
-fn spawn_worker(task: &worker::Task) -> nix::Result<Pid> {
+fn spawn_worker(task: &worker::Task) -> std::io::Result<Pid> {
     extern "C" fn worker_entry(task: *mut libc::c_void) -> libc::c_int {
         // SAFETY: `task` is the &worker::Task passed to clone below; the parent is suspended until this child execs
         // or exits, so the reference stays valid for as long as it is used.
         worker::run(unsafe { &*(task as *const worker::Task) })
     }
-    let mut stack = vec![0u8; WORKER_STACK_BYTES];
-    // SAFETY: the stack is one allocation of WORKER_STACK_BYTES; its end, aligned down to 16 bytes, is a valid
-    // initial stack pointer for a downward-growing stack.
-    let top = unsafe { stack.as_mut_ptr().add(WORKER_STACK_BYTES) };
-    let top = (top as usize & !15) as *mut libc::c_void;
+    // With a guard page, like pid 1's; left mapped (unused once the worker has exec'd) until pid 1 exits.
+    let top = map_stack(WORKER_STACK_BYTES)?;
     let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
     // SAFETY: the child runs on its own stack, shares memory only while this (single-threaded) process is
     // suspended, and never returns from `worker_entry` (it execs or exits).
     let pid = unsafe { libc::clone(worker_entry, top, flags, task as *const worker::Task as *mut libc::c_void) };
-    drop(stack); // the child has exec'd or exited: it no longer runs on it
-    nix::errno::Errno::result(pid).map(Pid::from_raw)
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(Pid::from_raw(pid))
 }
 
 /// Whether the init that forked us is gone (its end of the liveness pipe closed).
