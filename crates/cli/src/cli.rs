@@ -168,6 +168,9 @@ pub struct SandboxArgs {
     /// Space a conversation's /data may hold, in MiB.
     #[arg(long, env = "SANDLOT_DISK_MB", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
     pub disk_mb: u64,
+    /// Files, directories and symlinks a conversation's /data may hold.
+    #[arg(long, env = "SANDLOT_DISK_INODES", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub disk_inodes: u64,
     /// Host uid (and gid) sandboxes run as when sandlot runs as root. Never 0.
     #[arg(long, env = "SANDLOT_SANDBOX_UID", default_value_t = 900_000, value_parser = clap::value_parser!(u32).range(1..))]
     pub sandbox_uid: u32,
@@ -203,6 +206,7 @@ impl SandboxArgs {
                 max_output_bytes: self.max_output_bytes as usize,
                 tmp_mb: self.tmp_mb,
                 disk_mb: self.disk_mb,
+                disk_inodes: self.disk_inodes,
                 ..Limits::default()
             },
             max_timeout: Duration::from_secs(self.max_timeout_secs),

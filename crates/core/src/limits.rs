@@ -17,8 +17,11 @@ pub struct Limits {
     pub max_output_bytes: usize,
     /// Size of the sandbox's private `/tmp`, in MiB.
     pub tmp_mb: u64,
-    /// Space the conversation's `/data` may hold, in MiB (also the largest single file).
+    /// Space the conversation's `/data` may hold, in MiB (also the largest single file): allocated blocks of every
+    /// file, directory and symlink.
     pub disk_mb: u64,
+    /// Files, directories and symlinks the conversation's `/data` may hold.
+    pub disk_inodes: u64,
     /// Open files per process.
     pub open_files: u64,
 }
@@ -33,6 +36,7 @@ impl Default for Limits {
             max_output_bytes: 1024 * 1024,
             tmp_mb: 64,
             disk_mb: 1024,
+            disk_inodes: 100_000,
             open_files: 256,
         }
     }

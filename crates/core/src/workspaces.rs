@@ -85,7 +85,7 @@ impl Workspaces {
         let Some(root) = self.open_files_dir(id)? else {
             return Ok(listing);
         };
-        walk(root.as_fd(), Some(""), 0, Walk::List, &mut |path, size| {
+        walk(root.as_fd(), Some(""), 0, &mut |path, size| {
             let Some(path) = path else { return true }; // not UTF-8: cannot be named in a URL
             if listing.files.len() == max_entries {
                 listing.truncated = true;
@@ -99,12 +99,12 @@ impl Workspaces {
         Ok(listing)
     }
 
-    /// Total bytes and number of regular files in the conversation's directory.
-    pub fn usage(&self, id: &ConversationId) -> Result<(u64, u64)> {
+    /// What the conversation's directory holds on disk (see [`directory_usage`]).
+    pub fn usage(&self, id: &ConversationId, max_inodes: u64) -> Result<DiskUsage> {
         let dir = self.files_dir(id);
-        match directory_usage(&dir) {
+        match directory_usage(&dir, max_inodes) {
             Ok(usage) => Ok(usage),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((0, 0)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(DiskUsage::default()),
             Err(e) => Err(Error::io("measure conversation directory", dir, e)),
         }
     }
@@ -143,18 +143,72 @@ pub fn hand_over(dir: &Path, owner: Option<(u32, u32)>) -> std::io::Result<()> {
     std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
 }
 
-/// Total bytes and number of regular files under `dir`, without following symlinks. Files with non-UTF-8 names
-/// count; a directory that cannot be opened or a tree nested deeper than the walk goes is an error.
-pub fn directory_usage(dir: &Path) -> std::io::Result<(u64, u64)> {
+/// What a conversation directory costs the host's disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DiskUsage {
+    /// Bytes of disk allocated (`st_blocks` × 512) to every inode under the directory, itself included: regular
+    /// files (their blocks, not their size: a sparse or `fallocate`d file counts what it holds), directories (their
+    /// entries), symlinks (their targets) and special files. An inode with several links counts once.
+    pub bytes: u64,
+    /// Inodes under the directory, itself not included.
+    pub inodes: u64,
+}
+
+/// What `dir` holds on disk, without following symlinks. A directory that cannot be opened, a tree nested deeper
+/// than the walk goes, or more than `max_inodes` inodes is an error, so a run cannot hide space from the quota by
+/// making its tree unmeasurable; the walk stops there, which also bounds what one measurement costs.
+pub fn directory_usage(dir: &Path, max_inodes: u64) -> std::io::Result<DiskUsage> {
     let root =
         rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
-    let (mut bytes, mut files) = (0u64, 0u64);
-    walk(root.as_fd(), Some(""), 0, Walk::Measure, &mut |_, size| {
-        bytes += size;
-        files += 1;
-        true
-    })?;
-    Ok((bytes, files))
+    let mut usage = DiskUsage { bytes: rustix::fs::fstat(&root)?.st_blocks as u64 * 512, inodes: 0 };
+    let mut linked = std::collections::HashSet::new();
+    measure(root.as_fd(), 0, max_inodes, &mut linked, &mut usage)?;
+    Ok(usage)
+}
+
+/// Adds every inode under `dir` to `usage` (see [`directory_usage`]); `linked` holds the inode numbers of the
+/// multiply-linked files already counted.
+fn measure(
+    dir: BorrowedFd<'_>,
+    depth: usize,
+    max_inodes: u64,
+    linked: &mut std::collections::HashSet<u64>,
+    usage: &mut DiskUsage,
+) -> std::io::Result<()> {
+    if depth > MAX_DEPTH {
+        return Err(std::io::Error::other(format!("directories nested deeper than {MAX_DEPTH}")));
+    }
+    for entry in Dir::read_from(dir)? {
+        let entry = entry?;
+        let name: &CStr = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        let stat = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) => stat,
+            Err(rustix::io::Errno::NOENT) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let kind = FileType::from_raw_mode(stat.st_mode);
+        if kind != FileType::Directory && stat.st_nlink > 1 && !linked.insert(stat.st_ino) {
+            continue; // another link to an inode already counted
+        }
+        usage.inodes += 1;
+        usage.bytes += stat.st_blocks as u64 * 512;
+        if usage.inodes > max_inodes {
+            return Err(std::io::Error::other(format!("more than {max_inodes} files and directories")));
+        }
+        if kind == FileType::Directory {
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let sub = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+                Ok(sub) => sub,
+                Err(rustix::io::Errno::NOENT | rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            measure(sub.as_fd(), depth + 1, max_inodes, linked, usage)?;
+        }
+    }
+    Ok(())
 }
 
 /// Checks the shape of a path relative to a conversation's `/data`.
@@ -182,27 +236,17 @@ pub(crate) fn validate_relative_path(path: &str) -> Result<()> {
     Ok(())
 }
 
-/// What a walk is for: listing skips what it cannot read; measuring fails on it.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Walk {
-    List,
-    Measure,
-}
-
-/// Visits every regular file under `dir` as (relative path, size) without following symlinks; the path is `None`
-/// when a component is not UTF-8. The visitor returns false to stop.
+/// Visits every regular file under `dir` as (relative path, size) without following symlinks, skipping what it
+/// cannot read and what is nested deeper than `MAX_DEPTH`; the path is `None` when a component is not UTF-8. The
+/// visitor returns false to stop.
 fn walk(
     dir: BorrowedFd<'_>,
     prefix: Option<&str>,
     depth: usize,
-    mode: Walk,
     visit: &mut dyn FnMut(Option<&str>, u64) -> bool,
 ) -> std::io::Result<bool> {
     if depth > MAX_DEPTH {
-        return match mode {
-            Walk::List => Ok(true),
-            Walk::Measure => Err(std::io::Error::other(format!("directories nested deeper than {MAX_DEPTH}"))),
-        };
+        return Ok(true);
     }
     for entry in Dir::read_from(dir)? {
         let entry = entry?;
@@ -228,10 +272,10 @@ fn walk(
                 let sub = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
                     Ok(sub) => sub,
                     Err(rustix::io::Errno::NOENT | rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => continue,
-                    Err(rustix::io::Errno::ACCESS) if mode == Walk::List => continue,
+                    Err(rustix::io::Errno::ACCESS) => continue,
                     Err(e) => return Err(e.into()),
                 };
-                if !walk(sub.as_fd(), path.as_deref(), depth + 1, mode, visit)? {
+                if !walk(sub.as_fd(), path.as_deref(), depth + 1, visit)? {
                     return Ok(false);
                 }
             }
@@ -274,7 +318,7 @@ mod tests {
                 truncated: false,
             }
         );
-        assert_eq!(ws.usage(&id).unwrap(), (3, 2));
+        assert_eq!(ws.usage(&id, 100).unwrap().inodes, 6);
     }
 
     #[test]
@@ -283,9 +327,59 @@ mod tests {
         let (_tmp, ws, id, dir) = setup();
         let odd = std::ffi::OsStr::from_bytes(b"caf\xe9");
         std::fs::create_dir(dir.join(odd)).unwrap();
-        std::fs::write(dir.join(odd).join("hidden.bin"), vec![0u8; 10]).unwrap();
+        std::fs::write(dir.join(odd).join("hidden.bin"), vec![1u8; 10]).unwrap();
         assert_eq!(ws.list(&id, 10).unwrap(), FileListing::default());
-        assert_eq!(ws.usage(&id).unwrap(), (10, 1));
+        assert_eq!(ws.usage(&id, 100).unwrap().inodes, 2);
+    }
+
+    /// Allocated blocks of every inode under `dir` (and `dir`), each inode once, as `directory_usage` should count.
+    fn blocks_of(dir: &Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        let mut seen = std::collections::HashSet::new();
+        let mut bytes = std::fs::symlink_metadata(dir).unwrap().blocks() * 512;
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for entry in std::fs::read_dir(&d).unwrap() {
+                let path = entry.unwrap().path();
+                let meta = std::fs::symlink_metadata(&path).unwrap();
+                if meta.is_dir() {
+                    stack.push(path);
+                } else if !seen.insert(meta.ino()) {
+                    continue;
+                }
+                bytes += meta.blocks() * 512;
+            }
+        }
+        bytes
+    }
+
+    #[test]
+    fn usage_counts_the_blocks_of_every_inode_not_file_sizes() {
+        let (_tmp, ws, id, dir) = setup();
+        // A sparse file: a large size, almost no blocks.
+        std::fs::File::create(dir.join("sparse")).unwrap().set_len(1 << 30).unwrap();
+        std::fs::write(dir.join("data"), vec![7u8; 100_000]).unwrap();
+        std::fs::hard_link(dir.join("data"), dir.join("data-again")).unwrap();
+        // A symlink whose target is too long to live in the inode, and a directory with many long entries.
+        symlink("t".repeat(3000), dir.join("long-link")).unwrap();
+        std::fs::create_dir(dir.join("names")).unwrap();
+        for i in 0..200 {
+            std::fs::create_dir(dir.join("names").join(format!("{i:0>200}"))).unwrap();
+        }
+        let usage = ws.usage(&id, 1000).unwrap();
+        assert_eq!(usage, DiskUsage { bytes: blocks_of(&dir), inodes: 4 + 200 });
+        assert!(usage.bytes < 1 << 24, "the sparse file's size was counted: {usage:?}");
+        assert!(usage.bytes >= 100_000, "the data was missed: {usage:?}");
+    }
+
+    #[test]
+    fn measuring_more_inodes_than_allowed_is_an_error() {
+        let (_tmp, ws, id, dir) = setup();
+        for i in 0..11 {
+            std::fs::write(dir.join(format!("f{i}")), "").unwrap();
+        }
+        assert_eq!(ws.usage(&id, 11).unwrap().inodes, 11);
+        assert!(ws.usage(&id, 10).is_err());
     }
 
     #[test]
@@ -293,7 +387,7 @@ mod tests {
         let (_tmp, ws, id, dir) = setup();
         let deep = (0..=MAX_DEPTH + 1).fold(dir.clone(), |path, _| path.join("d"));
         std::fs::create_dir_all(&deep).unwrap();
-        assert!(ws.usage(&id).is_err());
+        assert!(ws.usage(&id, 1000).is_err());
         assert_eq!(ws.list(&id, 10).unwrap(), FileListing::default());
     }
 
