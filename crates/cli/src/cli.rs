@@ -32,7 +32,7 @@ pub enum Command {
 /// How file download URLs are made.
 #[derive(Debug, Clone, Args)]
 pub struct FileUrlArgs {
-    /// HMAC key for file URLs (default: random, kept in <root>/.file-secret).
+    /// HMAC key for file URLs (default: random, kept in <root>/.sandlot/file-secret).
     #[arg(long, env = "FILE_SECRET", hide_env_values = true)]
     pub file_secret: Option<String>,
     /// Base of file URLs (default: http://<listen address>).
@@ -109,7 +109,7 @@ pub struct ServiceArgs {
     /// Seconds a run may wait for its turn before it gets the busy result.
     #[arg(long, env = "SANDLOT_QUEUE_WAIT_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     pub queue_wait_secs: u64,
-    /// Keep each run's code in the history (<root>/sandlot.db); its size and SHA-256 are always kept.
+    /// Keep each run's code in the history (<root>/.sandlot/history.db); its size and SHA-256 are always kept.
     #[arg(long, env = "SANDLOT_STORE_CODE", default_value_t = false, action = clap::ArgAction::Set)]
     pub store_code: bool,
 }

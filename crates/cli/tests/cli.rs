@@ -407,3 +407,53 @@ fn bad_configuration_stops_the_start_with_one_line_naming_the_variable() {
         assert_eq!((out.status.code(), text(&out.stderr)), (Some(2), expected), "{env:?}");
     }
 }
+
+/// Starts `sandlot serve` on `root` and waits for it to serve or exit; its stderr up to then, and whether it serves.
+fn start_server(root: &std::path::Path) -> (bool, String) {
+    use std::io::BufRead;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = command_for_runs(env!("CARGO_BIN_EXE_sandlot"), root)
+        .arg("serve")
+        .env("MCP_HTTP_ADDR", format!("127.0.0.1:{port}"))
+        .env("MCP_API_TOKEN", "t")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start sandlot serve");
+    let mut stderr = String::new();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let serving = loop {
+        match lines.next() {
+            Some(Ok(line)) => {
+                stderr.push_str(&line);
+                stderr.push('\n');
+                if line.contains("serving MCP at") {
+                    break true;
+                }
+            }
+            _ => break false,
+        }
+    };
+    child.kill().ok();
+    child.wait().ok();
+    (serving, stderr)
+}
+
+/// A conversation id cannot reach the server's own state: runs in conversations named like the history's files
+/// (which lived at the root before) do not stop the next start. An older root's state files are moved.
+#[test]
+fn conversations_named_like_the_servers_state_do_not_stop_its_start() {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join(".file-secret"), "kept-secret").unwrap();
+    let (serving, stderr) = start_server(root.path());
+    assert!(serving, "{stderr}");
+    assert_eq!(std::fs::read_to_string(root.path().join(".sandlot/file-secret")).unwrap(), "kept-secret");
+    for conversation in ["sandlot.db", "sandlot.db-journal", "sandlot.db-wal", "sandlot.db-shm", "history.db-wal"] {
+        let out = sandlot(&["run", "-l", "bash", "-c", conversation], "echo hi > /data/x", root.path());
+        assert_eq!(out.status.code(), Some(0), "{conversation}: {}", text(&out.stderr));
+    }
+    let (serving, stderr) = start_server(root.path());
+    assert!(serving, "{stderr}");
+    assert!(root.path().join(".sandlot/history.db").is_file());
+}

@@ -1,5 +1,5 @@
 //! The run history: every run the engine accepts is a row in an embedded SQLite database
-//! (`<SANDBOX_ROOT>/sandlot.db`, WAL journal), written when it is queued, when it starts and when it ends, so a run
+//! (`<SANDBOX_ROOT>/.sandlot/history.db`, WAL journal), written when it is queued, when it starts and when it ends, so a run
 //! is never lost: one the server was killed in the middle of is found at the next start and marked `interrupted`.
 //! Each row names the process that owns it (pid and start time), so servers sharing a root (`serve` and `stdio`)
 //! never mark each other's live runs.

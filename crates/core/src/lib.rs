@@ -20,6 +20,7 @@ mod output;
 mod quota;
 mod request;
 mod signer;
+mod state_dir;
 mod stop;
 mod workspaces;
 
@@ -36,5 +37,6 @@ pub use output::{CapturedStream, OutputChunk, OutputSink, Stream};
 pub use quota::{DISK_CHECK_INTERVAL, WALK_COST_FACTOR, at_quota, quota_exceeded};
 pub use request::RunRequest;
 pub use signer::Signer;
+pub use state_dir::{STATE_DIR_NAME, StateDir};
 pub use stop::{Stop, stop_reason};
 pub use workspaces::{DiskUsage, FileEntry, FileListing, Workspaces, directory_usage, hand_over};

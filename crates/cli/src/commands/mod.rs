@@ -97,7 +97,7 @@ pub async fn backend(sandbox: &SandboxArgs, warm_inits: usize) -> anyhow::Result
 }
 
 /// The state every server face shares: an engine over the chosen backend, with its queue and its history
-/// (`<root>/sandlot.db`), and the file-URL signer. What a crashed predecessor left behind is cleaned up first.
+/// (`<root>/.sandlot/history.db`), and the file-URL signer. What a crashed predecessor left behind is cleaned up first.
 pub async fn app_state(
     sandbox: &SandboxArgs,
     service: &ServiceArgs,
@@ -107,14 +107,15 @@ pub async fn app_state(
 ) -> anyhow::Result<sandlot_server::AppState> {
     let backend = backend(sandbox, warm_inits).await?;
     let workspaces = sandlot_core::Workspaces::new(&sandbox.root);
-    let secret = match &files.file_secret {
-        Some(secret) => secret.clone().into_bytes(),
-        None => file_secret(&sandbox.root)?,
-    };
-    let public_base_url = files.public_base_url.clone().unwrap_or_else(|| default_base_url.to_owned());
     std::fs::create_dir_all(&sandbox.root)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", sandbox.root.display()))?;
-    let history = sandlot_core::History::open(sandbox.root.join("sandlot.db"), service.store_code)?;
+    let state = sandlot_core::StateDir::prepare(&sandbox.root)?;
+    let secret = match &files.file_secret {
+        Some(secret) => secret.clone().into_bytes(),
+        None => file_secret(&state.file_secret())?,
+    };
+    let public_base_url = files.public_base_url.clone().unwrap_or_else(|| default_base_url.to_owned());
+    let history = sandlot_core::History::open(state.history(), service.store_code)?;
     let config = service.apply(sandbox.engine_config());
     let engine = sandlot_core::Engine::new(backend, workspaces, config).with_history(history);
     let interrupted = engine.recover().await?;
@@ -132,24 +133,22 @@ pub async fn app_state(
     })
 }
 
-/// The file-URL secret kept in `<root>/.file-secret` (created, mode 0600, on first use).
-fn file_secret(root: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+/// The file-URL secret kept at `path` (`<root>/.sandlot/file-secret`; created, mode 0600, on first use).
+fn file_secret(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let path = root.join(".file-secret");
-    if let Ok(secret) = std::fs::read(&path)
+    if let Ok(secret) = std::fs::read(path)
         && !secret.is_empty()
     {
         return Ok(secret);
     }
-    std::fs::create_dir_all(root).map_err(|e| anyhow::anyhow!("cannot create {}: {e}", root.display()))?;
     let secret = random_token().into_bytes();
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
-        .open(&path)
+        .open(path)
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     file.write_all(&secret)?;
     Ok(secret)
