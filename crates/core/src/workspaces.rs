@@ -58,10 +58,26 @@ impl Workspaces {
         self.root.join(id.as_str()).join("files")
     }
 
-    /// Creates the conversation's files directory if needed and returns it.
+    /// Creates the conversation's files directory if needed and returns it. `<root>/<id>` is made private to the
+    /// server's user (mode 0700, also when an older version made it), so no other host user, the sandbox uids
+    /// included, can reach `files` below it: a setuid program or a secret a run leaves there is out of their reach.
+    /// Sandboxes get `files` from the server (the jail opens it as root; Docker's engine binds it).
     pub fn prepare(&self, id: &ConversationId) -> Result<PathBuf> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let conversation = self.root.join(id.as_str());
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&conversation)
+            .map_err(|e| Error::io("create conversation directory", &conversation, e))?;
+        std::fs::set_permissions(&conversation, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| Error::io("make conversation directory private", &conversation, e))?;
         let dir = self.files_dir(id);
-        std::fs::create_dir_all(&dir).map_err(|e| Error::io("create conversation directory", &dir, e))?;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .or_else(|e| if e.kind() == std::io::ErrorKind::AlreadyExists { Ok(()) } else { Err(e) })
+            .map_err(|e| Error::io("create conversation directory", &dir, e))?;
         Ok(dir)
     }
 

@@ -229,6 +229,13 @@ impl Backend for DockerBackend {
         let owner = nix::unistd::geteuid().is_root().then_some((self.config.runner_uid, self.config.runner_gid));
         sandlot_core::hand_over(&job.workspace, owner)
             .map_err(|e| Error::Io { action: format!("hand over {}", job.workspace.display()), source: e })?;
+        // `<root>/<id>/files`: the root's mount gives the bind its flags (only root may mount; see nosuid_root.rs).
+        if let Some(root) = job.workspace.parent().and_then(std::path::Path::parent)
+            && owner.is_some()
+        {
+            crate::ensure_nosuid_nodev(root)
+                .map_err(|e| Error::Io { action: format!("mount {} nosuid,nodev", root.display()), source: e })?;
+        }
         let started = Instant::now();
         let created = self
             .docker

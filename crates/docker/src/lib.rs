@@ -5,6 +5,8 @@
 
 mod backend;
 mod error;
+mod nosuid_root;
 
 pub use backend::{DockerBackend, DockerConfig};
 pub use error::{Error, Result};
+pub use nosuid_root::ensure_nosuid_nodev;

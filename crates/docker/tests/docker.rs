@@ -15,6 +15,13 @@ struct Sandbox {
     engine: Engine,
 }
 
+impl Drop for Sandbox {
+    /// The backend made the root a mount of its own (nosuid,nodev); undo it so the directory can be removed.
+    fn drop(&mut self) {
+        nix::mount::umount2(self._root.path(), nix::mount::MntFlags::MNT_DETACH).ok();
+    }
+}
+
 async fn sandbox(adjust: impl FnOnce(&mut Limits)) -> Sandbox {
     let root = tempfile::tempdir().unwrap();
     let backend = DockerBackend::connect(DockerConfig::new(root.path().display().to_string()))
@@ -167,4 +174,44 @@ async fn cancelling_a_run_removes_its_container() {
     assert_eq!(report.outcome.termination, Termination::Cancelled);
     assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
     assert_eq!(containers_left(&report), 0);
+}
+
+/// Runs `command` on the host as an unprivileged user (uid and gid 65534, no groups); its exit code and output.
+fn as_other_user(command: &str) -> (i32, String) {
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", command])
+        .output()
+        .expect("setpriv");
+    let output = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.code().unwrap_or(-1), output)
+}
+
+/// A run copies bash into `/data` and makes it setuid and setgid: `/data` is mounted nosuid,nodev in the container,
+/// and no other host user can reach the conversation's directory to run the copy.
+#[tokio::test]
+async fn a_setuid_file_in_data_is_inert_and_out_of_other_users_reach() {
+    let sandbox = sandbox(|_| {}).await;
+    let code = "cp /bin/bash /data/sh; chmod 6755 /data/sh; chmod 755 /data; grep ' /data ' /proc/self/mountinfo";
+    let report = run(&sandbox, "setuid", "bash", code).await;
+    let options = report.outcome.stdout.split_whitespace().nth(5).unwrap_or_default().to_owned();
+    let options: Vec<&str> = options.split(',').collect();
+    assert!(options.contains(&"nosuid") && options.contains(&"nodev"), "{options:?} {report:?}");
+    let data = sandbox.engine.workspaces().files_dir(&sandlot_core::ConversationId::parse("setuid").unwrap());
+    assert!(data.join("sh").exists(), "{report:?}");
+    for command in [format!("ls {}", data.display()), format!("{}/sh -p -c id", data.display())] {
+        let (code, output) = as_other_user(&command);
+        assert!(code != 0 && output.contains("Permission denied"), "another user ran `{command}`: {code} {output}");
+    }
+}
+
+/// Symlink targets and directory entries take blocks but have no file size: they count towards the quota.
+#[tokio::test]
+async fn symlink_targets_and_directories_count_towards_the_quota() {
+    let sandbox = sandbox(|limits| limits.disk_mb = 8).await;
+    let code = "import os\nfor i in range(40000):\n    os.symlink('t' * 4000, f'/data/l{i}')\nprint('done')";
+    let report = run(&sandbox, "links", "python", code).await;
+    assert_eq!(report.outcome.termination, Termination::DiskQuotaExceeded, "{report:?}");
+    let data = sandbox.engine.workspaces().files_dir(&sandlot_core::ConversationId::parse("links").unwrap());
+    let held = sandlot_core::directory_usage(&data, u64::MAX).unwrap().bytes;
+    assert!(held < 48 << 20, "/data holds {held} bytes under an 8 MiB quota");
 }

@@ -1,5 +1,6 @@
-//! Attacks on the host's disk through a conversation's `/data`: space hidden from the quota in what a size does
-//! not show (directories, symlink targets), inodes, and the server's own cost of measuring a tree.
+//! Attacks on the host through a conversation's `/data`: space hidden from the quota in what a size does not show
+//! (directories, symlink targets), inodes, the server's own cost of measuring a tree, and a setuid program left
+//! for the host's other users.
 //! See docs/security.md, "Disk quota".
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -20,6 +21,7 @@ fn main() {
         ),
         ("empty_files_count_towards_the_inode_limit", empty_files_count_towards_the_inode_limit),
         ("measuring_a_huge_tree_costs_the_server_little_cpu", measuring_a_huge_tree_costs_the_server_little_cpu),
+        ("a_setuid_file_in_data_is_out_of_other_users_reach", a_setuid_file_in_data_is_out_of_other_users_reach),
     ]);
 }
 
@@ -91,4 +93,38 @@ fn measuring_a_huge_tree_costs_the_server_little_cpu() -> Result<(), Failed> {
     check_eq(report.outcome.termination.clone(), Termination::Exited { code: 0 }, &describe(&report))?;
     // Before: ~0.66 of a core. The bound (a fifth of a core) leaves room for a slow, loaded machine.
     check(cpu < wall / 5, || format!("the server used {cpu:?} of CPU during a {wall:?} idle run"))
+}
+
+/// Runs `command` on the host as an unprivileged user (uid and gid 65534, no groups); its exit code and output.
+pub fn as_other_user(command: &str) -> (i32, String) {
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", command])
+        .output()
+        .expect("setpriv");
+    (
+        out.status.code().unwrap_or(-1),
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+    )
+}
+
+/// A run copies bash into `/data` and tries to make it setuid and setgid (a backdoor for the host's local users,
+/// who would run it as the sandbox uid). `/data` is mounted nosuid,nodev, and no other host user can reach the
+/// conversation's directory, to run the copy or even list it.
+fn a_setuid_file_in_data_is_out_of_other_users_reach() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let code = "cp /bin/bash /data/sh; chmod 6755 /data/sh; chmod 755 /data; grep ' /data ' /proc/self/mountinfo";
+    let report = sandbox.run("attack", Language::Bash, code);
+    let mount_options = report.outcome.stdout.split_whitespace().nth(5).unwrap_or_default().to_owned();
+    check(mount_options.split(',').any(|o| o == "nosuid") && mount_options.split(',').any(|o| o == "nodev"), || {
+        format!("/data is mounted {mount_options:?}\n{}", describe(&report))
+    })?;
+    let data = sandbox.data_dir("attack");
+    check(data.join("sh").exists(), || format!("the copy was not made\n{}", describe(&report)))?;
+    for command in [format!("ls {}", data.display()), format!("{}/sh -p -c id", data.display())] {
+        let (code, output) = as_other_user(&command);
+        check(code != 0 && output.contains("Permission denied"), || {
+            format!("another host user ran `{command}`: exit {code}\n{output}")
+        })?;
+    }
+    Ok(())
 }
