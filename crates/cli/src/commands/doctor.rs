@@ -14,6 +14,7 @@ pub async fn doctor(args: SandboxArgs) -> anyhow::Result<ExitCode> {
     let backend = super::jail_backend(&args, None, true, None)?;
     let mut checks = sandlot_jail::diagnose(&backend).await;
     let native_failed = checks.iter().any(|c| c.status == CheckStatus::Failed);
+    checks.push(disk_quota_check(&args));
     let docker = docker_check(&args).await;
     let docker_failed = docker.status == CheckStatus::Failed;
     checks.push(docker);
@@ -30,6 +31,16 @@ pub async fn doctor(args: SandboxArgs) -> anyhow::Result<ExitCode> {
         BackendKind::Docker => docker_failed,
     };
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+/// Which disk quota is in force for `/data` (both backends): the watchdog, the only one sandlot has today.
+fn disk_quota_check(args: &SandboxArgs) -> Check {
+    let detail = format!(
+        "watchdog: allocated blocks of every inode and the inode count of /data ({} MiB, {} inodes), measured every \
+         250 ms to 5 s while a run goes on; no kernel-enforced bound (docs/security.md, \"Disk quota\")",
+        args.disk_mb, args.disk_inodes
+    );
+    Check { layer: "disk quota", status: CheckStatus::Ok, detail }
 }
 
 /// The Docker engine, its version and the runner images. Unreachable is a failure only for `--backend docker`.
