@@ -8,14 +8,21 @@
 //! 3. each denied syscall returns `EPERM`;
 //! 4. `clone3` returns `ENOSYS` (its flags live in memory a filter cannot read; libc then falls back to `clone`);
 //! 5. `clone` with any `CLONE_NEW*` flag returns `EPERM`;
-//! 6. `socket`/`socketpair` outside `AF_UNIX`, `AF_INET`, `AF_INET6` return `EAFNOSUPPORT`.
+//! 6. `socket`/`socketpair` outside `AF_UNIX`, `AF_INET`, `AF_INET6` return `EAFNOSUPPORT`;
+//! 7. `fallocate` in any mode but plain allocation, `PUNCH_HOLE | KEEP_SIZE` and `ZERO_RANGE` returns `EOPNOTSUPP`:
+//!    the others reserve blocks past the file's size (`KEEP_SIZE`), which neither `RLIMIT_FSIZE` nor the quota's
+//!    count of sizes sees, or grow a file without `RLIMIT_FSIZE` (`INSERT_RANGE`). See [`FALLOCATE_MODES`].
 //!
-//! Steps 3–6 find the syscall number with a binary search (a tree of `JGE` tests over the sorted numbers, with a
+//! Steps 3–7 find the syscall number with a binary search (a tree of `JGE` tests over the sorted numbers, with a
 //! few `JEQ` at each leaf), not a list of `JEQ`: at most 16 instructions per syscall instead of over a hundred.
 //! The kernel runs the filter once for every syscall number when it installs it (to learn which numbers it may
 //! allow without running the filter again), and on every syscall it could not decide that way. Installing took
 //! ~0.15 ms of every run with the list and ~0.13 ms with the tree; most of the rest is the kernel compiling the
 //! filter to machine code (docs/benchmarks.md).
+//!
+//! Steps 5–7 read an argument. The filter sees the 64-bit argument registers as two 32-bit words and loads the low
+//! one (both supported architectures are little-endian, so it comes first); every argument checked is one the kernel
+//! itself reads as 32 bits or fewer (flags, a mode, a family), so the high word cannot change the kernel's answer.
 
 use nix::errno::Errno;
 
@@ -28,6 +35,8 @@ const BPF_RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
 const OFFSET_NR: u32 = 0;
 const OFFSET_ARCH: u32 = 4;
 const OFFSET_ARG0: u32 = 16;
+/// Size of one argument in `struct seccomp_data`.
+const ARG_SIZE: u32 = 8;
 
 #[cfg(target_arch = "x86_64")]
 const AUDIT_ARCH: u32 = 0xC000_003E;
@@ -45,6 +54,20 @@ const CLONE_NAMESPACE_FLAGS: u32 = (libc::CLONE_NEWNS
     | libc::CLONE_NEWPID
     | libc::CLONE_NEWNET
     | 0x80/* CLONE_NEWTIME */) as u32;
+
+/// The `fallocate` modes allowed, exactly (any other combination of flags gets `EOPNOTSUPP`, which callers such as
+/// glibc's `posix_fallocate` take as "not supported here" and fall back to writing):
+/// - `0` allocates and grows the file: `RLIMIT_FSIZE` stops it at the quota (`EFBIG`/`SIGXFSZ`), and the quota's
+///   watchdog counts the size;
+/// - `PUNCH_HOLE | KEEP_SIZE` (the kernel wants both) only frees blocks;
+/// - `ZERO_RANGE` without `KEEP_SIZE` grows the file like mode 0, and `RLIMIT_FSIZE` applies the same way.
+///
+/// Refused: `KEEP_SIZE` with anything but `PUNCH_HOLE` (blocks past the end of the file, invisible in its size: the
+/// bypass of the quota), `INSERT_RANGE` (grows the file without checking `RLIMIT_FSIZE`), `UNSHARE_RANGE` (can
+/// allocate with `KEEP_SIZE`), `COLLAPSE_RANGE` (harmless, it only frees, but nothing ordinary uses it),
+/// `WRITE_ZEROES` (Linux 6.17) and any flag a later kernel adds.
+pub const FALLOCATE_MODES: [u32; 3] =
+    [0, (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE) as u32, libc::FALLOC_FL_ZERO_RANGE as u32];
 
 /// Syscalls refused with `EPERM`.
 pub const DENIED: &[(&str, libc::c_long)] = &[
@@ -119,6 +142,11 @@ fn errno(e: i32) -> u32 {
     libc::SECCOMP_RET_ERRNO | (e as u32 & libc::SECCOMP_RET_DATA)
 }
 
+/// Loads the low 32 bits of syscall argument `n` (counting from 0) into the accumulator.
+fn load_arg(n: u32) -> libc::sock_filter {
+    stmt(BPF_LD_W_ABS, OFFSET_ARG0 + n * ARG_SIZE)
+}
+
 /// Where a syscall number the filter singles out goes: one of the blocks that follow the search tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Block {
@@ -127,10 +155,12 @@ enum Block {
     NoSys,
     CloneFlags,
     SocketFamily,
+    FallocateMode,
 }
 
 impl Block {
-    const ALL: [Block; 5] = [Block::Allow, Block::Deny, Block::NoSys, Block::CloneFlags, Block::SocketFamily];
+    const ALL: [Block; 6] =
+        [Block::Allow, Block::Deny, Block::NoSys, Block::CloneFlags, Block::SocketFamily, Block::FallocateMode];
 
     /// The block's instructions; on entry the accumulator holds the syscall number.
     fn code(self) -> Vec<libc::sock_filter> {
@@ -139,17 +169,26 @@ impl Block {
             Block::Deny => vec![stmt(BPF_RET_K, errno(libc::EPERM))],
             Block::NoSys => vec![stmt(BPF_RET_K, errno(libc::ENOSYS))],
             Block::CloneFlags => vec![
-                stmt(BPF_LD_W_ABS, OFFSET_ARG0),
+                load_arg(0),
                 jump(BPF_JSET_K, CLONE_NAMESPACE_FLAGS, 0, 1),
                 stmt(BPF_RET_K, errno(libc::EPERM)),
                 stmt(BPF_RET_K, libc::SECCOMP_RET_ALLOW),
             ],
             Block::SocketFamily => vec![
-                stmt(BPF_LD_W_ABS, OFFSET_ARG0),
+                load_arg(0),
                 jump(BPF_JEQ_K, libc::AF_UNIX as u32, 3, 0),
                 jump(BPF_JEQ_K, libc::AF_INET as u32, 2, 0),
                 jump(BPF_JEQ_K, libc::AF_INET6 as u32, 1, 0),
                 stmt(BPF_RET_K, errno(libc::EAFNOSUPPORT)),
+                stmt(BPF_RET_K, libc::SECCOMP_RET_ALLOW),
+            ],
+            // fallocate(fd, mode, offset, len)
+            Block::FallocateMode => vec![
+                load_arg(1),
+                jump(BPF_JEQ_K, FALLOCATE_MODES[0], 3, 0),
+                jump(BPF_JEQ_K, FALLOCATE_MODES[1], 2, 0),
+                jump(BPF_JEQ_K, FALLOCATE_MODES[2], 1, 0),
+                stmt(BPF_RET_K, errno(libc::EOPNOTSUPP)),
                 stmt(BPF_RET_K, libc::SECCOMP_RET_ALLOW),
             ],
         }
@@ -183,6 +222,7 @@ fn singled_out() -> Vec<(u32, Block)> {
     entries.push((nr(libc::SYS_clone), Block::CloneFlags));
     entries.push((nr(libc::SYS_socket), Block::SocketFamily));
     entries.push((nr(libc::SYS_socketpair), Block::SocketFamily));
+    entries.push((nr(libc::SYS_fallocate), Block::FallocateMode));
     entries.sort_unstable_by_key(|&(number, _)| number);
     entries.dedup_by_key(|&mut (number, _)| number);
     entries
@@ -252,22 +292,27 @@ pub fn install() -> Result<(), Errno> {
 mod tests {
     use super::*;
 
+    /// The low words of a syscall's first four arguments.
+    type Args = [u32; 4];
+
     /// Runs the filter in a tiny BPF interpreter over one syscall, to check the jumps land where intended.
     fn evaluate(nr: u32, arch: u32, arg0: u32) -> u32 {
-        run(nr, arch, arg0).0
+        run(nr, arch, [arg0, 0, 0, 0]).0
     }
 
-    /// How many instructions the filter runs for one syscall.
-    fn steps(nr: u32, arch: u32, arg0: u32) -> usize {
-        run(nr, arch, arg0).1
+    /// Like [`evaluate`], with the native architecture and the four arguments given.
+    fn evaluate_args(nr: u32, args: Args) -> u32 {
+        run(nr, AUDIT_ARCH, args).0
     }
 
     /// The filter's verdict and the number of instructions it ran.
-    fn run(nr: u32, arch: u32, arg0: u32) -> (u32, usize) {
+    fn run(nr: u32, arch: u32, args: Args) -> (u32, usize) {
         let data = |offset: u32| match offset {
             OFFSET_NR => nr,
             OFFSET_ARCH => arch,
-            OFFSET_ARG0 => arg0,
+            o if o >= OFFSET_ARG0 && (o - OFFSET_ARG0).is_multiple_of(ARG_SIZE) && o < OFFSET_ARG0 + 4 * ARG_SIZE => {
+                args[((o - OFFSET_ARG0) / ARG_SIZE) as usize]
+            }
             other => panic!("unexpected load at {other}"),
         };
         let program = program().expect("the filter's jumps fit in classic BPF");
@@ -296,35 +341,65 @@ mod tests {
         n as u32
     }
 
-    /// What the filter must answer for syscall number `nr` with first argument `arg0`, written as a plain list.
-    fn expected(nr: u32, arg0: u32) -> u32 {
-        if DENIED.iter().any(|(_, number)| sys(*number) == nr) {
+    /// What the filter must answer for syscall number `nr` with arguments `args`, written as a plain list.
+    fn expected(nr: u32, args: Args) -> u32 {
+        let nr = libc::c_long::from(nr);
+        let [arg0, arg1, _, _] = args;
+        if DENIED.iter().any(|(_, number)| *number == nr) {
             errno(libc::EPERM)
-        } else if nr == sys(libc::SYS_clone3) {
+        } else if nr == libc::SYS_clone3 {
             errno(libc::ENOSYS)
-        } else if nr == sys(libc::SYS_clone) && arg0 & CLONE_NAMESPACE_FLAGS != 0 {
+        } else if nr == libc::SYS_clone && arg0 & CLONE_NAMESPACE_FLAGS != 0 {
             errno(libc::EPERM)
-        } else if (nr == sys(libc::SYS_socket) || nr == sys(libc::SYS_socketpair))
+        } else if (nr == libc::SYS_socket || nr == libc::SYS_socketpair)
             && ![libc::AF_UNIX, libc::AF_INET, libc::AF_INET6].contains(&(arg0 as i32))
         {
             errno(libc::EAFNOSUPPORT)
+        } else if nr == libc::SYS_fallocate && !FALLOCATE_MODES.contains(&arg1) {
+            errno(libc::EOPNOTSUPP)
         } else {
             libc::SECCOMP_RET_ALLOW
         }
     }
 
+    /// Arguments that exercise every check: each value in every position.
+    fn argument_samples() -> Vec<Args> {
+        let values = [
+            0,
+            libc::AF_UNIX as u32,
+            libc::AF_NETLINK as u32,
+            libc::CLONE_NEWUSER as u32,
+            libc::FALLOC_FL_KEEP_SIZE as u32,
+            (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE) as u32,
+            libc::FALLOC_FL_ZERO_RANGE as u32,
+            u32::MAX,
+        ];
+        let mut samples = Vec::new();
+        for position in 0..4 {
+            for value in values {
+                let mut args = [0; 4];
+                args[position] = value;
+                samples.push(args);
+            }
+        }
+        samples
+    }
+
     #[test]
     fn the_search_tree_answers_every_syscall_number_as_the_list_says() {
         for nr in 0..1024 {
-            for arg0 in [0, libc::AF_UNIX as u32, libc::AF_NETLINK as u32, libc::CLONE_NEWUSER as u32] {
-                assert_eq!(evaluate(nr, AUDIT_ARCH, arg0), expected(nr, arg0), "syscall {nr}, arg0 {arg0:#x}");
+            for args in argument_samples() {
+                assert_eq!(evaluate_args(nr, args), expected(nr, args), "syscall {nr}, args {args:x?}");
             }
         }
     }
 
     #[test]
-    fn any_syscall_number_is_decided_in_a_few_instructions() {
-        let longest = (0..1024).map(|nr| steps(nr, AUDIT_ARCH, 0)).max().unwrap_or(0);
+    fn any_syscall_is_decided_in_a_few_instructions() {
+        let longest = (0..1024)
+            .flat_map(|nr| argument_samples().into_iter().map(move |args| run(nr, AUDIT_ARCH, args).1))
+            .max()
+            .unwrap_or(0);
         assert!(longest <= 16, "the longest path runs {longest} instructions");
     }
 
@@ -363,6 +438,28 @@ mod tests {
         }
         for family in [libc::AF_NETLINK, libc::AF_PACKET, libc::AF_VSOCK, libc::AF_ALG] {
             assert_eq!(evaluate(sys(libc::SYS_socket), AUDIT_ARCH, family as u32), errno(libc::EAFNOSUPPORT));
+        }
+    }
+
+    #[test]
+    fn fallocate_may_only_allocate_within_the_size_or_free() {
+        let fallocate = |mode: i32| evaluate_args(sys(libc::SYS_fallocate), [3, mode as u32, 0, 1 << 26]);
+        for mode in [0, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, libc::FALLOC_FL_ZERO_RANGE] {
+            assert_eq!(fallocate(mode), libc::SECCOMP_RET_ALLOW, "mode {mode:#x}");
+        }
+        let refused = [
+            libc::FALLOC_FL_KEEP_SIZE,
+            libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+            libc::FALLOC_FL_UNSHARE_RANGE,
+            libc::FALLOC_FL_UNSHARE_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+            libc::FALLOC_FL_COLLAPSE_RANGE,
+            libc::FALLOC_FL_INSERT_RANGE,
+            libc::FALLOC_FL_PUNCH_HOLE,
+            0x80, // FALLOC_FL_WRITE_ZEROES (Linux 6.17)
+            0x100,
+        ];
+        for mode in refused {
+            assert_eq!(fallocate(mode), errno(libc::EOPNOTSUPP), "mode {mode:#x}");
         }
     }
 }

@@ -38,6 +38,7 @@ fn main() {
         ("filling_tmp_stops_at_its_size", filling_tmp_stops_at_its_size),
         ("filling_data_with_many_files_hits_the_quota", filling_data_with_many_files_hits_the_quota),
         ("one_huge_file_in_data_hits_the_quota", one_huge_file_in_data_hits_the_quota),
+        ("fallocate_cannot_reserve_disk_past_the_quota", fallocate_cannot_reserve_disk_past_the_quota),
         ("dangerous_syscalls_are_refused", dangerous_syscalls_are_refused),
         ("namespace_and_mount_tools_fail", namespace_and_mount_tools_fail),
         ("x32_syscalls_kill_the_process", x32_syscalls_kill_the_process),
@@ -297,6 +298,11 @@ print("bound")
 
 /// Runs `/bin/true` on the host every 100 ms while `during` runs and returns the slowest start.
 fn slowest_host_spawn(during: impl FnOnce()) -> Duration {
+    slowest_host_spawn_every(Duration::from_millis(100), during)
+}
+
+/// Runs `/bin/true` on the host every `period` while `during` runs and returns the slowest start.
+fn slowest_host_spawn_every(period: Duration, during: impl FnOnce()) -> Duration {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = stop.clone();
     let prober = std::thread::spawn(move || {
@@ -305,7 +311,7 @@ fn slowest_host_spawn(during: impl FnOnce()) -> Duration {
             let start = Instant::now();
             let _ = Command::new("/bin/true").status();
             slowest = slowest.max(start.elapsed());
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(period);
         }
         slowest
     });
@@ -418,6 +424,58 @@ fn one_huge_file_in_data_hits_the_quota() -> Result<(), Failed> {
     check_eq(report.outcome.termination.clone(), Termination::DiskQuotaExceeded, &describe(&report))?;
     let size = std::fs::metadata(sandbox.data_dir("attack").join("huge"))?.len();
     check(size <= 16 * 1024 * 1024, || format!("the file reached {size} bytes"))
+}
+
+/// `fallocate` with `FALLOC_FL_KEEP_SIZE` reserves disk blocks without growing the file, so neither `RLIMIT_FSIZE`
+/// nor the quota's count of sizes would see them: 64 MiB under an 8 MiB quota in one call, kept after the run.
+/// Seccomp refuses every mode but plain allocation, hole punching and zeroing a range that grows the file.
+fn fallocate_cannot_reserve_disk_past_the_quota() -> Result<(), Failed> {
+    use std::os::unix::fs::MetadataExt;
+    let sandbox = Sandbox::new(|limits| limits.disk_mb = 8);
+    let code = r#"
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+MiB = 1 << 20
+KEEP_SIZE, PUNCH_HOLE, COLLAPSE_RANGE, ZERO_RANGE, INSERT_RANGE, UNSHARE_RANGE = 0x1, 0x2, 0x8, 0x10, 0x20, 0x40
+def falloc(label, name, mode, offset, length):
+    fd = os.open("/data/" + name, os.O_RDWR | os.O_CREAT, 0o644)
+    ctypes.set_errno(0)
+    rc = libc.fallocate(fd, mode, offset, length)
+    result = "ok" if rc == 0 else errno.errorcode[ctypes.get_errno()]
+    print(label, result, os.fstat(fd).st_size)
+    os.close(fd)
+falloc("keep-size", "reserved", KEEP_SIZE, 0, 64 * MiB)
+falloc("zero-range+keep-size", "zeroed", ZERO_RANGE | KEEP_SIZE, 0, 64 * MiB)
+falloc("unshare+keep-size", "unshared", UNSHARE_RANGE | KEEP_SIZE, 0, 64 * MiB)
+falloc("mode-0", "small", 0, 0, MiB)
+falloc("punch-hole", "small", PUNCH_HOLE | KEEP_SIZE, 0, MiB // 2)
+falloc("zero-range", "small", ZERO_RANGE, MiB, MiB)
+falloc("collapse-range", "small", COLLAPSE_RANGE, 0, MiB // 2)
+falloc("insert-range", "small", INSERT_RANGE, 0, 64 * MiB)
+falloc("mode-0-past-the-quota", "big", 0, 0, 64 * MiB)
+falloc("zero-range-past-the-quota", "big", ZERO_RANGE, 0, 64 * MiB)
+fd = os.open("/data/posix", os.O_RDWR | os.O_CREAT, 0o644)
+os.posix_fallocate(fd, 0, 2 * MiB)
+print("posix_fallocate", os.fstat(fd).st_size)
+"#;
+    let report = python(&sandbox, code);
+    let expected = "keep-size ENOTSUP 0\nzero-range+keep-size ENOTSUP 0\nunshare+keep-size ENOTSUP 0\n\
+                    mode-0 ok 1048576\npunch-hole ok 1048576\nzero-range ok 2097152\n\
+                    collapse-range ENOTSUP 2097152\ninsert-range ENOTSUP 2097152\n\
+                    mode-0-past-the-quota EFBIG 0\nzero-range-past-the-quota EFBIG 0\nposix_fallocate 2097152\n";
+    check_eq(report.outcome.stdout.as_str(), expected, &describe(&report))?;
+    check_eq(report.outcome.termination.clone(), Termination::Exited { code: 0 }, "termination")?;
+    let data = sandbox.data_dir("attack");
+    let mut allocated = 0;
+    for name in ["reserved", "zeroed", "unshared", "big"] {
+        let blocks = std::fs::metadata(data.join(name))?.blocks();
+        check_eq((name, blocks), (name, 0), "512-byte blocks on the host")?;
+    }
+    for entry in std::fs::read_dir(&data)? {
+        allocated += entry?.metadata()?.blocks() * 512;
+    }
+    check(allocated <= 8 * 1024 * 1024, || format!("/data holds {allocated} bytes of blocks under an 8 MiB quota"))
 }
 
 fn dangerous_syscalls_are_refused() -> Result<(), Failed> {
