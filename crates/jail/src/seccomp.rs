@@ -11,16 +11,21 @@
 //! 6. `socket`/`socketpair` outside `AF_UNIX`, `AF_INET`, `AF_INET6` return `EAFNOSUPPORT`;
 //! 7. `fallocate` in any mode but plain allocation, `PUNCH_HOLE | KEEP_SIZE` and `ZERO_RANGE` returns `EOPNOTSUPP`:
 //!    the others reserve blocks past the file's size (`KEEP_SIZE`), which neither `RLIMIT_FSIZE` nor the quota's
-//!    count of sizes sees, or grow a file without `RLIMIT_FSIZE` (`INSERT_RANGE`). See [`FALLOCATE_MODES`].
+//!    count of sizes sees, or grow a file without `RLIMIT_FSIZE` (`INSERT_RANGE`). See [`FALLOCATE_MODES`];
+//! 8. `chmod`, `fchmod`, `fchmodat`, `fchmodat2` with a mode holding `S_ISUID` or `S_ISGID`, and `open`, `openat`,
+//!    `creat`, `mknod`, `mknodat` creating a file with one of them, return `EPERM`: a set-id copy of a shell left in
+//!    `/data` would let any local user who reaches the directory run as the sandbox's uid. `openat2`, whose mode
+//!    lies in memory a filter cannot read, returns `ENOSYS` (callers fall back to `openat`). `mkdir` drops both
+//!    bits itself, and a directory inherits `S_ISGID` only from a parent that has it.
 //!
-//! Steps 3–7 find the syscall number with a binary search (a tree of `JGE` tests over the sorted numbers, with a
+//! Steps 3–8 find the syscall number with a binary search (a tree of `JGE` tests over the sorted numbers, with a
 //! few `JEQ` at each leaf), not a list of `JEQ`: at most 16 instructions per syscall instead of over a hundred.
 //! The kernel runs the filter once for every syscall number when it installs it (to learn which numbers it may
 //! allow without running the filter again), and on every syscall it could not decide that way. Installing took
 //! ~0.15 ms of every run with the list and ~0.13 ms with the tree; most of the rest is the kernel compiling the
 //! filter to machine code (docs/benchmarks.md).
 //!
-//! Steps 5–7 read an argument. The filter sees the 64-bit argument registers as two 32-bit words and loads the low
+//! Steps 5–8 read arguments. The filter sees the 64-bit argument registers as two 32-bit words and loads the low
 //! one (both supported architectures are little-endian, so it comes first); every argument checked is one the kernel
 //! itself reads as 32 bits or fewer (flags, a mode, a family), so the high word cannot change the kernel's answer.
 
@@ -68,6 +73,13 @@ const CLONE_NAMESPACE_FLAGS: u32 = (libc::CLONE_NEWNS
 /// `WRITE_ZEROES` (Linux 6.17) and any flag a later kernel adds.
 pub const FALLOCATE_MODES: [u32; 3] =
     [0, (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE) as u32, libc::FALLOC_FL_ZERO_RANGE as u32];
+
+/// The mode bits that make an executable run as its owner or group.
+const SET_ID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
+
+/// The `open` flags under which the kernel uses the mode argument: creating a file (`O_TMPFILE` without its
+/// `O_DIRECTORY` part, which alone creates nothing).
+const CREATING_OPEN_FLAGS: u32 = (libc::O_CREAT | (libc::O_TMPFILE & !libc::O_DIRECTORY)) as u32;
 
 /// Syscalls refused with `EPERM`.
 pub const DENIED: &[(&str, libc::c_long)] = &[
@@ -156,11 +168,30 @@ enum Block {
     CloneFlags,
     SocketFamily,
     FallocateMode,
+    /// A mode (`chmod`, `mknod`...) in the given argument may not hold a set-id bit.
+    SetIdMode {
+        mode_arg: u32,
+    },
+    /// A mode in `mode_arg` may not hold a set-id bit when the flags in `flags_arg` create a file (`open`).
+    CreatedSetIdMode {
+        flags_arg: u32,
+        mode_arg: u32,
+    },
 }
 
 impl Block {
-    const ALL: [Block; 6] =
-        [Block::Allow, Block::Deny, Block::NoSys, Block::CloneFlags, Block::SocketFamily, Block::FallocateMode];
+    const ALL: [Block; 10] = [
+        Block::Allow,
+        Block::Deny,
+        Block::NoSys,
+        Block::CloneFlags,
+        Block::SocketFamily,
+        Block::FallocateMode,
+        Block::SetIdMode { mode_arg: 1 },
+        Block::SetIdMode { mode_arg: 2 },
+        Block::CreatedSetIdMode { flags_arg: 1, mode_arg: 2 },
+        Block::CreatedSetIdMode { flags_arg: 2, mode_arg: 3 },
+    ];
 
     /// The block's instructions; on entry the accumulator holds the syscall number.
     fn code(self) -> Vec<libc::sock_filter> {
@@ -189,6 +220,20 @@ impl Block {
                 jump(BPF_JEQ_K, FALLOCATE_MODES[1], 2, 0),
                 jump(BPF_JEQ_K, FALLOCATE_MODES[2], 1, 0),
                 stmt(BPF_RET_K, errno(libc::EOPNOTSUPP)),
+                stmt(BPF_RET_K, libc::SECCOMP_RET_ALLOW),
+            ],
+            Block::SetIdMode { mode_arg } => vec![
+                load_arg(mode_arg),
+                jump(BPF_JSET_K, SET_ID_BITS, 0, 1),
+                stmt(BPF_RET_K, errno(libc::EPERM)),
+                stmt(BPF_RET_K, libc::SECCOMP_RET_ALLOW),
+            ],
+            Block::CreatedSetIdMode { flags_arg, mode_arg } => vec![
+                load_arg(mode_arg),
+                jump(BPF_JSET_K, SET_ID_BITS, 0, 3),
+                load_arg(flags_arg),
+                jump(BPF_JSET_K, CREATING_OPEN_FLAGS, 0, 1),
+                stmt(BPF_RET_K, errno(libc::EPERM)),
                 stmt(BPF_RET_K, libc::SECCOMP_RET_ALLOW),
             ],
         }
@@ -223,9 +268,32 @@ fn singled_out() -> Vec<(u32, Block)> {
     entries.push((nr(libc::SYS_socket), Block::SocketFamily));
     entries.push((nr(libc::SYS_socketpair), Block::SocketFamily));
     entries.push((nr(libc::SYS_fallocate), Block::FallocateMode));
+    entries.push((nr(libc::SYS_openat2), Block::NoSys));
+    for (number, block) in set_id_checks() {
+        entries.push((nr(number), block));
+    }
     entries.sort_unstable_by_key(|&(number, _)| number);
     entries.dedup_by_key(|&mut (number, _)| number);
     entries
+}
+
+/// The syscalls that take a file mode which could hold a set-id bit, with the check each gets.
+fn set_id_checks() -> Vec<(libc::c_long, Block)> {
+    let mut checks = vec![
+        (libc::SYS_fchmod, Block::SetIdMode { mode_arg: 1 }), // fchmod(fd, mode)
+        (libc::SYS_fchmodat, Block::SetIdMode { mode_arg: 2 }), // fchmodat(dirfd, path, mode)
+        (libc::SYS_fchmodat2, Block::SetIdMode { mode_arg: 2 }), // fchmodat2(dirfd, path, mode, flags)
+        (libc::SYS_mknodat, Block::SetIdMode { mode_arg: 2 }), // mknodat(dirfd, path, mode, dev)
+        (libc::SYS_openat, Block::CreatedSetIdMode { flags_arg: 2, mode_arg: 3 }), // openat(dirfd, path, flags, mode)
+    ];
+    #[cfg(target_arch = "x86_64")]
+    checks.extend([
+        (libc::SYS_chmod, Block::SetIdMode { mode_arg: 1 }), // chmod(path, mode)
+        (libc::SYS_creat, Block::SetIdMode { mode_arg: 1 }), // creat(path, mode)
+        (libc::SYS_mknod, Block::SetIdMode { mode_arg: 1 }), // mknod(path, mode, dev)
+        (libc::SYS_open, Block::CreatedSetIdMode { flags_arg: 1, mode_arg: 2 }), // open(path, flags, mode)
+    ]);
+    checks
 }
 
 /// Binary search over sorted `entries` (the accumulator holds the syscall number): a `JGE` on the middle number
@@ -315,7 +383,8 @@ mod tests {
             }
             other => panic!("unexpected load at {other}"),
         };
-        let program = program().expect("the filter's jumps fit in classic BPF");
+        static PROGRAM: std::sync::OnceLock<Vec<libc::sock_filter>> = std::sync::OnceLock::new();
+        let program = PROGRAM.get_or_init(|| program().expect("the filter's jumps fit in classic BPF"));
         let (mut pc, mut acc) = (0usize, 0u32);
         for step in 1.. {
             let insn = program[pc];
@@ -341,10 +410,22 @@ mod tests {
         n as u32
     }
 
+    /// The syscalls whose argument 1 is a mode (the legacy ones exist on x86_64 only).
+    #[cfg(target_arch = "x86_64")]
+    const MODE_IN_ARG1: &[libc::c_long] = &[libc::SYS_chmod, libc::SYS_fchmod, libc::SYS_creat, libc::SYS_mknod];
+    #[cfg(not(target_arch = "x86_64"))]
+    const MODE_IN_ARG1: &[libc::c_long] = &[libc::SYS_fchmod];
+    #[cfg(target_arch = "x86_64")]
+    const SYS_OPEN: libc::c_long = libc::SYS_open;
+    #[cfg(not(target_arch = "x86_64"))]
+    const SYS_OPEN: libc::c_long = -1;
+
     /// What the filter must answer for syscall number `nr` with arguments `args`, written as a plain list.
     fn expected(nr: u32, args: Args) -> u32 {
         let nr = libc::c_long::from(nr);
-        let [arg0, arg1, _, _] = args;
+        let [arg0, arg1, arg2, arg3] = args;
+        let set_id = |mode: u32| mode & (libc::S_ISUID | libc::S_ISGID) != 0;
+        let creates = |flags: u32| flags & (libc::O_CREAT | 0o20000000) as u32 != 0; // O_CREAT, __O_TMPFILE
         if DENIED.iter().any(|(_, number)| *number == nr) {
             errno(libc::EPERM)
         } else if nr == libc::SYS_clone3 {
@@ -357,12 +438,21 @@ mod tests {
             errno(libc::EAFNOSUPPORT)
         } else if nr == libc::SYS_fallocate && !FALLOCATE_MODES.contains(&arg1) {
             errno(libc::EOPNOTSUPP)
+        } else if nr == libc::SYS_openat2 {
+            errno(libc::ENOSYS)
+        } else if (MODE_IN_ARG1.contains(&nr) && set_id(arg1))
+            || ([libc::SYS_fchmodat, libc::SYS_fchmodat2, libc::SYS_mknodat].contains(&nr) && set_id(arg2))
+            || (nr == SYS_OPEN && creates(arg1) && set_id(arg2))
+            || (nr == libc::SYS_openat && creates(arg2) && set_id(arg3))
+        {
+            errno(libc::EPERM)
         } else {
             libc::SECCOMP_RET_ALLOW
         }
     }
 
-    /// Arguments that exercise every check: each value in every position.
+    /// Arguments that exercise every check: each value in every position, and every pair of values in two
+    /// neighbouring positions (flags and mode of `open` and `openat`).
     fn argument_samples() -> Vec<Args> {
         let values = [
             0,
@@ -372,6 +462,12 @@ mod tests {
             libc::FALLOC_FL_KEEP_SIZE as u32,
             (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE) as u32,
             libc::FALLOC_FL_ZERO_RANGE as u32,
+            0o755,
+            0o4755,
+            0o2700,
+            libc::O_CREAT as u32,
+            libc::O_TMPFILE as u32,
+            libc::O_DIRECTORY as u32,
             u32::MAX,
         ];
         let mut samples = Vec::new();
@@ -380,6 +476,15 @@ mod tests {
                 let mut args = [0; 4];
                 args[position] = value;
                 samples.push(args);
+            }
+        }
+        for position in 0..3 {
+            for first in values {
+                for second in values {
+                    let mut args = [0; 4];
+                    (args[position], args[position + 1]) = (first, second);
+                    samples.push(args);
+                }
             }
         }
         samples
@@ -461,5 +566,36 @@ mod tests {
         for mode in refused {
             assert_eq!(fallocate(mode), errno(libc::EOPNOTSUPP), "mode {mode:#x}");
         }
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn set_id_bits_cannot_be_set_or_created() {
+        let sys_args = |nr: libc::c_long, args: Args| evaluate_args(sys(nr), args);
+        let (creat, write) = (libc::O_CREAT as u32 | libc::O_WRONLY as u32, libc::O_WRONLY as u32);
+        let tmpfile = libc::O_TMPFILE as u32 | libc::O_RDWR as u32;
+        for mode in [0o4755, 0o2755, 0o6000, 0o104755] {
+            assert_eq!(sys_args(libc::SYS_chmod, [0, mode, 0, 0]), errno(libc::EPERM), "chmod {mode:o}");
+            assert_eq!(sys_args(libc::SYS_fchmod, [3, mode, 0, 0]), errno(libc::EPERM), "fchmod {mode:o}");
+            assert_eq!(sys_args(libc::SYS_fchmodat, [3, 0, mode, 0]), errno(libc::EPERM), "fchmodat {mode:o}");
+            assert_eq!(sys_args(libc::SYS_fchmodat2, [3, 0, mode, 0]), errno(libc::EPERM), "fchmodat2 {mode:o}");
+            assert_eq!(sys_args(libc::SYS_creat, [0, mode, 0, 0]), errno(libc::EPERM), "creat {mode:o}");
+            assert_eq!(sys_args(libc::SYS_mknod, [0, mode, 0, 0]), errno(libc::EPERM), "mknod {mode:o}");
+            assert_eq!(sys_args(libc::SYS_mknodat, [3, 0, mode, 0]), errno(libc::EPERM), "mknodat {mode:o}");
+            assert_eq!(sys_args(libc::SYS_open, [0, creat, mode, 0]), errno(libc::EPERM), "open {mode:o}");
+            assert_eq!(sys_args(libc::SYS_open, [0, tmpfile, mode, 0]), errno(libc::EPERM), "O_TMPFILE {mode:o}");
+            assert_eq!(sys_args(libc::SYS_openat, [3, 0, creat, mode]), errno(libc::EPERM), "openat {mode:o}");
+            // Without a flag that creates, the kernel ignores the mode.
+            assert_eq!(sys_args(libc::SYS_openat, [3, 0, write, mode]), libc::SECCOMP_RET_ALLOW, "openat {mode:o}");
+            let directory = libc::O_DIRECTORY as u32;
+            assert_eq!(sys_args(libc::SYS_open, [0, directory, mode, 0]), libc::SECCOMP_RET_ALLOW, "{mode:o}");
+        }
+        for mode in [0o755, 0o1777, 0o644, 0] {
+            assert_eq!(sys_args(libc::SYS_chmod, [0, mode, 0, 0]), libc::SECCOMP_RET_ALLOW, "chmod {mode:o}");
+            assert_eq!(sys_args(libc::SYS_fchmodat, [3, 0, mode, 0]), libc::SECCOMP_RET_ALLOW, "fchmodat {mode:o}");
+            assert_eq!(sys_args(libc::SYS_openat, [3, 0, creat, mode]), libc::SECCOMP_RET_ALLOW, "openat {mode:o}");
+            assert_eq!(sys_args(libc::SYS_mknodat, [3, 0, mode, 0]), libc::SECCOMP_RET_ALLOW, "mknodat {mode:o}");
+        }
+        assert_eq!(sys_args(libc::SYS_openat2, [3, 0, 0, 24]), errno(libc::ENOSYS));
     }
 }

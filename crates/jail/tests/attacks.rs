@@ -43,6 +43,8 @@ fn main() {
         ("namespace_and_mount_tools_fail", namespace_and_mount_tools_fail),
         ("x32_syscalls_kill_the_process", x32_syscalls_kill_the_process),
         ("no_capabilities_and_no_new_privileges", no_capabilities_and_no_new_privileges),
+        ("setuid_and_setgid_bits_cannot_be_set_in_data", setuid_and_setgid_bits_cannot_be_set_in_data),
+        ("data_is_mounted_nosuid_and_nodev", data_is_mounted_nosuid_and_nodev),
         ("symlinks_in_data_are_never_followed_by_the_server", symlinks_in_data_are_never_followed_by_the_server),
         ("conversations_cannot_see_each_other", conversations_cannot_see_each_other),
         ("server_environment_does_not_leak", server_environment_does_not_leak),
@@ -580,6 +582,98 @@ fn no_capabilities_and_no_new_privileges() -> Result<(), Failed> {
     let expected = "CapInh: 0000000000000000\nCapPrm: 0000000000000000\nCapEff: 0000000000000000\nCapBnd: 0000000000000000\n\
                     CapAmb: 0000000000000000\nNoNewPrivs: 1\nSeccomp: 2\n";
     check_eq(report.outcome.stdout.as_str(), expected, &describe(&report))
+}
+
+/// A setuid copy of a shell in `/data` would be a door into the sandbox's uid for any local user who can reach the
+/// directory: seccomp refuses to set `S_ISUID`/`S_ISGID` with any `chmod` and to create a file with them
+/// (`open`/`openat`/`creat`/`mknod`; `openat2`, whose mode a filter cannot read, is `ENOSYS`). `mkdir` drops both
+/// bits itself. No file in the conversation may have either bit on the host afterwards.
+fn setuid_and_setgid_bits_cannot_be_set_in_data() -> Result<(), Failed> {
+    use std::os::unix::fs::MetadataExt;
+    let sandbox = Sandbox::new(|_| {});
+    let code = r#"
+import ctypes, errno, os, shutil, stat, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+AT_FDCWD, AT_EMPTY_PATH = -100, 0x1000
+def raw(nr, *args):
+    ctypes.set_errno(0)
+    if libc.syscall(nr, *args) < 0:
+        raise OSError(ctypes.get_errno(), "")
+def attempt(label, fn):
+    try:
+        fn()
+        print(label, "done")
+    except OSError as e:
+        print(label, errno.errorcode[e.errno])
+def create(path, flags, mode, dir_fd=None):
+    os.close(os.open(path, flags, mode, dir_fd=dir_fd))
+class OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+shutil.copy("/bin/bash", "/data/sh")
+fd = os.open("/data/sh", os.O_RDONLY)
+data = os.open("/data", os.O_RDONLY | os.O_DIRECTORY)
+attempt("chmod 4755", lambda: os.chmod("/data/sh", 0o4755))
+attempt("chmod 2755", lambda: os.chmod("/data/sh", 0o2755))
+attempt("chmod syscall", lambda: raw(90, b"/data/sh", 0o4755))
+attempt("fchmod", lambda: os.fchmod(fd, 0o4755))
+attempt("fchmodat", lambda: raw(268, AT_FDCWD, b"/data/sh", 0o6755, 0))
+attempt("fchmodat2", lambda: raw(452, fd, b"", 0o4755, AT_EMPTY_PATH))
+attempt("chmod 0700", lambda: os.chmod("/data/sh", 0o700))
+attempt("open O_CREAT", lambda: create("/data/o1", os.O_CREAT | os.O_WRONLY, 0o4755))
+attempt("openat O_CREAT", lambda: create("o2", os.O_CREAT | os.O_WRONLY, 0o2755, dir_fd=data))
+attempt("open syscall", lambda: raw(2, b"/data/o3", os.O_CREAT | os.O_WRONLY, 0o4755))
+attempt("creat", lambda: raw(85, b"/data/o4", 0o4755))
+attempt("open O_TMPFILE", lambda: create("/data", os.O_TMPFILE | os.O_WRONLY, 0o4755))
+how = OpenHow(os.O_CREAT | os.O_WRONLY, 0o4755, 0)
+attempt("openat2", lambda: raw(437, AT_FDCWD, b"/data/o5", ctypes.byref(how), ctypes.sizeof(how)))
+attempt("mknod", lambda: os.mknod("/data/o6", stat.S_IFREG | 0o4755))
+attempt("mknodat", lambda: raw(259, AT_FDCWD, b"/data/o7", stat.S_IFREG | 0o2755, 0))
+attempt("mkdir 6755", lambda: os.mkdir("/data/d", 0o6755))
+print("mkdir 6755 made", oct(os.stat("/data/d").st_mode & 0o7777))
+attempt("chmod g+s dir", lambda: os.chmod("/data/d", 0o2755))
+attempt("openat with a mode, no O_CREAT", lambda: raw(257, AT_FDCWD, b"/data/sh", os.O_RDONLY, 0o4755))
+attempt("open O_CREAT 0644", lambda: create("/data/plain", os.O_CREAT | os.O_WRONLY, 0o644))
+for label, command in [("cp + chmod u+s", "cp /bin/bash /data/sh2 && chmod u+s /data/sh2"),
+                       ("install -m 4755", "install -m 4755 /bin/bash /data/sh3"),
+                       ("mkdir + chmod g+s", "mkdir /data/d2 && chmod g+s /data/d2")]:
+    print(label, "exit", subprocess.run(command, shell=True, stderr=subprocess.DEVNULL).returncode)
+for root, dirs, files in os.walk("/data"):
+    for name in dirs + files:
+        mode = os.lstat(os.path.join(root, name)).st_mode
+        if mode & (stat.S_ISUID | stat.S_ISGID):
+            print("set-id", os.path.join(root, name), oct(mode))
+"#;
+    let report = python(&sandbox, code);
+    let expected = "chmod 4755 EPERM\nchmod 2755 EPERM\nchmod syscall EPERM\nfchmod EPERM\nfchmodat EPERM\n\
+                    fchmodat2 EPERM\nchmod 0700 done\nopen O_CREAT EPERM\nopenat O_CREAT EPERM\nopen syscall EPERM\n\
+                    creat EPERM\nopen O_TMPFILE EPERM\nopenat2 ENOSYS\nmknod EPERM\nmknodat EPERM\nmkdir 6755 done\nmkdir 6755 made 0o755\n\
+                    chmod g+s dir EPERM\nopenat with a mode, no O_CREAT done\nopen O_CREAT 0644 done\n\
+                    cp + chmod u+s exit 1\ninstall -m 4755 exit 1\nmkdir + chmod g+s exit 1\n";
+    check_eq(report.outcome.stdout.as_str(), expected, &describe(&report))?;
+    let mut set_id = Vec::new();
+    let mut pending = vec![sandbox.data_dir("attack")];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let meta = std::fs::symlink_metadata(entry.path())?;
+            if meta.mode() & (libc::S_ISUID | libc::S_ISGID) != 0 {
+                set_id.push(format!("{} {:o}", entry.path().display(), meta.mode()));
+            }
+            if meta.is_dir() {
+                pending.push(entry.path());
+            }
+        }
+    }
+    check(set_id.is_empty(), || format!("set-id files in the conversation on the host: {set_id:?}"))
+}
+
+/// `/data` is the one host directory the sandbox writes: it must not honour setuid bits or device nodes.
+fn data_is_mounted_nosuid_and_nodev() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let code = "awk '$5 == \"/data\" { n = split($6, o, \",\"); for (i = 1; i <= n; i++) if (o[i] == \"nosuid\" || o[i] == \"nodev\") print o[i] }' /proc/self/mountinfo | sort";
+    let report = sandbox.run("attack", Language::Bash, code);
+    check_eq(report.outcome.stdout.as_str(), "nodev\nnosuid\n", &describe(&report))
 }
 
 fn symlinks_in_data_are_never_followed_by_the_server() -> Result<(), Failed> {
