@@ -16,16 +16,19 @@
 //!    `creat`, `mknod`, `mknodat` creating a file with one of them, return `EPERM`: a set-id copy of a shell left in
 //!    `/data` would let any local user who reaches the directory run as the sandbox's uid. `openat2`, whose mode
 //!    lies in memory a filter cannot read, returns `ENOSYS` (callers fall back to `openat`). `mkdir` drops both
-//!    bits itself, and a directory inherits `S_ISGID` only from a parent that has it.
+//!    bits itself, and a directory inherits `S_ISGID` only from a parent that has it;
+//! 9. `inotify_add_watch` with a mask holding `IN_ACCESS`, `IN_OPEN` or `IN_CLOSE_NOWRITE` returns `EPERM` (and
+//!    `fanotify_init` is denied in step 3): the system directories are the host's inodes, so read-side events there
+//!    show every program the host or another sandbox runs. Watches for changes keep working.
 //!
-//! Steps 3–8 find the syscall number with a binary search (a tree of `JGE` tests over the sorted numbers, with a
+//! Steps 3–9 find the syscall number with a binary search (a tree of `JGE` tests over the sorted numbers, with a
 //! few `JEQ` at each leaf), not a list of `JEQ`: at most 16 instructions per syscall instead of over a hundred.
 //! The kernel runs the filter once for every syscall number when it installs it (to learn which numbers it may
 //! allow without running the filter again), and on every syscall it could not decide that way. Installing took
 //! ~0.15 ms of every run with the list and ~0.13 ms with the tree; most of the rest is the kernel compiling the
 //! filter to machine code (docs/benchmarks.md).
 //!
-//! Steps 5–8 read arguments. The filter sees the 64-bit argument registers as two 32-bit words and loads the low
+//! Steps 5–9 read arguments. The filter sees the 64-bit argument registers as two 32-bit words and loads the low
 //! one (both supported architectures are little-endian, so it comes first); every argument checked is one the kernel
 //! itself reads as 32 bits or fewer (flags, a mode, a family), so the high word cannot change the kernel's answer.
 
@@ -81,6 +84,11 @@ const SET_ID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
 /// `O_DIRECTORY` part, which alone creates nothing).
 const CREATING_OPEN_FLAGS: u32 = (libc::O_CREAT | (libc::O_TMPFILE & !libc::O_DIRECTORY)) as u32;
 
+/// The inotify events of reading: on the read-only binds of the host's system directories, whose inodes the host and
+/// every sandbox share, they would report what others read and run. Events of changes (`IN_MODIFY`, `IN_CREATE`,
+/// `IN_CLOSE_WRITE`, ... which `fs.watch` and most tools ask for) stay allowed.
+const INOTIFY_READ_EVENTS: u32 = libc::IN_ACCESS | libc::IN_OPEN | libc::IN_CLOSE_NOWRITE;
+
 /// Syscalls refused with `EPERM`.
 pub const DENIED: &[(&str, libc::c_long)] = &[
     // debugging other processes
@@ -116,6 +124,8 @@ pub const DENIED: &[(&str, libc::c_long)] = &[
     ("io_uring_setup", libc::SYS_io_uring_setup),
     ("io_uring_enter", libc::SYS_io_uring_enter),
     ("io_uring_register", libc::SYS_io_uring_register),
+    // watching others' file accesses (unprivileged since Linux 5.13, on inodes such as the shared system files)
+    ("fanotify_init", libc::SYS_fanotify_init),
     // the machine itself
     ("init_module", libc::SYS_init_module),
     ("finit_module", libc::SYS_finit_module),
@@ -177,10 +187,11 @@ enum Block {
         flags_arg: u32,
         mode_arg: u32,
     },
+    InotifyMask,
 }
 
 impl Block {
-    const ALL: [Block; 10] = [
+    const ALL: [Block; 11] = [
         Block::Allow,
         Block::Deny,
         Block::NoSys,
@@ -191,6 +202,7 @@ impl Block {
         Block::SetIdMode { mode_arg: 2 },
         Block::CreatedSetIdMode { flags_arg: 1, mode_arg: 2 },
         Block::CreatedSetIdMode { flags_arg: 2, mode_arg: 3 },
+        Block::InotifyMask,
     ];
 
     /// The block's instructions; on entry the accumulator holds the syscall number.
@@ -236,6 +248,13 @@ impl Block {
                 stmt(BPF_RET_K, errno(libc::EPERM)),
                 stmt(BPF_RET_K, libc::SECCOMP_RET_ALLOW),
             ],
+            // inotify_add_watch(fd, path, mask)
+            Block::InotifyMask => vec![
+                load_arg(2),
+                jump(BPF_JSET_K, INOTIFY_READ_EVENTS, 0, 1),
+                stmt(BPF_RET_K, errno(libc::EPERM)),
+                stmt(BPF_RET_K, libc::SECCOMP_RET_ALLOW),
+            ],
         }
     }
 }
@@ -269,6 +288,7 @@ fn singled_out() -> Vec<(u32, Block)> {
     entries.push((nr(libc::SYS_socketpair), Block::SocketFamily));
     entries.push((nr(libc::SYS_fallocate), Block::FallocateMode));
     entries.push((nr(libc::SYS_openat2), Block::NoSys));
+    entries.push((nr(libc::SYS_inotify_add_watch), Block::InotifyMask));
     for (number, block) in set_id_checks() {
         entries.push((nr(number), block));
     }
@@ -438,6 +458,10 @@ mod tests {
             errno(libc::EAFNOSUPPORT)
         } else if nr == libc::SYS_fallocate && !FALLOCATE_MODES.contains(&arg1) {
             errno(libc::EOPNOTSUPP)
+        } else if nr == libc::SYS_inotify_add_watch
+            && arg2 & (libc::IN_ACCESS | libc::IN_OPEN | libc::IN_CLOSE_NOWRITE) != 0
+        {
+            errno(libc::EPERM)
         } else if nr == libc::SYS_openat2 {
             errno(libc::ENOSYS)
         } else if (MODE_IN_ARG1.contains(&nr) && set_id(arg1))
@@ -468,6 +492,8 @@ mod tests {
             libc::O_CREAT as u32,
             libc::O_TMPFILE as u32,
             libc::O_DIRECTORY as u32,
+            libc::IN_OPEN,
+            libc::IN_MODIFY | libc::IN_CREATE,
             u32::MAX,
         ];
         let mut samples = Vec::new();
@@ -597,5 +623,25 @@ mod tests {
             assert_eq!(sys_args(libc::SYS_mknodat, [3, 0, mode, 0]), libc::SECCOMP_RET_ALLOW, "mknodat {mode:o}");
         }
         assert_eq!(sys_args(libc::SYS_openat2, [3, 0, 0, 24]), errno(libc::ENOSYS));
+    }
+
+    #[test]
+    fn inotify_may_watch_changes_but_not_reads() {
+        let watch = |mask: u32| evaluate_args(sys(libc::SYS_inotify_add_watch), [3, 0, mask, 0]);
+        for mask in [libc::IN_ACCESS, libc::IN_OPEN, libc::IN_CLOSE_NOWRITE, libc::IN_ALL_EVENTS, libc::IN_CLOSE] {
+            assert_eq!(watch(mask), errno(libc::EPERM), "mask {mask:#x}");
+        }
+        let node_fs_watch = libc::IN_ATTRIB
+            | libc::IN_CREATE
+            | libc::IN_MODIFY
+            | libc::IN_DELETE
+            | libc::IN_DELETE_SELF
+            | libc::IN_MOVE_SELF
+            | libc::IN_MOVED_FROM
+            | libc::IN_MOVED_TO;
+        for mask in [node_fs_watch, libc::IN_CLOSE_WRITE | libc::IN_MASK_ADD, libc::IN_MODIFY | libc::IN_ONLYDIR] {
+            assert_eq!(watch(mask), libc::SECCOMP_RET_ALLOW, "mask {mask:#x}");
+        }
+        assert_eq!(evaluate(sys(libc::SYS_fanotify_init), AUDIT_ARCH, 0x200), errno(libc::EPERM));
     }
 }

@@ -45,6 +45,7 @@ fn main() {
         ("no_capabilities_and_no_new_privileges", no_capabilities_and_no_new_privileges),
         ("setuid_and_setgid_bits_cannot_be_set_in_data", setuid_and_setgid_bits_cannot_be_set_in_data),
         ("data_is_mounted_nosuid_and_nodev", data_is_mounted_nosuid_and_nodev),
+        ("read_events_of_system_dirs_cannot_be_watched", read_events_of_system_dirs_cannot_be_watched),
         ("symlinks_in_data_are_never_followed_by_the_server", symlinks_in_data_are_never_followed_by_the_server),
         ("conversations_cannot_see_each_other", conversations_cannot_see_each_other),
         ("server_environment_does_not_leak", server_environment_does_not_leak),
@@ -674,6 +675,62 @@ fn data_is_mounted_nosuid_and_nodev() -> Result<(), Failed> {
     let code = "awk '$5 == \"/data\" { n = split($6, o, \",\"); for (i = 1; i <= n; i++) if (o[i] == \"nosuid\" || o[i] == \"nodev\") print o[i] }' /proc/self/mountinfo | sort";
     let report = sandbox.run("attack", Language::Bash, code);
     check_eq(report.outcome.stdout.as_str(), "nodev\nnosuid\n", &describe(&report))
+}
+
+/// The system directories are the host's inodes, bound read-only: an inotify watch for read-side events on
+/// `/usr/bin` would see every program the host (or another sandbox) runs from there, and fanotify the same on one
+/// file. Seccomp refuses watches for `IN_ACCESS`, `IN_OPEN` and `IN_CLOSE_NOWRITE`, and `fanotify_init`; watches for
+/// changes, as `fs.watch` and most tools ask, keep working, in `/data` as anywhere.
+fn read_events_of_system_dirs_cannot_be_watched() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let code = r#"
+import ctypes, errno, os, select, struct, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+IN_ACCESS, IN_MODIFY, IN_CLOSE_WRITE, IN_CLOSE_NOWRITE, IN_OPEN, IN_CREATE, IN_DELETE = 0x1, 0x2, 0x8, 0x10, 0x20, 0x100, 0x200
+IN_ALL_EVENTS = 0xfff
+def watch(fd, path, mask):
+    ctypes.set_errno(0)
+    wd = libc.inotify_add_watch(fd, path.encode(), mask)
+    return "watching" if wd >= 0 else errno.errorcode[ctypes.get_errno()]
+def events(fd, seconds):
+    names, deadline = set(), time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        select.select([fd], [], [], 0.1)
+        try:
+            buf = os.read(fd, 65536)
+        except BlockingIOError:
+            continue
+        offset = 0
+        while offset < len(buf):
+            _, mask, _, length = struct.unpack_from("iIII", buf, offset)
+            names.add(buf[offset + 16:offset + 16 + length].rstrip(b"\0").decode())
+            offset += 16 + length
+    return sorted(names)
+spy = libc.inotify_init1(os.O_NONBLOCK)
+for label, mask in [("open", IN_OPEN), ("access", IN_ACCESS), ("close-nowrite", IN_CLOSE_NOWRITE),
+                    ("all", IN_ALL_EVENTS), ("open+modify", IN_OPEN | IN_MODIFY)]:
+    print("/usr/bin", label, watch(spy, "/usr/bin", mask))
+print("/usr/bin events", events(spy, 3))
+ctypes.set_errno(0)
+FAN_CLASS_NOTIF, FAN_REPORT_FID = 0x0, 0x200
+rc = libc.syscall(300, FAN_CLASS_NOTIF | FAN_REPORT_FID, os.O_RDONLY)
+print("fanotify_init", "ok" if rc >= 0 else errno.errorcode[ctypes.get_errno()])
+changes = libc.inotify_init1(os.O_NONBLOCK)
+print("/usr/lib changes", watch(changes, "/usr/lib", IN_MODIFY | IN_CREATE | IN_DELETE))
+print("/data changes", watch(changes, "/data", IN_MODIFY | IN_CREATE | IN_DELETE | IN_CLOSE_WRITE))
+with open("/data/new.txt", "w") as f:
+    f.write("x")
+print("/data events", events(changes, 1))
+"#;
+    let mut report = None;
+    // The host runs /usr/bin/true all along; a watch on /usr/bin that sees "true" sees the host.
+    slowest_host_spawn_every(Duration::from_millis(50), || report = Some(python(&sandbox, code)));
+    let report = report.unwrap();
+    let expected = "/usr/bin open EPERM\n/usr/bin access EPERM\n/usr/bin close-nowrite EPERM\n/usr/bin all EPERM\n\
+                    /usr/bin open+modify EPERM\n/usr/bin events []\nfanotify_init EPERM\n/usr/lib changes watching\n\
+                    /data changes watching\n/data events ['new.txt']\n";
+    check_eq(report.outcome.stdout.as_str(), expected, &describe(&report))
 }
 
 fn symlinks_in_data_are_never_followed_by_the_server() -> Result<(), Failed> {
