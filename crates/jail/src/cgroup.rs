@@ -227,6 +227,36 @@ fn write(dir: &Path, file: &str, value: &str) -> std::io::Result<()> {
         .map_err(|e| std::io::Error::new(e.kind(), format!("write {value} to {}: {e}", dir.join(file).display())))
 }
 
+/// Bounds the kernel's socket buffers of a v1 memory group by `bytes`.
+///
+/// cgroup v2 charges socket buffers to `memory.max`. v1 keeps them in a counter of their own, `memory.kmem.tcp`,
+/// which the kernel starts using for a group only when its limit is first written: until then a run's sockets are
+/// charged to no group, and one run held 768 MiB of TCP buffers over its own loopback under a 64 MiB limit, out of
+/// the host-wide TCP budget (`net.ipv4.tcp_mem`). The limit is written when the slot is set up, before the program
+/// joins the group, so every socket of the run is charged (a socket is tied to a group when it is created; one
+/// created before the first write would never be). Beyond the limit, sends wait and received packets are dropped
+/// until buffers drain; nothing is killed. Socket buffers count apart from `memory.limit_in_bytes` on v1, so a run
+/// can hold up to twice its memory limit in all. Kernels without the file (not built with v1 memory accounting)
+/// are skipped, as with `memsw`.
+///
+/// The write fails with `EBUSY` when the group's sockets hold more than `bytes` already: sockets of an earlier run
+/// of the slot still closing (a connection's unsent data outlives its process for a while). Their charge shows the
+/// counter in use, so an earlier run set a limit, which stays; the run goes on under it.
+fn limit_socket_memory(memory_dir: &Path, bytes: u64) -> std::io::Result<()> {
+    const FILE: &str = "memory.kmem.tcp.limit_in_bytes";
+    match std::fs::write(memory_dir.join(FILE), bytes.to_string()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+            tracing::warn!(dir = %memory_dir.display(), "socket buffers of an earlier run exceed this run's limit; the earlier limit stays");
+            Ok(())
+        }
+        Err(e) => {
+            Err(std::io::Error::new(e.kind(), format!("write {bytes} to {}: {e}", memory_dir.join(FILE).display())))
+        }
+    }
+}
+
 /// The cgroups of one run: a slot held for the run's duration.
 #[derive(Debug)]
 pub struct RunCgroup {
@@ -268,6 +298,7 @@ impl RunCgroup {
                 if has_memsw && memory <= current {
                     write(memory_dir, "memory.memsw.limit_in_bytes", &memory.to_string())?;
                 }
+                limit_socket_memory(memory_dir, memory)?;
                 write(pids_dir, "pids.max", &limits.pids.to_string())?;
                 write(cpu_dir, "cpu.cfs_period_us", &CPU_PERIOD_US.to_string())?;
                 write(cpu_dir, "cpu.cfs_quota_us", &quota.to_string())?;

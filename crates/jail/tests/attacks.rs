@@ -32,6 +32,7 @@ fn main() {
         ),
         ("fork_bomb_is_contained", fork_bomb_is_contained),
         ("memory_bomb_is_killed_as_out_of_memory", memory_bomb_is_killed_as_out_of_memory),
+        ("loopback_tcp_buffers_stay_within_the_memory_limit", loopback_tcp_buffers_stay_within_the_memory_limit),
         ("setsid_double_fork_dies_at_the_deadline", setsid_double_fork_dies_at_the_deadline),
         ("background_children_die_with_the_program", background_children_die_with_the_program),
         ("output_flood_is_capped_and_server_memory_stays_flat", output_flood_is_capped_and_server_memory_stays_flat),
@@ -344,6 +345,57 @@ fn memory_bomb_is_killed_as_out_of_memory() -> Result<(), Failed> {
     let report = python(&sandbox, "hog = 'x' * (512 * 1024 * 1024)\nprint('survived', len(hog))");
     check_eq(report.outcome.termination.clone(), Termination::OutOfMemory, &describe(&report))?;
     check(!report.outcome.stdout.contains("survived"), || "the allocation succeeded".into())
+}
+
+/// Kernel TCP buffers are memory too: on cgroup v1 they are charged to the run only once the run's group has a
+/// `memory.kmem.tcp` limit, and without one a run limited to 64 MiB held 768 MiB of them over its own loopback (out
+/// of the host-wide TCP budget). Many connections whose receiver never reads, with large buffers, fill them; what
+/// the senders got into the kernel (a lower bound of the memory it takes) must stay within the run's limit.
+fn loopback_tcp_buffers_stay_within_the_memory_limit() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|limits| {
+        limits.memory_mb = 64;
+        limits.timeout = Duration::from_secs(30);
+    });
+    // Writing stops at 256 MiB so the unprotected case shows without eating the host's TCP budget.
+    let code = r#"
+import socket, time
+MiB = 1 << 20
+def tcp_mem():
+    fields = next(l.split() for l in open("/proc/net/sockstat") if l.startswith("TCP:"))
+    return int(fields[fields.index("mem") + 1]) * 4096 // MiB
+listener = socket.socket()
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 * MiB)
+listener.bind(("127.0.0.1", 0))
+listener.listen(128)
+pairs = []
+for _ in range(100):
+    sender = socket.socket()
+    sender.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 * MiB)
+    sender.connect(listener.getsockname())
+    receiver, _ = listener.accept()
+    sender.setblocking(False)
+    pairs.append((sender, receiver))
+chunk, held, idle, peak = b"x" * (256 * 1024), 0, 0, 0
+while idle < 5 and held < 256 * MiB:
+    before = held
+    for sender, _ in pairs:
+        try:
+            held += sender.send(chunk)
+        except BlockingIOError:
+            pass
+    peak = max(peak, tcp_mem())
+    if held == before:
+        idle += 1
+        time.sleep(0.1)
+    else:
+        idle = 0
+print(held // MiB, "MiB held;", peak, "MiB of TCP memory on the host at the peak")
+"#;
+    let report = python(&sandbox, code);
+    check_eq(report.outcome.termination.clone(), Termination::Exited { code: 0 }, &describe(&report))?;
+    let held: u64 = report.outcome.stdout.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(u64::MAX);
+    // Slack: each connection may force one buffer past the limit (the kernel never fails the first skb of a send).
+    check(held < 64 + 32, || format!("the run's sockets held more than its 64 MiB limit: {}", describe(&report)))
 }
 
 fn setsid_double_fork_dies_at_the_deadline() -> Result<(), Failed> {
