@@ -145,10 +145,10 @@ pub struct SandboxArgs {
     #[arg(long = "root", env = "SANDBOX_ROOT", default_value = "./sandlot-data", value_parser = absolute_path)]
     pub root: PathBuf,
     /// Default deadline of a run, in seconds.
-    #[arg(long, env = "SANDLOT_TIMEOUT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "SANDLOT_TIMEOUT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_SECS))]
     pub timeout_secs: u64,
     /// Longest deadline a run may ask for, in seconds.
-    #[arg(long, env = "SANDLOT_MAX_TIMEOUT_SECS", default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "SANDLOT_MAX_TIMEOUT_SECS", default_value_t = 3600, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_SECS))]
     pub max_timeout_secs: u64,
     /// Memory per run, in MiB (no swap).
     #[arg(long, env = "SANDLOT_MEMORY_MB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(16..))]
@@ -186,6 +186,10 @@ pub struct SandboxArgs {
     #[arg(long, env = "SANDLOT_KEEP_NETNS", default_value_t = true, action = clap::ArgAction::Set)]
     pub keep_netns: bool,
 }
+
+/// The longest deadline a server may be configured with: a year. Deadlines are added to clocks and to grace
+/// periods, which must not overflow.
+const MAX_TIMEOUT_SECS: u64 = 365 * 24 * 3600;
 
 fn parse_cpus(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {

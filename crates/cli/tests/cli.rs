@@ -272,6 +272,19 @@ fn run_refuses_bad_requests_with_exit_code_2() {
         text(&out.stderr),
         "sandlot: invalid language: unknown language \"cobol\"; expected one of python, typescript, javascript, bash\n"
     );
+    // Attack: --timeout 1e300 panicked the command (a float of seconds that no Duration holds).
+    let positive = "sandlot: invalid --timeout: must be a positive number of seconds\n";
+    for (timeout, message) in [
+        ("1e300", "sandlot: invalid --timeout: is 1e300 s; the limit is 3600 s\n"),
+        ("inf", positive),
+        ("NaN", positive),
+        ("-1", positive),
+        ("0", positive),
+        ("3601", "sandlot: invalid --timeout: is 3601 s; the limit is 3600 s\n"),
+    ] {
+        let out = sandlot(&["run", "-l", "python", &format!("--timeout={timeout}")], "print(1)", root.path());
+        assert_eq!((out.status.code(), text(&out.stderr)), (Some(2), message), "--timeout {timeout}");
+    }
 }
 
 #[test]

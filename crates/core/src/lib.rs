@@ -31,7 +31,7 @@ pub use error::{Error, Result};
 pub use events::{EVENT_BUFFER, RunEvent};
 pub use history::{History, MAX_LISTED_RUNS, Outcome, RunRecord};
 pub use language::Language;
-pub use limits::Limits;
+pub use limits::{Limits, MIN_TIMEOUT, timeout_from_secs};
 pub use outcome::{RunOutcome, Termination};
 pub use output::{CapturedStream, OutputChunk, OutputSink, Stream};
 pub use quota::{DISK_CHECK_INTERVAL, WALK_COST_FACTOR, at_quota, quota_exceeded};

@@ -41,3 +41,45 @@ impl Default for Limits {
         }
     }
 }
+
+/// The shortest deadline a request may ask for.
+pub const MIN_TIMEOUT: Duration = Duration::from_millis(1);
+
+/// A caller's number of seconds (`field` names where it came from) as a deadline of at least [`MIN_TIMEOUT`] and
+/// at most `max`. Every face converts a requested timeout here: `Duration::from_secs_f64` panics on NaN, infinity
+/// and anything past `u64::MAX` seconds, so no caller's float may reach it unchecked.
+pub fn timeout_from_secs(field: &'static str, secs: f64, max: Duration) -> crate::Result<Duration> {
+    if !secs.is_finite() || secs <= 0.0 {
+        return Err(crate::Error::invalid(field, "must be a positive number of seconds"));
+    }
+    if secs > max.as_secs_f64() {
+        // Debug prints 1e300 as "1e300", where Display writes out all 301 digits.
+        let shown = if secs < 1e16 { secs.to_string() } else { format!("{secs:?}") };
+        return Err(crate::Error::invalid(field, format!("is {shown} s; the limit is {} s", max.as_secs())));
+    }
+    // `secs` is finite and at most `max` here, so the conversion cannot fail; the fallback is never taken.
+    let timeout = Duration::try_from_secs_f64(secs).unwrap_or(max);
+    if timeout < MIN_TIMEOUT {
+        return Err(crate::Error::invalid(field, "must be at least 1 ms"));
+    }
+    Ok(timeout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_from_any_float_are_checked_never_panic() {
+        let max = Duration::from_secs(3600);
+        let message = |secs: f64| timeout_from_secs("t", secs, max).map_err(|e| e.to_string());
+        assert_eq!(message(1.5), Ok(Duration::from_millis(1500)));
+        assert_eq!(message(3600.0), Ok(max));
+        assert_eq!(message(1e300), Err("invalid t: is 1e300 s; the limit is 3600 s".into()));
+        assert_eq!(message(3600.25), Err("invalid t: is 3600.25 s; the limit is 3600 s".into()));
+        assert_eq!(message(1e-4), Err("invalid t: must be at least 1 ms".into()));
+        for bad in [0.0, -0.0, -1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, f64::MIN] {
+            assert_eq!(message(bad), Err("invalid t: must be a positive number of seconds".into()), "{bad}");
+        }
+    }
+}

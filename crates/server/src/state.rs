@@ -18,7 +18,7 @@ pub struct FileUrls {
 impl FileUrls {
     /// A signed URL for `path` in `conversation_id`, valid for the configured time from now.
     pub fn url(&self, conversation_id: &str, path: &str) -> String {
-        let expires = self.ttl.map(|ttl| unix_now() + ttl.as_secs());
+        let expires = self.ttl.map(|ttl| unix_now().saturating_add(ttl.as_secs()));
         self.signer.url(&self.public_base_url, conversation_id, path, expires)
     }
 }

@@ -535,3 +535,47 @@ async fn legacy_sse_sessions_are_capped_too() {
     );
     drop(second);
 }
+
+/// Attack: a timeout that does not fit a `Duration` (1e300 s) panicked the worker that parsed it, and the request
+/// was never answered. Every out-of-range timeout gets -32602 naming `timeoutSeconds` (within 10 s, not never),
+/// numbers JSON cannot hold get -32700, and the server answers the next request as usual.
+#[tokio::test]
+async fn out_of_range_timeouts_are_refused_by_name_and_the_server_keeps_serving() {
+    let (_root, _state, router) = setup(None);
+    let positive = "timeoutSeconds must be a positive number of seconds";
+    let cases = [
+        ("1e300", "invalid timeoutSeconds: is 1e300 s; the limit is 3600 s".to_owned()),
+        ("1.7976931348623157e308", "invalid timeoutSeconds: is 1.7976931348623157e308 s; the limit is 3600 s".into()),
+        ("18446744073709551616", "invalid timeoutSeconds: is 1.8446744073709552e19 s; the limit is 3600 s".into()),
+        ("3601", "invalid timeoutSeconds: is 3601 s; the limit is 3600 s".into()),
+        ("3600.5", "invalid timeoutSeconds: is 3600.5 s; the limit is 3600 s".into()),
+        ("-1", positive.into()),
+        ("-1e300", positive.into()),
+        ("0", positive.into()),
+        ("-0.0", positive.into()),
+        ("1e-300", "invalid timeoutSeconds: must be at least 1 ms".into()),
+    ];
+    for (number, message) in cases {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"sandbox.run_code","arguments":{{"conversationId":"c","language":"python","code":"1","timeoutSeconds":{number}}}}}}}"#
+        );
+        let answer = tokio::time::timeout(std::time::Duration::from_secs(10), rpc(&router, &body)).await;
+        let (status, value) = answer.unwrap_or_else(|_| panic!("timeoutSeconds {number}: no answer within 10 s"));
+        let error = &value["error"];
+        assert_eq!(
+            (status, error["code"].as_i64(), error["message"].as_str(), error["data"]["field"].as_str()),
+            (StatusCode::OK, Some(-32602), Some(message.as_str()), Some("timeoutSeconds")),
+            "{number}: {value}"
+        );
+    }
+    // NaN, infinity and numbers beyond f64 are not JSON numbers: refused as malformed JSON.
+    for number in ["NaN", "Infinity", "1e400"] {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"sandbox.run_code","arguments":{{"conversationId":"c","language":"python","code":"1","timeoutSeconds":{number}}}}}}}"#
+        );
+        let (status, value) = rpc(&router, &body).await;
+        assert_eq!((status, value["error"]["code"].as_i64()), (StatusCode::BAD_REQUEST, Some(-32700)), "{number}");
+    }
+    let (status, value) = rpc(&router, r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#).await;
+    assert_eq!((status, value["result"]["tools"].as_array().map(Vec::len)), (StatusCode::OK, Some(4)));
+}

@@ -28,9 +28,13 @@ pub async fn run(args: RunArgs, mut prefork: Option<sandlot_jail::Prefork>) -> a
         Some(path) if path.as_os_str() == "-" => read_stdin()?,
         Some(path) => std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?,
     };
-    let timeout = match args.timeout {
-        Some(secs) if secs.is_finite() && secs > 0.0 => Some(Duration::from_secs_f64(secs)),
-        Some(secs) => anyhow::bail!("--timeout must be a positive number of seconds, not {secs}"),
+    let max_timeout = Duration::from_secs(args.sandbox.max_timeout_secs);
+    let timeout = match args.timeout.map(|secs| sandlot_core::timeout_from_secs("--timeout", secs, max_timeout)) {
+        Some(Ok(timeout)) => Some(timeout),
+        Some(Err(e)) => {
+            eprintln!("sandlot: {e}");
+            return Ok(ExitCode::from(EXIT_USAGE));
+        }
         None => None,
     };
     // Only the requested language's runner is looked up, without asking its version: `run` stays fast.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use rmcp::ErrorData as McpError;
 use rmcp::model::{CallToolResult, JsonObject, Tool, ToolAnnotations};
-use sandlot_core::{Error, Outcome, RunReport, RunRequest, Termination};
+use sandlot_core::{Error, Outcome, RunReport, RunRequest, Termination, timeout_from_secs};
 use serde_json::{Value, json};
 
 use super::arguments::{optional_object, optional_seconds, optional_string, optional_string_map, required_string};
@@ -84,15 +84,21 @@ pub fn definition() -> Tool {
 }
 
 fn parse(
+    state: &AppState,
     arguments: &JsonObject,
     caller: String,
     cancel: tokio_util::sync::CancellationToken,
 ) -> Result<RunRequest, McpError> {
+    let max_timeout = state.engine.config().max_timeout;
+    let timeout = optional_seconds(arguments, "timeoutSeconds")?
+        .map(|secs| timeout_from_secs("timeoutSeconds", secs, max_timeout))
+        .transpose()
+        .map_err(|e| errors::from_engine(&e))?;
     Ok(RunRequest {
         conversation_id: required_string(arguments, "conversationId")?,
         language: required_string(arguments, "language")?,
         code: required_string(arguments, "code")?,
-        timeout: optional_seconds(arguments, "timeoutSeconds")?.map(Duration::from_secs_f64),
+        timeout,
         env: optional_string_map(arguments, "env")?,
         stdin: optional_string(arguments, "stdin")?.unwrap_or_default().into_bytes(),
         metadata: optional_object(arguments, "metadata")?,
@@ -108,7 +114,7 @@ pub async fn call(
     sink: &dyn sandlot_core::OutputSink,
     cancel: tokio_util::sync::CancellationToken,
 ) -> Result<CallToolResult, McpError> {
-    let request = parse(&arguments, caller, cancel)?;
+    let request = parse(state, &arguments, caller, cancel)?;
     match state.engine.run(request, sink).await {
         Ok(report) => Ok(render(state, &report)),
         Err(error @ Error::Busy { retry_after, .. }) => Ok(busy(&error, retry_after)),
