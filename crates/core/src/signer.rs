@@ -1,6 +1,11 @@
 //! HMAC-SHA256 signatures for file download URLs.
 //!
-//! The signed message is `conversationId + "/" + path`, and, when the URL expires, `+ "\n" + exp` (unix seconds).
+//! A URL that never expires signs the seed's message, `conversationId + "/" + path`. A URL that expires signs
+//! [`EXPIRING_TAG`], then the conversation id, the path and `exp` (unix seconds), each of the first two preceded by
+//! its length as 8 big-endian bytes and `exp` as 8 big-endian bytes: one message, one reading. (The seed's
+//! expiring form, `conversationId/path\nexp`, was also the message of the non-expiring URL of the path
+//! `path\nexp`, so a file with that name made an expired URL valid forever.) The tag holds a NUL byte, and no
+//! accepted conversation id or path holds a control character, so no non-expiring message equals an expiring one.
 //! Signatures are lowercase hex; verification is constant-time.
 
 use hmac::{Hmac, Mac};
@@ -11,6 +16,14 @@ type HmacSha256 = Hmac<Sha256>;
 
 /// Characters left as they are in a URL path segment (RFC 3986 unreserved).
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+/// The first bytes of the message an expiring URL signs (see the module's doc).
+pub const EXPIRING_TAG: &[u8] = b"sandlot-file-url-v2\0";
+
+/// Whether `text` holds a control character (C0, DEL or C1), which no served path or conversation id may hold.
+pub fn has_control(text: &str) -> bool {
+    text.chars().any(char::is_control)
+}
 
 /// Signs and verifies file URLs with one secret.
 #[derive(Clone)]
@@ -33,12 +46,20 @@ impl Signer {
     fn mac(&self, conversation_id: &str, path: &str, expires: Option<u64>) -> HmacSha256 {
         // new_from_slice accepts keys of any length for HMAC.
         let mut mac = <HmacSha256 as Mac>::new_from_slice(&self.key).unwrap_or_else(|_| unreachable!());
-        mac.update(conversation_id.as_bytes());
-        mac.update(b"/");
-        mac.update(path.as_bytes());
-        if let Some(exp) = expires {
-            mac.update(b"\n");
-            mac.update(exp.to_string().as_bytes());
+        match expires {
+            None => {
+                mac.update(conversation_id.as_bytes());
+                mac.update(b"/");
+                mac.update(path.as_bytes());
+            }
+            Some(exp) => {
+                mac.update(EXPIRING_TAG);
+                for part in [conversation_id, path] {
+                    mac.update(&(part.len() as u64).to_be_bytes());
+                    mac.update(part.as_bytes());
+                }
+                mac.update(&exp.to_be_bytes());
+            }
         }
         mac
     }
@@ -49,8 +70,9 @@ impl Signer {
     }
 
     /// Whether `signature` is valid for these values and, when `expires` is given, `now` is not past it.
+    /// A conversation id or path with a control character is never valid: none is signed or served.
     pub fn verify(&self, conversation_id: &str, path: &str, expires: Option<u64>, signature: &str, now: u64) -> bool {
-        if expires.is_some_and(|exp| now > exp) {
+        if expires.is_some_and(|exp| now > exp) || has_control(conversation_id) || has_control(path) {
             return false;
         }
         let Ok(bytes) = hex::decode(signature) else {
@@ -98,6 +120,22 @@ mod tests {
         assert!(!signer.verify("c", "dir/f.bin", None, &sig, 0), "expiry dropped");
         assert!(!signer.verify("c", "dir/f.bin", Some(100), "zz", 0), "not hex");
         assert!(!Signer::new("other").verify("c", "dir/f.bin", Some(100), &sig, 0), "other key");
+    }
+
+    #[test]
+    fn expiring_and_non_expiring_messages_never_meet() {
+        let signer = Signer::new("k");
+        // The seed's ambiguity: the expiring URL of "P" signed "c/P\n100", the non-expiring one of "P\n100" too.
+        let expiring = signer.sign("c", "P", Some(100));
+        assert_ne!(expiring, signer.sign("c", "P\n100", None));
+        assert!(!signer.verify("c", "P\n100", None, &expiring, 0));
+        // A control character is refused even with its own valid signature.
+        let own = signer.sign("c", "P\n100", None);
+        assert!(!signer.verify("c", "P\n100", None, &own, 0));
+        assert!(!signer.verify("c\u{7f}", "P", None, &signer.sign("c\u{7f}", "P", None), 0));
+        // Lengths keep the id/path split unique: ("ab", "c") and ("a", "bc") differ.
+        assert_ne!(signer.sign("ab", "c", Some(1)), signer.sign("a", "bc", Some(1)));
+        // The non-expiring form is still the seed's (see signature_matches_an_independent_hmac).
     }
 
     #[test]

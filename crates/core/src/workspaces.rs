@@ -102,7 +102,8 @@ impl Workspaces {
             return Ok(listing);
         };
         walk(root.as_fd(), Some(""), 0, &mut |path, size| {
-            let Some(path) = path else { return true }; // not UTF-8: cannot be named in a URL
+            // Not UTF-8, or a control character: cannot be named in a URL (see signer.rs).
+            let Some(path) = path.filter(|p| !p.chars().any(char::is_control)) else { return true };
             if listing.files.len() == max_entries {
                 listing.truncated = true;
                 return false;
@@ -239,8 +240,8 @@ pub(crate) fn validate_relative_path(path: &str) -> Result<()> {
     if path.starts_with('/') {
         return invalid("is absolute");
     }
-    if path.contains('\0') {
-        return invalid("contains a NUL byte");
+    if path.chars().any(char::is_control) {
+        return invalid("contains a control character");
     }
     for segment in path.split('/') {
         match segment {
@@ -460,7 +461,9 @@ mod tests {
             ("../x", "has a '.' or '..' segment"),
             ("a/../../x", "has a '.' or '..' segment"),
             ("a//b", "has an empty segment"),
-            ("a\0b", "contains a NUL byte"),
+            ("a\0b", "contains a control character"),
+            ("P\n1000", "contains a control character"),
+            ("a\u{85}b", "contains a control character"),
         ];
         for (path, message) in cases {
             match ws.open(&id, path).unwrap_err() {

@@ -579,3 +579,34 @@ async fn out_of_range_timeouts_are_refused_by_name_and_the_server_keeps_serving(
     let (status, value) = rpc(&router, r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#).await;
     assert_eq!((status, value["result"]["tools"].as_array().map(Vec::len)), (StatusCode::OK, Some(4)));
 }
+
+/// Attack: the signature of an expiring URL covered `conversationId/path\nexp`, which is also the message of a
+/// non-expiring URL for the path `path\nexp`. A sandbox that writes a file named `P\n<exp>` turned an expired URL
+/// of `P` into a URL that never expires. Now the expiring form is signed with an encoding no path can imitate, and
+/// a path with a control character is refused before anything else.
+#[tokio::test]
+async fn an_expired_url_cannot_be_replayed_for_a_path_with_a_newline() {
+    let (_root, state, router) = setup(Some(std::time::Duration::from_secs(60)));
+    let exp = 1_000_000_000u64; // 2001: long expired
+    let forged_name = format!("P\n{exp}");
+    write(&state, "c", "P", b"real\n");
+    write(&state, "c", &forged_name, b"planted\n");
+    let expired_sig = state.files.signer.sign("c", "P", Some(exp));
+    assert_eq!(send(&router, get(&format!("/files/c/P?exp={exp}&sig={expired_sig}"))).await.0, StatusCode::FORBIDDEN);
+    for uri in [
+        format!("/files/c/P%0A{exp}?sig={expired_sig}"),
+        format!("/files/c/P%0a{exp}?sig={expired_sig}"),
+        format!("/files/c/P%0A{exp}?exp={}&sig={expired_sig}", u64::MAX),
+    ] {
+        let (status, _, body) = send(&router, get(&uri)).await;
+        assert!(
+            matches!(status, StatusCode::FORBIDDEN | StatusCode::BAD_REQUEST),
+            "{uri}: {status} {}",
+            String::from_utf8_lossy(&body)
+        );
+        assert!(!String::from_utf8_lossy(&body).contains("planted"), "{uri}");
+    }
+    // Even a URL the server signed itself for such a name is refused: no served path holds a control character.
+    let signed = state.files.signer.url("http://test", "c", &forged_name, None);
+    assert_eq!(send(&router, get(path_of(&signed))).await.0, StatusCode::FORBIDDEN);
+}

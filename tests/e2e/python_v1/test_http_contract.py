@@ -69,7 +69,12 @@ def test_tampered_expired_and_symlinked_downloads_are_refused(server):
     for bad in (tampered, expired, other):
         assert httpx.get(bad).status_code == 403, bad
     # Even a correctly signed URL for the symlink gets nothing.
-    leak_sig = __import__("hmac").new(server.file_secret.encode(), f"dl/leak\n{query['exp']}".encode(), "sha256").hexdigest()
+    # The expiring form's message (crates/core/src/signer.rs): a tag, then id, path (length-prefixed) and exp.
+    message = b"sandlot-file-url-v2\0"
+    for part in (b"dl", b"leak"):
+        message += len(part).to_bytes(8, "big") + part
+    message += int(query["exp"]).to_bytes(8, "big")
+    leak_sig = __import__("hmac").new(server.file_secret.encode(), message, "sha256").hexdigest()
     response = httpx.get(f"{base}/files/dl/leak?exp={query['exp']}&sig={leak_sig}")
     assert response.status_code == 404
     assert b"root:" not in response.content
