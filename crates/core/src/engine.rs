@@ -32,6 +32,8 @@ pub struct EngineConfig {
     pub max_code_bytes: usize,
     /// Most files listed in a result.
     pub max_files_listed: usize,
+    /// Most bytes of file paths listed in a result, all paths together (their URLs take about as much again).
+    pub max_listed_path_bytes: usize,
 }
 
 impl Default for EngineConfig {
@@ -44,6 +46,7 @@ impl Default for EngineConfig {
             queue_wait_limit: Duration::from_secs(60),
             max_code_bytes: 1024 * 1024,
             max_files_listed: 1000,
+            max_listed_path_bytes: 64 * 1024,
         }
     }
 }
@@ -142,6 +145,11 @@ impl Engine {
         self.backend.name()
     }
 
+    /// The files a result lists: bounded in number and in bytes of paths.
+    fn list_files(&self, conversation: &ConversationId) -> Result<FileListing> {
+        self.workspaces.list_within(conversation, self.config.max_files_listed, self.config.max_listed_path_bytes)
+    }
+
     /// Validates a request into a job's parts without running anything.
     fn validate(&self, request: RunRequest) -> Result<(ConversationId, Language, Limits, RunRequest)> {
         let conversation = ConversationId::parse(&request.conversation_id)?;
@@ -211,7 +219,7 @@ impl Engine {
             Err(Refusal::Cancelled) => {
                 drop(entry); // recorded as cancelled
                 let outcome = RunOutcome::empty(Termination::Cancelled, Duration::ZERO);
-                let files = self.workspaces.list(&conversation, self.config.max_files_listed)?;
+                let files = self.list_files(&conversation)?;
                 return Ok(RunReport { run_id, conversation_id: conversation, language, limits, outcome, files });
             }
         };
@@ -239,7 +247,7 @@ impl Engine {
         };
         self.admission.record_duration(outcome.duration);
         entry.finish(&outcome);
-        let files = self.workspaces.list(&conversation, self.config.max_files_listed)?;
+        let files = self.list_files(&conversation)?;
         tracing::info!(
             run_id,
             exit_code = outcome.exit_code(),

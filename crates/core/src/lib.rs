@@ -33,7 +33,7 @@ pub use history::{History, MAX_LISTED_RUNS, Outcome, RunRecord};
 pub use language::Language;
 pub use limits::{Limits, MIN_TIMEOUT, timeout_from_secs};
 pub use outcome::{RunOutcome, Termination};
-pub use output::{CapturedStream, OutputChunk, OutputSink, Stream};
+pub use output::{CapturedStream, OutputChunk, OutputSink, Stream, json_prefix};
 pub use quota::{DISK_CHECK_INTERVAL, WALK_COST_FACTOR, at_quota, quota_exceeded};
 pub use request::RunRequest;
 pub use signer::Signer;

@@ -65,9 +65,48 @@ impl CapturedStream {
     }
 }
 
+/// The longest prefix of `text` (ending on a character boundary) that takes at most `budget` bytes inside a JSON
+/// string as serde_json writes it: `"`, `\\` and the short escapes (`\n`, `\t`, ...) take 2 bytes, other control
+/// characters 6 (`\u0001`), everything else its UTF-8 length. Used to bound a result in the bytes it is sent as,
+/// whatever the program printed (a control byte is 1 byte of output but 6 of JSON).
+pub fn json_prefix(text: &str, budget: usize) -> &str {
+    if text.len().saturating_mul(6) <= budget {
+        return text; // even all control characters would fit
+    }
+    let mut used = 0usize;
+    for (index, byte) in text.bytes().enumerate() {
+        used += match byte {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0..0x20 => 6,
+            _ => 1,
+        };
+        if used > budget {
+            let mut end = index;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            return &text[..end];
+        }
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_prefix_counts_bytes_as_json_writes_them() {
+        for text in ["plain", "a\"b\\c\nd", "\u{1}\u{2}x", "é✓🦀", "\u{7f}\u{85}"] {
+            let encoded = serde_json::to_string(text).unwrap().len() - 2;
+            assert_eq!(json_prefix(text, encoded), text, "{text:?} fits its own size");
+            let shorter = json_prefix(text, encoded - 1);
+            assert!(shorter.len() < text.len() && text.starts_with(shorter), "{text:?}");
+            assert!(serde_json::to_string(shorter).unwrap().len() - 2 < encoded, "{text:?}");
+        }
+        assert_eq!(json_prefix(&"\u{1}".repeat(1000), 60), "\u{1}".repeat(10));
+        assert_eq!(json_prefix("é", 1), "", "never half a character");
+    }
 
     #[test]
     fn keeps_up_to_the_cap_and_marks_truncation() {

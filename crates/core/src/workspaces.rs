@@ -97,17 +97,26 @@ impl Workspaces {
     /// Every regular file under the conversation's directory (symlinks and special files are skipped, never
     /// followed), at most `max_entries` of them.
     pub fn list(&self, id: &ConversationId, max_entries: usize) -> Result<FileListing> {
+        self.list_within(id, max_entries, usize::MAX)
+    }
+
+    /// [`Workspaces::list`], also stopped (and marked truncated) before the listed paths would hold more than
+    /// `max_path_bytes` bytes in all: a tree of long, deeply nested names must not make a listing (and the result
+    /// built from it) of any size.
+    pub fn list_within(&self, id: &ConversationId, max_entries: usize, max_path_bytes: usize) -> Result<FileListing> {
         let mut listing = FileListing::default();
+        let mut path_bytes = 0usize;
         let Some(root) = self.open_files_dir(id)? else {
             return Ok(listing);
         };
         walk(root.as_fd(), Some(""), 0, &mut |path, size| {
             // Not UTF-8, or a control character: cannot be named in a URL (see signer.rs).
             let Some(path) = path.filter(|p| !p.chars().any(char::is_control)) else { return true };
-            if listing.files.len() == max_entries {
+            if listing.files.len() == max_entries || path_bytes.saturating_add(path.len()) > max_path_bytes {
                 listing.truncated = true;
                 return false;
             }
+            path_bytes += path.len();
             listing.files.push(FileEntry { path: path.to_owned(), size });
             true
         })
@@ -450,6 +459,18 @@ mod tests {
         }
         assert!(matches!(ws.open(&id, "d").unwrap_err(), Error::FileNotFound { .. }));
         assert!(matches!(ws.open(&id, "nope").unwrap_err(), Error::FileNotFound { .. }));
+    }
+
+    #[test]
+    fn a_listing_stops_at_its_byte_budget() {
+        let (_tmp, ws, id, dir) = setup();
+        for name in ["aaaa", "bbbb", "cccc"] {
+            std::fs::write(dir.join(name), b"").unwrap();
+        }
+        let listing = ws.list_within(&id, 10, 8).unwrap();
+        assert_eq!((listing.files.len(), listing.truncated), (2, true));
+        let listing = ws.list_within(&id, 10, 12).unwrap();
+        assert_eq!((listing.files.len(), listing.truncated), (3, false));
     }
 
     #[test]

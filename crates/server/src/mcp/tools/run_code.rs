@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use rmcp::ErrorData as McpError;
 use rmcp::model::{CallToolResult, JsonObject, Tool, ToolAnnotations};
-use sandlot_core::{Error, Outcome, RunReport, RunRequest, Termination, timeout_from_secs};
+use sandlot_core::{Error, Outcome, RunReport, RunRequest, Termination, json_prefix, timeout_from_secs};
 use serde_json::{Value, json};
 
 use super::arguments::{optional_object, optional_seconds, optional_string, optional_string_map, required_string};
@@ -147,9 +147,47 @@ fn result(value: Value, success: bool) -> CallToolResult {
     result
 }
 
+/// Bytes of each stream a result holds, as JSON (a control byte takes 6). With the file list's own bound
+/// (`EngineConfig::max_listed_path_bytes`), this bounds a whole result: stdout and stderr are at most 1 MiB each,
+/// `output` (both again) 2 MiB, the files well under 1 MiB, and the text block, the same JSON escaped once more, at
+/// most twice all that: under 14 MiB as sent, whatever the run printed or left in `/data`.
+pub const RESULT_STREAM_BYTES: usize = 1024 * 1024;
+
 fn render(state: &AppState, report: &RunReport) -> CallToolResult {
     let outcome = &report.outcome;
-    let diagnostic = outcome.termination.diagnostic(report.limits.timeout);
+    let config = state.engine.config();
+    let stdout = json_prefix(&outcome.stdout, RESULT_STREAM_BYTES);
+    let stderr = json_prefix(&outcome.stderr, RESULT_STREAM_BYTES);
+    // Whatever was cut is said in `output`, after the termination's own diagnostic.
+    let mut notes: Vec<String> = outcome.termination.diagnostic(report.limits.timeout).into_iter().collect();
+    let streams = [
+        ("stdout", stdout, &outcome.stdout, outcome.stdout_truncated),
+        ("stderr", stderr, &outcome.stderr, outcome.stderr_truncated),
+    ];
+    for (name, kept, printed, capped) in streams {
+        if kept.len() < printed.len() {
+            notes.push(format!(
+                "{name} cut to its first {} bytes: a result holds at most {} KiB of each stream as JSON",
+                kept.len(),
+                RESULT_STREAM_BYTES / 1024
+            ));
+        } else if capped {
+            notes.push(format!(
+                "{name} cut: the run printed more than the {} bytes kept of each stream",
+                report.limits.max_output_bytes
+            ));
+        }
+    }
+    if report.files.truncated {
+        notes.push(format!(
+            "file list cut: {} files listed; a result lists at most {} files and {} KiB of paths",
+            report.files.files.len(),
+            config.max_files_listed,
+            config.max_listed_path_bytes / 1024
+        ));
+    }
+    let cut = stdout.len() < outcome.stdout.len() || stderr.len() < outcome.stderr.len();
+    let diagnostic = (!notes.is_empty()).then(|| notes.join("\n"));
     let files: Vec<Value> = report
         .files
         .files
@@ -160,12 +198,12 @@ fn render(state: &AppState, report: &RunReport) -> CallToolResult {
         .collect();
     let value = json!({
         "success": outcome.success(),
-        "output": combined_output(&outcome.stdout, &outcome.stderr, diagnostic.as_deref()),
-        "stdout": outcome.stdout,
-        "stderr": outcome.stderr,
+        "output": combined_output(stdout, stderr, diagnostic.as_deref()),
+        "stdout": stdout,
+        "stderr": stderr,
         "exitCode": outcome.exit_code(),
         "timedOut": outcome.termination == Termination::TimedOut,
-        "truncated": outcome.truncated(),
+        "truncated": outcome.truncated() || cut,
         "durationMs": outcome.duration.as_millis() as u64,
         "files": files,
         "filesTruncated": report.files.truncated,

@@ -1,0 +1,190 @@
+//! `sandlot serve` as a real process, attacked over the network and from inside its sandboxes: what one run can
+//! make the server build, and what idle connections can take from it. Needs root, like every test that starts
+//! sandboxes.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "serve-test-token";
+
+/// A `sandlot serve` on a free loopback port over a temporary root; killed when dropped.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+    _root: tempfile::TempDir,
+}
+
+impl Server {
+    /// Starts `program args... sandlot serve` (a wrapper such as `prlimit` may come first) with `env`, and waits
+    /// until `/healthz` answers.
+    fn start(wrapper: &[&str], env: &[(&str, &str)]) -> Server {
+        assert!(is_root(), "these tests start sandboxes and need root (run scripts/test.sh as root)");
+        let root = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let binary = env!("CARGO_BIN_EXE_sandlot");
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(binary);
+                command
+            }
+            None => Command::new(binary),
+        };
+        command
+            .arg("serve")
+            .env("SANDBOX_ROOT", root.path())
+            .env("MCP_HTTP_ADDR", addr.to_string())
+            .env("MCP_API_TOKEN", TOKEN)
+            .env("SANDLOT_LOG", "warn")
+            .env("SANDLOT_SANDBOX_UID", (930_000 + std::process::id() % 60_000).to_string())
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        let child = command.spawn().expect("start sandlot serve");
+        let server = Server { child, addr, _root: root };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if server.try_get("/healthz").is_ok_and(|(status, _)| status == 200) {
+                return server;
+            }
+            assert!(Instant::now() < deadline, "sandlot serve did not answer /healthz within 60 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// One request on a new connection, read to its end: (status, body).
+    fn request(&self, request: &str, timeout: Duration) -> std::io::Result<(u16, Vec<u8>)> {
+        let mut stream = TcpStream::connect_timeout(&self.addr, timeout)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        stream.write_all(request.as_bytes())?;
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response)?;
+        let head_end = response
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .ok_or_else(|| std::io::Error::other(format!("no HTTP head in {} bytes", response.len())))?;
+        let head = String::from_utf8_lossy(&response[..head_end]).into_owned();
+        let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let mut body = response.split_off(head_end + 4);
+        if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+            body = dechunk(&body);
+        }
+        Ok((status, body))
+    }
+
+    fn try_get(&self, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+        self.request(&request, Duration::from_secs(5))
+    }
+
+    /// A stateless `tools/call` of `sandbox.run_code`: (status, the response body as sent).
+    fn run_code(&self, arguments: serde_json::Value, timeout: Duration) -> std::io::Result<(u16, Vec<u8>)> {
+        let body = serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": { "name": "sandbox.run_code", "arguments": arguments }
+        })
+        .to_string();
+        let request = format!(
+            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n\
+             Content-Type: application/json\r\nAccept: application/json\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            body.len()
+        );
+        self.request(&request, timeout)
+    }
+
+    /// The server's peak resident memory (VmHWM), in KiB.
+    fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn dechunk(mut body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(line_end) = body.windows(2).position(|w| w == b"\r\n") {
+        let size = usize::from_str_radix(String::from_utf8_lossy(&body[..line_end]).trim(), 16).unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        let start = line_end + 2;
+        out.extend_from_slice(&body[start..(start + size).min(body.len())]);
+        body = &body[(start + size + 2).min(body.len())..];
+    }
+    out
+}
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// The result of a `tools/call` response body: its `structuredContent` and its text block, checked to be the
+/// same JSON.
+fn result_of(body: &[u8]) -> serde_json::Value {
+    let response: serde_json::Value = serde_json::from_slice(body)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&body[..body.len().min(300)])));
+    let result = response["result"].clone();
+    let text = result["content"][0]["text"].as_str().unwrap_or_else(|| panic!("no text block: {response}"));
+    let structured: serde_json::Value = serde_json::from_str(text).unwrap();
+    assert_eq!(structured, result["structuredContent"]);
+    result["structuredContent"].clone()
+}
+
+/// Attack: one run makes the server build a huge result. 128 nested directories with 250-byte names and 1,000
+/// files with long names at the bottom made a 248 MiB result (each path is ~32 KiB, listed with its URL, twice),
+/// and 1 MiB of control bytes on each stream became 52 MiB (6 bytes each as JSON, in stdout, stderr and output,
+/// then escaped again in the text block). The result stays under 16 MiB as sent, says what it cut, and the
+/// server's peak resident memory stays under 160 MiB.
+#[test]
+fn one_run_cannot_make_the_server_build_a_huge_result() {
+    let server = Server::start(&[], &[]);
+    let code = r#"
+        set -e
+        name=$(printf 'd%.0s' $(seq 250))
+        for i in $(seq 128); do mkdir "$name"; cd "$name"; done
+        for i in $(seq 1000); do : > "${name:0:240}$i"; done
+        head -c 1048576 /dev/zero | tr '\0' '\1'
+        head -c 1048576 /dev/zero | tr '\0' '\2' >&2
+    "#;
+    let arguments =
+        serde_json::json!({ "conversationId": "huge", "language": "bash", "code": code, "timeoutSeconds": 120 });
+    let (status, body) = server.run_code(arguments, Duration::from_secs(300)).expect("tools/call");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body[..body.len().min(300)]));
+    let result = result_of(&body);
+    let peak_mib = server.peak_rss_kib() / 1024;
+    eprintln!("result: {} bytes; server peak RSS: {peak_mib} MiB", body.len());
+    assert!(body.len() < 16 * 1024 * 1024, "the result is {} bytes", body.len());
+    assert!(peak_mib < 160, "the server's peak RSS is {peak_mib} MiB");
+    assert_eq!((result["truncated"].as_bool(), result["filesTruncated"].as_bool()), (Some(true), Some(true)));
+    let output = result["output"].as_str().unwrap();
+    assert!(output.contains("file list cut"), "{}", &output[output.len().saturating_sub(600)..]);
+    assert!(output.contains("stdout cut"), "{}", &output[output.len().saturating_sub(600)..]);
+    // A second run of the conversation, which lists the same tree, is bounded too.
+    let again = serde_json::json!({ "conversationId": "huge", "language": "bash", "code": "echo again" });
+    let (status, body) = server.run_code(again, Duration::from_secs(120)).expect("second tools/call");
+    assert_eq!(status, 200);
+    assert!(body.len() < 16 * 1024 * 1024, "the second result is {} bytes", body.len());
+    assert_eq!(result_of(&body)["stdout"], "again\n");
+}
