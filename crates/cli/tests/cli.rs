@@ -469,4 +469,32 @@ fn conversations_named_like_the_servers_state_do_not_stop_its_start() {
     let (serving, stderr) = start_server(root.path());
     assert!(serving, "{stderr}");
     assert!(root.path().join(".sandlot/history.db").is_file());
+/// From inside a `sandlot run` (its pid 1 is a clone of the preforked init, so of the command: its command line,
+/// environment, memory map, executable and cgroup are the command's), `/proc` names neither the conversation root
+/// on the host, nor the command's cgroup, nor its command line; the one exception, the root field of `/data`'s line
+/// in `mountinfo` (the conversation's path on its host filesystem), is documented in docs/security.md.
+#[test]
+fn run_shows_nothing_of_the_host_layout_in_proc() {
+    let root = tempfile::tempdir().unwrap();
+    let script = "for f in /proc/self/mountinfo /proc/self/mounts /proc/self/mountstats /proc/self/cgroup \
+        /proc/1/cgroup /proc/1/cmdline /proc/1/environ /proc/1/maps /proc/1/mountinfo /proc/1/status; do \
+        echo \"== $f\"; tr '\\0' ' ' < $f 2>&1; echo; done; echo '== /proc/1/exe'; readlink /proc/1/exe 2>&1; true";
+    let out = sandlot(&["run", "-l", "bash", "-c", "layout"], script, root.path());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let output = text(&out.stdout);
+    assert!(output.contains("== /proc/1/exe"), "{output}");
+    let canonical_root = std::fs::canonicalize(root.path()).unwrap();
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let mut needles: Vec<&str> =
+        cgroups.lines().filter_map(|line| line.splitn(3, ':').nth(2)).filter(|path| *path != "/").collect();
+    needles.extend([canonical_root.to_str().unwrap(), env!("CARGO_BIN_EXE_sandlot"), "run -l bash -c layout"]);
+    let mut section = "";
+    for line in output.lines() {
+        if let Some(name) = line.strip_prefix("== ") {
+            section = name;
+        } else if !(section.ends_with("/mountinfo") && line.split(' ').nth(4) == Some("/data")) {
+            let leak = needles.iter().find(|needle| line.contains(**needle));
+            assert!(leak.is_none(), "{section} shows {leak:?}: {line}\n--- all ---\n{output}");
+        }
+    }
 }

@@ -283,7 +283,10 @@ pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError
 
     // 4. A fresh /proc for the new pid namespace, with the kernel knobs read-only.
     let proc_dir = staged("/proc");
-    mount(Some("proc"), &proc_dir, Some("proc"), nosuid_nodev | MsFlags::MS_NOEXEC, None::<&str>)
+    // `hidepid=invisible`: a process the reader may not ptrace has no directory at all. That hides pid 1 (it keeps
+    // capabilities the program lacks), whose command line, environment, memory map, executable and cgroup are those
+    // of the process it was cloned from on the host: `sandlot run`'s, or the server's zygote's.
+    mount(Some("proc"), &proc_dir, Some("proc"), nosuid_nodev | MsFlags::MS_NOEXEC, Some("hidepid=invisible"))
         .step(|| "mount /proc".into())?;
     for name in PROC_READ_ONLY {
         let path = proc_dir.join(name);

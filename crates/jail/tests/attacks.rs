@@ -51,6 +51,7 @@ fn main() {
         ("conversations_cannot_see_each_other", conversations_cannot_see_each_other),
         ("server_environment_does_not_leak", server_environment_does_not_leak),
         ("sandbox_never_runs_as_host_root", sandbox_never_runs_as_host_root),
+        ("proc_shows_nothing_of_the_host_layout", proc_shows_nothing_of_the_host_layout),
     ]);
 }
 
@@ -831,8 +832,9 @@ fn server_environment_does_not_leak() -> Result<(), Failed> {
     check(std::env::vars().any(|(k, _)| k.starts_with("CARGO")), || "expected cargo's variables in the test".into())?;
     let sandbox = Sandbox::new(|_| {});
     let env = [("MY_SETTING".to_owned(), "42".to_owned())].into_iter().collect();
-    // The sandbox's pid 1 keeps capabilities the program lacks, so the program cannot read its memory or environ.
-    let code = "import os\nprint(sorted(os.environ.items()))\ntry:\n    open('/proc/1/environ').read()\nexcept PermissionError:\n    print('pid 1 protected')";
+    // The sandbox's pid 1 keeps capabilities the program lacks, so the program cannot read its memory or environ
+    // (its /proc directory is hidden, `hidepid=invisible`).
+    let code = "import os\nprint(sorted(os.environ.items()))\ntry:\n    open('/proc/1/environ').read()\nexcept (PermissionError, FileNotFoundError):\n    print('pid 1 protected')";
     let report = sandbox.run_with("attack", Language::Python, code, Vec::new(), env);
     let expected = "[('HOME', '/tmp'), ('LANG', 'C.UTF-8'), ('MY_SETTING', '42'), ('NO_COLOR', '1'), \
                     ('PATH', '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'), ('PYTHONDONTWRITEBYTECODE', '1'), \
@@ -847,4 +849,17 @@ fn sandbox_never_runs_as_host_root() -> Result<(), Failed> {
     check_eq(report.outcome.stdout.as_str(), expected.as_str(), &describe(&report))?;
     let meta = std::fs::metadata(sandbox.data_dir("attack").join("owned"))?;
     check_eq(std::os::unix::fs::MetadataExt::uid(&meta), common::sandbox_host_uid(), "owner of a file written in /data")
+}
+
+/// What `/proc` shows the program of its own mounts and of its pid 1 (a clone of the zygote, whose command line,
+/// environment, memory map and executable are the server's, and whose cgroup is the server's): none of it may name
+/// the conversation root on the host, the server's cgroup or the server's command line. The one exception is
+/// documented in docs/security.md: the root field of `/data`'s line in `mountinfo`.
+fn proc_shows_nothing_of_the_host_layout() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let report = sandbox.run("attack", Language::Bash, common::PROC_LEAK_SCRIPT);
+    check_eq(report.outcome.termination.clone(), Termination::Exited { code: 0 }, &describe(&report))?;
+    let root = std::fs::canonicalize(sandbox.root.path())?;
+    let program = std::env::current_exe()?;
+    common::check_no_host_layout(&report.outcome.stdout, &[root.to_str().unwrap(), program.to_str().unwrap()])
 }

@@ -153,3 +153,43 @@ pub fn describe(report: &RunReport) -> String {
         report.outcome.termination, report.outcome.stdout, report.outcome.stderr
     )
 }
+
+/// A bash script that prints, each after a `== <path>` line, what `/proc` shows of the sandbox's mounts and of its
+/// pid 1 (or the error reading it).
+pub const PROC_LEAK_SCRIPT: &str = "for f in /proc/self/mountinfo /proc/self/mounts /proc/self/mountstats /proc/self/cgroup \
+    /proc/1/cgroup /proc/1/cmdline /proc/1/environ /proc/1/maps /proc/1/mountinfo /proc/1/status; do \
+    echo \"== $f\"; tr '\\0' ' ' < $f 2>&1; echo; done; echo '== /proc/1/exe'; readlink /proc/1/exe 2>&1; \
+    echo '== /proc/1/cwd'; readlink /proc/1/cwd 2>&1; true";
+
+/// The cgroup paths of this process that name something (not `/`): the server's cgroup, in a test.
+pub fn own_cgroup_paths() -> Vec<String> {
+    std::fs::read_to_string("/proc/self/cgroup")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.splitn(3, ':').nth(2))
+        .filter(|path| *path != "/")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Fails if the output of [`PROC_LEAK_SCRIPT`] contains any of `needles` or a cgroup path of this process, but in
+/// the root field of `/data`'s line in `mountinfo` (its path on the host's filesystem: see docs/security.md).
+pub fn check_no_host_layout(output: &str, needles: &[&str]) -> Result<(), Failed> {
+    check(output.contains("== /proc/1/exe"), || format!("the script did not finish:\n{output}"))?;
+    let cgroups = own_cgroup_paths();
+    let needles: Vec<&str> = needles.iter().copied().chain(cgroups.iter().map(String::as_str)).collect();
+    let mut section = "";
+    for line in output.lines() {
+        if let Some(name) = line.strip_prefix("== ") {
+            section = name;
+            continue;
+        }
+        if section.ends_with("/mountinfo") && line.split(' ').nth(4) == Some("/data") {
+            continue;
+        }
+        if let Some(needle) = needles.iter().find(|n| line.contains(**n)) {
+            return Err(format!("{section} shows {needle:?}: {line}\n--- all ---\n{output}").into());
+        }
+    }
+    Ok(())
+}
