@@ -122,6 +122,17 @@ pub async fn diagnose(backend: &JailBackend) -> Vec<Check> {
         let names: Vec<String> = runners.iter().map(|r| format!("{}={}", r.language, r.program.display())).collect();
         check("runners", CheckStatus::Ok, names.join(", "))
     });
+    let refused = backend.refused_runners();
+    let binds: Vec<String> = runners
+        .iter()
+        .flat_map(|r| r.extra_ro_binds.iter().map(move |b| format!("{}={}", r.language, b.display())))
+        .collect();
+    if !refused.is_empty() {
+        let reasons: Vec<String> = refused.iter().map(ToString::to_string).collect();
+        checks.push(check("runner binds", CheckStatus::Missing, reasons.join("; ")));
+    } else if !binds.is_empty() {
+        checks.push(check("runner binds", CheckStatus::Ok, format!("each in its own runs only: {}", binds.join(", "))));
+    }
     if let Some(runner) = runners.first() {
         checks.push(probe_run(backend, runner.language).await);
     }

@@ -126,8 +126,8 @@ pub struct HostTrees {
 }
 
 impl HostTrees {
-    /// Clones the trees of `spec`'s workspace (never through a symlink), its root template if it has one, and
-    /// otherwise its extra binds (the template holds them), with their attributes. A `skeleton` assembled ahead
+    /// Clones the trees of `spec`'s workspace (never through a symlink), its root template if it has one, and its
+    /// extra binds (its runner's prefixes, bound on the template's mount points), with their attributes. A `skeleton` assembled ahead
     /// for this spec (see [`crate::root_template::assemble_detached`]) serves as the root template.
     pub fn capture(spec: &JailSpec, skeleton: Option<OwnedFd>) -> Result<Self, SetupError> {
         let directory = std::fs::OpenOptions::new()
@@ -138,13 +138,11 @@ impl HostTrees {
         let workspace =
             clone_tree_at(directory.as_raw_fd()).step(|| format!("open_tree {}", spec.workspace.display()))?;
         set_tree_attributes(&workspace, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV).step(|| "mount_setattr /data".into())?;
-        let (skeleton, extra_ro_binds) = match (&spec.root_template, skeleton) {
-            (Some(template), _) => {
-                (Some(clone_tree(template).step(|| format!("open_tree {}", template.display()))?), vec![])
-            }
-            (None, Some(skeleton)) => (Some(skeleton), vec![]),
-            (None, None) => (None, capture_read_only(&spec.extra_ro_binds)?),
+        let skeleton = match (&spec.root_template, skeleton) {
+            (Some(template), _) => Some(clone_tree(template).step(|| format!("open_tree {}", template.display()))?),
+            (None, skeleton) => skeleton,
         };
+        let extra_ro_binds = capture_read_only(&spec.extra_ro_binds)?;
         Ok(Self { workspace, extra_ro_binds, skeleton })
     }
 }
@@ -183,11 +181,13 @@ impl Identity {
 /// Assembles at `root` (an existing directory) the read-only skeleton of a sandbox's filesystem: a small tmpfs
 /// with the system dirs, the shared `/etc` files and `extra_ro_binds` bound read-only, the generated `/etc` files,
 /// a read-only `/dev` with host device nodes bound in, and the empty mount points the run fills (`/tmp`, `/data`,
-/// `/proc`, `/dev/shm`). The root tmpfs itself stays writable: the caller makes it read-only when it is done.
+/// `/proc`, `/dev/shm`, and `mount_points`, where a run binds its runner's prefixes). The root tmpfs itself stays
+/// writable: the caller makes it read-only when it is done.
 pub fn assemble_skeleton(
     root: &Path,
     identity: &Identity,
     extra_ro_binds: Vec<(PathBuf, OwnedFd)>,
+    mount_points: &[PathBuf],
 ) -> Result<(), SetupError> {
     let under = |path: &str| root.join(path.trim_start_matches('/'));
     // Capture every host source before the tmpfs covers anything.
@@ -207,6 +207,10 @@ pub fn assemble_skeleton(
     }
     for (target, source, is_dir) in sources {
         place(source, &target, is_dir)?;
+    }
+    for dir in mount_points {
+        let target = under(&dir.to_string_lossy());
+        std::fs::create_dir_all(&target).step(|| format!("mkdir {}", target.display()))?;
     }
     write_etc(&under("/etc"), identity)?;
 
@@ -269,8 +273,15 @@ pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError
     // 2. The read-only skeleton at the staging point.
     let staging = Path::new(STAGING);
     match skeleton {
-        Some(skeleton) => attach_tree(&skeleton, staging).step(|| format!("move_mount {STAGING}"))?,
-        None => assemble_skeleton(staging, &Identity::of(spec), extra_ro_binds)?,
+        Some(skeleton) => {
+            attach_tree(&skeleton, staging).step(|| format!("move_mount {STAGING}"))?;
+            // The runner's own prefixes, on the mount points the skeleton has for them (see `RootTemplate::fits`).
+            for (dir, tree) in extra_ro_binds {
+                let target = staged(&dir.to_string_lossy());
+                attach_tree(&tree, &target).step(|| format!("move_mount {}", target.display()))?;
+            }
+        }
+        None => assemble_skeleton(staging, &Identity::of(spec), extra_ro_binds, &[])?,
     }
 
     // 3. The run's own writable places: /dev/shm, /tmp and /data.

@@ -44,7 +44,7 @@ pub use error::{Error, Result};
 pub use launcher::Prefork;
 pub use pinned_netns::PinnedNetns;
 pub use root_template::TEMPLATE_DIR_NAME;
-pub use runners::{HostRunner, RunnerOverrides, discover_runners};
+pub use runners::{HostRunner, RefusedRunner, RunnerOverrides, discover_runners, protected_dirs, screen_runners};
 pub use spec::HeadStart;
 pub use supervisor::{INIT_SUBCOMMAND, JailBackend, JailConfig};
 

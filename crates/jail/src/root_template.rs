@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sched::{CloneFlags, setns, unshare};
 
-use crate::filesystem::{Identity, STAGING, assemble_skeleton, capture_read_only};
+use crate::filesystem::{Identity, STAGING, assemble_skeleton};
 use crate::mount_api::clone_tree;
 use crate::report::{SetupError, Step};
 use crate::spec::JailSpec;
@@ -39,8 +39,9 @@ pub struct TemplateRequest {
     /// An existing, empty directory; the skeleton is mounted on it in the zygote's mount namespace only.
     pub dir: PathBuf,
     pub identity: Identity,
-    /// Interpreter prefixes outside the system dirs, for every runner the server found.
-    pub extra_ro_binds: Vec<PathBuf>,
+    /// Interpreter prefixes outside the system dirs, for every runner the server found: empty directories in the
+    /// skeleton, on which a run of that runner binds its prefix (never a run of another).
+    pub mount_points: Vec<PathBuf>,
 }
 
 /// A skeleton the zygote has assembled, usable by the inits it clones.
@@ -60,10 +61,10 @@ impl RootTemplate {
         &self.request.dir
     }
 
-    /// Whether a run of `spec` may use this skeleton: same sandbox user, and every bind it needs is in it.
+    /// Whether a run of `spec` may use this skeleton: same sandbox user, and a mount point for every bind it needs.
     pub fn fits(&self, spec: &JailSpec) -> bool {
         Identity::of(spec) == self.request.identity
-            && spec.extra_ro_binds.iter().all(|dir| self.request.extra_ro_binds.contains(dir))
+            && spec.extra_ro_binds.iter().all(|dir| self.request.mount_points.contains(dir))
     }
 }
 
@@ -71,8 +72,7 @@ impl RootTemplate {
 /// `request.dir`, read-only.
 pub fn assemble(request: &TemplateRequest) -> Result<(), SetupError> {
     enter_own_mount_namespace()?;
-    let extra_ro_binds = capture_read_only(&request.extra_ro_binds)?;
-    assemble_read_only(&request.dir, &request.identity, extra_ro_binds)
+    assemble_read_only(&request.dir, &request.identity, &request.mount_points)
 }
 
 /// The standard skeleton assembled ahead by [`assemble_detached`].
@@ -93,7 +93,7 @@ pub fn assemble_detached() -> Result<DetachedSkeleton, SetupError> {
     let host_namespace = std::fs::File::open("/proc/self/ns/mnt").step(|| "open the host's mount namespace".into())?;
     enter_own_mount_namespace()?;
     let staging = Path::new(STAGING);
-    let assembled = assemble_read_only(staging, &Identity::standard(), vec![])
+    let assembled = assemble_read_only(staging, &Identity::standard(), &[])
         .and_then(|()| clone_tree(staging).step(|| format!("open_tree {STAGING}")))
         .and_then(|tree| {
             let namespace = std::fs::File::open("/proc/self/ns/mnt").step(|| "open the staging namespace".into())?;
@@ -106,7 +106,8 @@ pub fn assemble_detached() -> Result<DetachedSkeleton, SetupError> {
     assembled
 }
 
-/// Whether the standard skeleton suits a run of `spec`: its sandbox user, and no interpreter prefix to bind.
+/// Whether the standard skeleton suits a run of `spec`: its sandbox user, and no interpreter prefix to bind (it has
+/// no mount point for one).
 pub fn standard_fits(spec: &JailSpec) -> bool {
     Identity::of(spec) == Identity::standard() && spec.extra_ro_binds.is_empty()
 }
@@ -121,12 +122,8 @@ fn enter_own_mount_namespace() -> Result<(), SetupError> {
 
 /// Assembles the skeleton at `dir` and makes it read-only down to the two tmpfs superblocks, which belong to the
 /// host's user namespace: no sandbox can make them writable again, whatever it does to its own copies of the mounts.
-fn assemble_read_only(
-    dir: &Path,
-    identity: &Identity,
-    extra_ro_binds: Vec<(PathBuf, OwnedFd)>,
-) -> Result<(), SetupError> {
-    assemble_skeleton(dir, identity, extra_ro_binds)?;
+fn assemble_read_only(dir: &Path, identity: &Identity, mount_points: &[PathBuf]) -> Result<(), SetupError> {
+    assemble_skeleton(dir, identity, vec![], mount_points)?;
     let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     let dev_flags = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC; // its device nodes must work
     for (path, flags) in [(dir.join("dev"), dev_flags), (dir.to_owned(), nosuid_nodev)] {

@@ -3,7 +3,9 @@
 //! The jail shows the host's system dirs read-only, so a runner is just a host program. Paths are preferred over
 //! `PATH` lookups so a fast system interpreter wins over a shim (pyenv's `python3` shim is a bash script that costs
 //! ~90 ms and cannot work inside the jail). An interpreter installed outside the system dirs (a pyenv build, say)
-//! gets its install prefix bound read-only at the same path. Each runner can be pinned with an environment
+//! gets its install prefix bound read-only at the same path, in its own runs only: the narrowest directory that
+//! holds it (a `node_modules`, an interpreter build), never one holding the data root, the current directory or a
+//! home directory ([`screen_runners`] refuses such a runner; `sandlot doctor` names it). Each runner can be pinned with an environment
 //! variable: `SANDLOT_PYTHON`, `SANDLOT_NODE`, `SANDLOT_TYPESCRIPT` (node, tsx, deno or bun), `SANDLOT_BASH`.
 
 use std::path::{Path, PathBuf};
@@ -68,34 +70,104 @@ fn under_system_dirs(path: &Path) -> bool {
     SYSTEM_PREFIXES.iter().any(|prefix| path.starts_with(prefix))
 }
 
-/// The install prefix of one path: the dir above `lib/node_modules` (or `node_modules`) for a package's script,
-/// else the parent of the `bin` dir holding the program, else the program's own dir.
+/// The install prefix of one file: the `node_modules` directory it is in (the first one on its path: a project's
+/// `<app>/node_modules`, or a global `<prefix>/lib/node_modules`), else the parent of the `bin` dir holding it (an
+/// interpreter's own build, which needs its `lib` too), else its own dir. Never more than that: a project-local
+/// tsx must not expose its project (`<app>/.env`, a data root under `<app>`).
 fn prefix_of(path: &Path) -> Option<PathBuf> {
-    let text = path.to_str()?;
-    if let Some(index) = text.find("/lib/node_modules/").or_else(|| text.find("/node_modules/")) {
-        return Some(PathBuf::from(&text[..index.max(1)]));
+    let mut prefix = PathBuf::new();
+    for component in path.components() {
+        prefix.push(component);
+        if component.as_os_str() == "node_modules" {
+            return Some(prefix);
+        }
     }
     let dir = path.parent()?;
     Some(if dir.file_name().is_some_and(|n| n == "bin") { dir.parent()?.to_path_buf() } else { dir.to_path_buf() })
 }
 
-/// The prefixes to bind for a program outside the system dirs: the one of the path as given (a `bin` dir of
-/// symlinks, say) and the one of the file it resolves to (the package the symlink points into).
+/// The prefixes to bind for a program outside the system dirs: the one of the file it resolves to (the package a
+/// symlink points into), and, when the path as given is a symlink elsewhere (a `bin` dir of links), the directory
+/// of that link only.
 fn install_prefixes(program: &Path) -> Vec<PathBuf> {
     let mut prefixes: Vec<PathBuf> = Vec::new();
     let real = std::fs::canonicalize(program).ok();
-    for path in [Some(program.to_path_buf()), real].into_iter().flatten() {
-        if under_system_dirs(&path) {
+    let given = match &real {
+        Some(real) if real != program && !program.starts_with(prefix_of(real).unwrap_or_default()) => {
+            match prefix_of(program) {
+                Some(prefix) if prefix.ends_with("node_modules") => Some(prefix),
+                _ => program.parent().map(Path::to_path_buf),
+            }
+        }
+        _ => prefix_of(program),
+    };
+    for prefix in [real.as_deref().and_then(prefix_of), given].into_iter().flatten() {
+        if under_system_dirs(&prefix) {
             continue;
         }
-        if let Some(prefix) = prefix_of(&path)
-            && !prefixes.iter().any(|p| prefix.starts_with(p))
-        {
+        if !prefixes.iter().any(|p| prefix.starts_with(p)) {
             prefixes.retain(|p| !p.starts_with(&prefix));
             prefixes.push(prefix);
         }
     }
     prefixes
+}
+
+/// A runner left out because binding its install prefix would show the sandbox more than the runner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedRunner {
+    pub language: Language,
+    pub program: PathBuf,
+    /// The prefix that would have been bound.
+    pub bind: PathBuf,
+    /// What it holds that no sandbox may see.
+    pub exposes: PathBuf,
+}
+
+impl std::fmt::Display for RefusedRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} runner {} refused: binding {} would show every sandbox {}",
+            self.language,
+            self.program.display(),
+            self.bind.display(),
+            self.exposes.display()
+        )
+    }
+}
+
+/// Directories no bind may contain: the data root (every conversation), the current directory (where a server's
+/// configuration and `.env` usually are), and home directories (`/root`, `/home/*`, `$HOME`).
+pub fn protected_dirs(data_root: Option<&Path>) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = vec![PathBuf::from("/root"), PathBuf::from("/home")];
+    if let Ok(homes) = std::fs::read_dir("/home") {
+        dirs.extend(homes.flatten().map(|entry| entry.path()));
+    }
+    dirs.extend(std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from));
+    dirs.extend(std::env::current_dir().ok());
+    dirs.extend(data_root.map(Path::to_path_buf));
+    dirs.iter().map(|dir| std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone())).collect()
+}
+
+/// Splits `runners` into those whose binds are safe and those refused because a bind would contain one of
+/// `protected` (see [`protected_dirs`]).
+pub fn screen_runners(runners: Vec<HostRunner>, protected: &[PathBuf]) -> (Vec<HostRunner>, Vec<RefusedRunner>) {
+    let mut kept = Vec::new();
+    let mut refused = Vec::new();
+    for runner in runners {
+        let exposed = runner.extra_ro_binds.iter().find_map(|bind| {
+            let canonical = std::fs::canonicalize(bind).unwrap_or_else(|_| bind.clone());
+            protected.iter().find(|dir| dir.starts_with(&canonical)).map(|dir| (bind.clone(), dir.clone()))
+        });
+        match exposed {
+            Some((bind, exposes)) => {
+                refused.push(RefusedRunner { language: runner.language, program: runner.program, bind, exposes })
+            }
+            None => kept.push(runner),
+        }
+    }
+    (kept, refused)
 }
 
 /// Runs `program args` and returns its first line of output.
@@ -212,7 +284,7 @@ mod tests {
     }
 
     #[test]
-    fn an_npm_script_binds_its_global_prefix() {
+    fn an_npm_script_binds_its_global_modules_and_its_bin_dir() {
         let tmp = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(tmp.path()).unwrap();
         let dist = root.join("npm-global/lib/node_modules/tsx/dist");
@@ -220,7 +292,58 @@ mod tests {
         std::fs::create_dir_all(root.join("npm-global/bin")).unwrap();
         std::fs::write(dist.join("cli.mjs"), "").unwrap();
         std::os::unix::fs::symlink("../lib/node_modules/tsx/dist/cli.mjs", root.join("npm-global/bin/tsx")).unwrap();
-        assert_eq!(install_prefixes(&root.join("npm-global/bin/tsx")), vec![root.join("npm-global")]);
+        assert_eq!(
+            install_prefixes(&root.join("npm-global/bin/tsx")),
+            vec![root.join("npm-global/lib/node_modules"), root.join("npm-global/bin")]
+        );
+    }
+
+    #[test]
+    fn a_project_local_script_binds_its_node_modules_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let app = std::fs::canonicalize(tmp.path()).unwrap();
+        let dist = app.join("node_modules/tsx/dist");
+        std::fs::create_dir_all(&dist).unwrap();
+        std::fs::create_dir_all(app.join("node_modules/.bin")).unwrap();
+        std::fs::write(dist.join("cli.mjs"), "").unwrap();
+        std::os::unix::fs::symlink("../tsx/dist/cli.mjs", app.join("node_modules/.bin/tsx")).unwrap();
+        assert_eq!(install_prefixes(&app.join("node_modules/.bin/tsx")), vec![app.join("node_modules")]);
+    }
+
+    #[test]
+    fn a_link_in_a_bin_dir_binds_that_dir_and_the_package() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        std::fs::create_dir_all(root.join("app/tool/dist")).unwrap();
+        std::fs::create_dir_all(root.join("links")).unwrap();
+        std::fs::write(root.join("app/tool/dist/cli.js"), "").unwrap();
+        std::os::unix::fs::symlink("../app/tool/dist/cli.js", root.join("links/tool")).unwrap();
+        assert_eq!(install_prefixes(&root.join("links/tool")), vec![root.join("app/tool/dist"), root.join("links")]);
+    }
+
+    #[test]
+    fn a_bind_holding_the_data_root_the_current_dir_or_a_home_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let app = std::fs::canonicalize(tmp.path()).unwrap();
+        let data_root = app.join("sandlot-data");
+        std::fs::create_dir_all(&data_root).unwrap();
+        let runner = |bind: &Path| HostRunner {
+            language: Language::TypeScript,
+            program: bind.join("bin/tsx"),
+            args: vec![],
+            extra_ro_binds: vec![bind.to_path_buf()],
+            version: String::new(),
+        };
+        let protected = protected_dirs(Some(&data_root));
+        let candidates =
+            vec![runner(&app), runner(&app.join("node_modules")), runner(Path::new("/")), runner(Path::new("/home"))];
+        let (kept, refused) = screen_runners(candidates, &protected);
+        assert_eq!(kept, vec![runner(&app.join("node_modules"))]);
+        let refused: Vec<(PathBuf, PathBuf)> = refused.into_iter().map(|r| (r.bind, r.exposes)).collect();
+        assert_eq!(refused[0], (app.clone(), data_root));
+        assert_eq!(refused[1].0, PathBuf::from("/"));
+        assert_eq!(refused[2], (PathBuf::from("/home"), PathBuf::from("/home")));
+        assert_eq!(refused.len(), 3);
     }
 
     #[test]

@@ -25,7 +25,7 @@ use crate::netns_pool::NetnsPool;
 use crate::pinned_netns::PinnedNetns;
 use crate::report::Report;
 use crate::root_template::TemplateRequest;
-use crate::runners::{HostRunner, RunnerOverrides, discover_runners};
+use crate::runners::{HostRunner, RefusedRunner, RunnerOverrides, discover_runners, protected_dirs, screen_runners};
 use crate::spec::{JailSpec, RlimitSpec, SlotLock};
 use crate::warm_pool::WarmPool;
 use crate::{Error, Result};
@@ -67,6 +67,9 @@ pub struct JailConfig {
     /// Where a one-shot command (`sandlot run`, as root) pins the network namespace its init made, for the
     /// conversation's next run (see `pinned_netns`); `None`: never.
     pub pinned_netns: Option<PinnedNetns>,
+    /// The conversation root (`SANDBOX_ROOT`): no runner's install prefix that holds it is bound (see
+    /// `runners::screen_runners`).
+    pub data_root: Option<PathBuf>,
     /// An empty directory where the zygote (as root) assembles the sandbox's read-only skeleton once, in its own
     /// mount namespace (see `root_template`); a server uses `<root>/.jail-root`. `None`: each run assembles it.
     pub root_template_dir: Option<PathBuf>,
@@ -88,6 +91,7 @@ impl JailConfig {
             zygote: false,
             keep_netns: false,
             pinned_netns: None,
+            data_root: None,
             root_template_dir: None,
         }
     }
@@ -103,6 +107,8 @@ pub struct JailBackend {
     /// Network namespaces kept between runs of a conversation (servers running as root).
     netns: Option<NetnsPool>,
     runners: Vec<HostRunner>,
+    /// Runners left out because a bind of theirs would expose too much (reported by `doctor`).
+    refused: Vec<RefusedRunner>,
     cgroups: CgroupSupport,
     root: bool,
 }
@@ -110,7 +116,11 @@ pub struct JailBackend {
 impl JailBackend {
     /// Finds runners and cgroup support on this host.
     pub fn new(config: JailConfig) -> Self {
-        let runners = discover_runners(&config.languages, &config.overrides, config.probe_versions);
+        let found = discover_runners(&config.languages, &config.overrides, config.probe_versions);
+        let (runners, refused) = screen_runners(found, &protected_dirs(config.data_root.as_deref()));
+        for refusal in &refused {
+            tracing::warn!("{refusal}");
+        }
         let cgroups = CgroupSupport::detect(config.tune_cgroups);
         let program = config.init_program.clone();
         let root = nix::unistd::geteuid().is_root();
@@ -123,7 +133,7 @@ impl JailBackend {
         };
         let warm = WarmPool::new(starter, config.warm_inits);
         let netns = (root && config.keep_netns).then(NetnsPool::default);
-        Self { config, runners, cgroups, root, prefork: Default::default(), warm, netns }
+        Self { config, runners, refused, cgroups, root, prefork: Default::default(), warm, netns }
     }
 
     /// Starts the warm inits now (call from within the runtime that will serve the runs).
@@ -144,6 +154,11 @@ impl JailBackend {
     /// The runners found.
     pub fn host_runners(&self) -> &[HostRunner] {
         &self.runners
+    }
+
+    /// The runners found but refused (see `runners::screen_runners`).
+    pub fn refused_runners(&self) -> &[RefusedRunner] {
+        &self.refused
     }
 
     /// The cgroup support found.
@@ -200,17 +215,18 @@ impl JailBackend {
     }
 }
 
-/// What to ask the zygote to assemble at `dir` (created if missing) for these runners; `None` if `dir` cannot be
-/// made.
+/// What to ask the zygote to assemble at `dir` (created if missing) for these runners (empty mount points for their
+/// prefixes, which each run binds for its own runner); `None` if `dir` cannot be made.
 fn template_request(dir: PathBuf, runners: &[HostRunner]) -> Option<TemplateRequest> {
     if let Err(e) = std::fs::create_dir_all(&dir) {
         tracing::warn!(dir = %dir.display(), "no room for the sandbox's root skeleton (each run assembles its own): {e}");
         return None;
     }
-    let mut extra_ro_binds: Vec<PathBuf> = runners.iter().flat_map(|r| r.extra_ro_binds.iter().cloned()).collect();
-    extra_ro_binds.sort();
-    extra_ro_binds.dedup();
-    Some(TemplateRequest { dir, identity: Identity::standard(), extra_ro_binds })
+    // Mount points only: a runner's prefix is bound in that runner's runs, never in another language's.
+    let mut mount_points: Vec<PathBuf> = runners.iter().flat_map(|r| r.extra_ro_binds.iter().cloned()).collect();
+    mount_points.sort();
+    mount_points.dedup();
+    Some(TemplateRequest { dir, identity: Identity::standard(), mount_points })
 }
 
 /// How the waiting ended: pid 1 reported the program's end (having killed and reaped every other process of the

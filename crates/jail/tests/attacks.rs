@@ -52,6 +52,10 @@ fn main() {
         ("server_environment_does_not_leak", server_environment_does_not_leak),
         ("sandbox_never_runs_as_host_root", sandbox_never_runs_as_host_root),
         ("proc_shows_nothing_of_the_host_layout", proc_shows_nothing_of_the_host_layout),
+        (
+            "a_project_local_runner_exposes_nothing_of_its_project",
+            a_project_local_runner_exposes_nothing_of_its_project,
+        ),
     ]);
 }
 
@@ -862,4 +866,51 @@ fn proc_shows_nothing_of_the_host_layout() -> Result<(), Failed> {
     let root = std::fs::canonicalize(sandbox.root.path())?;
     let program = std::env::current_exe()?;
     common::check_no_host_layout(&report.outcome.stdout, &[root.to_str().unwrap(), program.to_str().unwrap()])
+}
+
+/// A TypeScript runner installed in a project (`<app>/node_modules/.bin/tsx`, as `npm install tsx` makes it) must
+/// not expose the project: `<app>/.env` is readable neither from a Python run nor from a TypeScript run, while tsx
+/// still works; and its `node_modules` is bound in TypeScript runs only. Needs tsx installed globally at /usr/lib/node_modules/tsx (scripts/test.sh installs it), which is
+/// copied into the project.
+fn a_project_local_runner_exposes_nothing_of_its_project() -> Result<(), Failed> {
+    use std::os::unix::fs::PermissionsExt;
+    // Not under /tmp: the sandbox's own /tmp would cover the bind.
+    std::fs::create_dir_all("/var/tmp")?;
+    let app = tempfile::tempdir_in("/var/tmp")?;
+    std::fs::set_permissions(app.path(), std::fs::Permissions::from_mode(0o755))?;
+    let env_file = app.path().join(".env");
+    std::fs::write(&env_file, "API_KEY=project-secret\n")?;
+    std::fs::set_permissions(&env_file, std::fs::Permissions::from_mode(0o644))?;
+    let modules = app.path().join("node_modules");
+    std::fs::create_dir_all(modules.join(".bin"))?;
+    let copied = Command::new("cp").arg("-a").arg("/usr/lib/node_modules/tsx").arg(&modules).status()?;
+    check(copied.success(), || "tsx must be installed at /usr/lib/node_modules/tsx (npm install -g tsx)".into())?;
+    std::os::unix::fs::symlink("../tsx/dist/cli.mjs", modules.join(".bin/tsx"))?;
+    let tsx = modules.join(".bin/tsx");
+    let sandbox = Sandbox::with_config(
+        |config| {
+            config.languages = vec![Language::Python, Language::TypeScript];
+            config.overrides.typescript = Some(tsx.clone());
+        },
+        |_| {},
+    );
+    let path = env_file.display();
+    let python = sandbox.run(
+        "attack",
+        Language::Python,
+        &format!(
+            "import os\ntry:\n    print(open('{path}').read())\nexcept OSError as e:\n    print(type(e).__name__)\nprint(os.listdir('{}'))",
+            modules.display()
+        ),
+    );
+    // The runner's prefix is bound in TypeScript runs only: Python sees an empty mount point.
+    check_eq(python.outcome.stdout.as_str(), "FileNotFoundError\n[]\n", &describe(&python))?;
+    let typescript = sandbox.run(
+        "attack",
+        Language::TypeScript,
+        &format!(
+            "import {{ readFileSync }} from 'node:fs';\nconst n: number = 2;\ntry {{ console.log(readFileSync('{path}', 'utf8')); }} catch (e) {{ console.log((e as {{ code: string }}).code, n * 21); }}"
+        ),
+    );
+    check_eq(typescript.outcome.stdout.as_str(), "ENOENT 42\n", &describe(&typescript))
 }

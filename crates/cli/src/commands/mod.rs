@@ -47,6 +47,7 @@ pub fn jail_backend(
     config.keep_netns = server.is_some() && sandbox.keep_netns;
     config.pinned_netns = server.is_none().then(|| pinned_netns(sandbox)).flatten();
     config.root_template_dir = server.map(|_| sandbox.root.join(sandlot_jail::TEMPLATE_DIR_NAME));
+    config.data_root = Some(sandbox.root.clone());
     // A server checks once, at start; a one-shot command while its sandbox is being built.
     config.tune_cgroups = sandbox.tune_cgroups && server.is_some();
     config.tune_cgroups_after_spec = sandbox.tune_cgroups && server.is_none();

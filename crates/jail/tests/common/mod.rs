@@ -42,6 +42,11 @@ pub struct Sandbox {
 impl Sandbox {
     /// A sandbox with default limits changed by `adjust`.
     pub fn new(adjust: impl FnOnce(&mut Limits)) -> Self {
+        Self::with_config(|_| {}, adjust)
+    }
+
+    /// A sandbox whose backend configuration is changed by `configure`, and default limits by `adjust`.
+    pub fn with_config(configure: impl FnOnce(&mut JailConfig), adjust: impl FnOnce(&mut Limits)) -> Self {
         assert!(nix::unistd::geteuid().is_root(), "the jail tests need root (run scripts/test.sh as root)");
         let root = tempfile::tempdir().expect("temp root");
         let mut config = JailConfig::new(std::env::current_exe().expect("test binary"));
@@ -51,6 +56,8 @@ impl Sandbox {
         config.zygote = true; // as a server runs them
         config.keep_netns = true;
         config.root_template_dir = Some(root.path().join(sandlot_jail::TEMPLATE_DIR_NAME));
+        config.data_root = Some(root.path().to_owned());
+        configure(&mut config);
         let backend = Arc::new(JailBackend::new(config));
         let mut engine_config = EngineConfig::default();
         engine_config.limits.timeout = Duration::from_secs(10);
