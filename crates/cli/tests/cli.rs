@@ -469,6 +469,8 @@ fn conversations_named_like_the_servers_state_do_not_stop_its_start() {
     let (serving, stderr) = start_server(root.path());
     assert!(serving, "{stderr}");
     assert!(root.path().join(".sandlot/history.db").is_file());
+}
+
 /// From inside a `sandlot run` (its pid 1 is a clone of the preforked init, so of the command: its command line,
 /// environment, memory map, executable and cgroup are the command's), `/proc` names neither the conversation root
 /// on the host, nor the command's cgroup, nor its command line; the one exception, the root field of `/data`'s line
