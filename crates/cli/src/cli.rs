@@ -79,6 +79,14 @@ pub struct ServeArgs {
     /// Most Streamable HTTP sessions open at once.
     #[arg(long, env = "SANDLOT_MAX_SESSIONS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_sessions: u64,
+    /// Seconds a connection with no request in flight stays open; also the time a client has to send a request's
+    /// headers.
+    #[arg(long, env = "SANDLOT_CONNECTION_IDLE_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub connection_idle_secs: u64,
+    /// Most connections open at once (default: the open-file limit minus a reserve for runs); at the cap, the
+    /// oldest idle connection is closed to make room.
+    #[arg(long, env = "SANDLOT_MAX_CONNECTIONS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections: Option<u64>,
     #[command(flatten)]
     pub files: FileUrlArgs,
     #[command(flatten)]

@@ -62,25 +62,8 @@ impl Server {
         self.child.id()
     }
 
-    /// One request on a new connection, read to its end: (status, body).
     fn request(&self, request: &str, timeout: Duration) -> std::io::Result<(u16, Vec<u8>)> {
-        let mut stream = TcpStream::connect_timeout(&self.addr, timeout)?;
-        stream.set_read_timeout(Some(timeout))?;
-        stream.set_write_timeout(Some(timeout))?;
-        stream.write_all(request.as_bytes())?;
-        let mut response = Vec::new();
-        stream.read_to_end(&mut response)?;
-        let head_end = response
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .ok_or_else(|| std::io::Error::other(format!("no HTTP head in {} bytes", response.len())))?;
-        let head = String::from_utf8_lossy(&response[..head_end]).into_owned();
-        let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-        let mut body = response.split_off(head_end + 4);
-        if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-            body = dechunk(&body);
-        }
-        Ok((status, body))
+        request_at(self.addr, request, timeout)
     }
 
     fn try_get(&self, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
@@ -88,20 +71,8 @@ impl Server {
         self.request(&request, Duration::from_secs(5))
     }
 
-    /// A stateless `tools/call` of `sandbox.run_code`: (status, the response body as sent).
     fn run_code(&self, arguments: serde_json::Value, timeout: Duration) -> std::io::Result<(u16, Vec<u8>)> {
-        let body = serde_json::json!({
-            "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": { "name": "sandbox.run_code", "arguments": arguments }
-        })
-        .to_string();
-        let request = format!(
-            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n\
-             Content-Type: application/json\r\nAccept: application/json\r\nContent-Length: {}\r\n\
-             Connection: close\r\n\r\n{body}",
-            body.len()
-        );
-        self.request(&request, timeout)
+        run_code_at(self.addr, arguments, timeout)
     }
 
     /// The server's peak resident memory (VmHWM), in KiB.
@@ -119,6 +90,47 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// One request on a new connection to `addr`, read to its end: (status, body).
+fn request_at(addr: SocketAddr, request: &str, timeout: Duration) -> std::io::Result<(u16, Vec<u8>)> {
+    {
+        let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        stream.write_all(request.as_bytes())?;
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response)?;
+        let head_end = response
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .ok_or_else(|| std::io::Error::other(format!("no HTTP head in {} bytes", response.len())))?;
+        let head = String::from_utf8_lossy(&response[..head_end]).into_owned();
+        let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let mut body = response.split_off(head_end + 4);
+        if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+            body = dechunk(&body);
+        }
+        Ok((status, body))
+    }
+}
+
+/// A stateless `tools/call` of `sandbox.run_code` on `addr`: (status, the response body as sent).
+fn run_code_at(addr: SocketAddr, arguments: serde_json::Value, timeout: Duration) -> std::io::Result<(u16, Vec<u8>)> {
+    {
+        let body = serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": { "name": "sandbox.run_code", "arguments": arguments }
+        })
+        .to_string();
+        let request = format!(
+            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n\
+             Content-Type: application/json\r\nAccept: application/json\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            body.len()
+        );
+        request_at(addr, &request, timeout)
     }
 }
 
@@ -187,4 +199,76 @@ fn one_run_cannot_make_the_server_build_a_huge_result() {
     assert_eq!(status, 200);
     assert!(body.len() < 16 * 1024 * 1024, "the second result is {} bytes", body.len());
     assert_eq!(result_of(&body)["stdout"], "again\n");
+}
+
+/// Attack: connections that never send a byte. Under systemd's default soft limit of 1024 descriptors, 1,100 of
+/// them took every descriptor: `/healthz` and every run timed out. The server now closes the oldest idle
+/// connection when it reaches its cap (derived from the limit, minus a reserve for runs), so with 1,100 idle
+/// connections open, `/healthz` and an authenticated `tools/call` still succeed.
+#[test]
+fn idle_connections_cannot_keep_a_real_request_out() {
+    // The server's hard limit is 1024 too, so raising its soft limit cannot help: only the cap and eviction can.
+    let server = Server::start(&["prlimit", "--nofile=1024:1024", "--"], &[]);
+    let mut idle = Vec::new();
+    for _ in 0..1100 {
+        idle.push(TcpStream::connect(server.addr).expect("connect an idle socket"));
+    }
+    std::thread::sleep(Duration::from_secs(2)); // let the server accept them all
+    let (status, body) = server.try_get("/healthz").expect("/healthz with 1,100 idle connections open");
+    assert_eq!((status, body.as_slice()), (200, b"ok\n".as_slice()));
+    let arguments = serde_json::json!({ "conversationId": "busy", "language": "bash", "code": "echo still-serving" });
+    let (status, body) = server.run_code(arguments, Duration::from_secs(60)).expect("tools/call with idle connections");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let result = result_of(&body);
+    assert_eq!((result["success"].as_bool(), result["stdout"].as_str()), (Some(true), Some("still-serving\n")));
+    // The oldest idle connections were closed to make room.
+    let closed = idle.iter().filter(|s| is_closed(s)).count();
+    assert!(closed >= 1100 + 2 - 1024, "only {closed} idle connections were closed");
+    drop(idle);
+}
+
+/// A connection with no request in flight (never sent one, or sends its headers a byte at a time) is closed
+/// after the idle timeout; one waiting for a run's result is not.
+#[test]
+fn idle_and_dribbling_connections_are_closed_after_the_idle_timeout() {
+    let server = Server::start(&[], &[("SANDLOT_CONNECTION_IDLE_SECS", "2")]);
+    let mut silent = TcpStream::connect(server.addr).unwrap();
+    let mut dribbling = TcpStream::connect(server.addr).unwrap();
+    dribbling.write_all(b"GET /healthz HTTP/1.1\r\n").unwrap();
+    let started = Instant::now();
+    let addr = server.addr;
+    let sleeper = std::thread::spawn(move || {
+        let arguments =
+            serde_json::json!({ "conversationId": "slow", "language": "bash", "code": "sleep 6; echo done" });
+        run_code_at(addr, arguments, Duration::from_secs(60))
+    });
+    for _ in 0..8 {
+        std::thread::sleep(Duration::from_millis(500));
+        let _ = dribbling.write_all(b"X");
+    }
+    let deadline = Duration::from_secs(20);
+    for (name, stream) in [("silent", &mut silent), ("dribbling", &mut dribbling)] {
+        stream.set_read_timeout(Some(deadline)).unwrap();
+        let mut buffer = [0u8; 256];
+        let read = stream.read(&mut buffer);
+        assert!(
+            matches!(read, Ok(0)) || matches!(&read, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+            "{name}: {read:?} after {:?}",
+            started.elapsed()
+        );
+    }
+    assert!(started.elapsed() >= Duration::from_secs(2), "closed before the idle timeout: {:?}", started.elapsed());
+    let (status, body) = sleeper.join().unwrap().expect("the slow call is answered");
+    assert_eq!((status, result_of(&body)["stdout"].as_str()), (200, Some("done\n")));
+}
+
+/// Whether the server closed `stream` (end of file or reset), without waiting long.
+fn is_closed(mut stream: &TcpStream) -> bool {
+    stream.set_nonblocking(true).unwrap();
+    let mut byte = [0u8; 1];
+    match stream.read(&mut byte) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    }
 }

@@ -3,7 +3,10 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use sandlot_server::http::{AllowedHosts, Authenticator, Credentials, HttpOptions, JwtSettings, app};
+use sandlot_server::http::{
+    AllowedHosts, Authenticator, ConnectionLimits, Credentials, HttpOptions, JwtSettings, app, raise_nofile_limit,
+    serve as serve_http,
+};
 
 use crate::cli::ServeArgs;
 
@@ -18,7 +21,17 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
+    // Before anything opens descriptors or starts processes: systemd's default soft limit (1024) is far below its
+    // hard one, and every connection and run takes descriptors.
+    let nofile = raise_nofile_limit();
     let state = super::app_state(&args.sandbox, &args.service, &args.files, &base, args.warm_inits).await?;
+    let max_connections = match args.max_connections {
+        Some(max) => usize::try_from(max).unwrap_or(usize::MAX),
+        None => ConnectionLimits::default_max_connections(nofile, state.engine.config().max_concurrent_runs),
+    };
+    let limits =
+        ConnectionLimits { idle_timeout: std::time::Duration::from_secs(args.connection_idle_secs), max_connections };
+    tracing::info!(nofile, max_connections, idle_secs = args.connection_idle_secs, "connection limits");
     // localhost, the loopback addresses, the listen address, and PUBLIC_BASE_URL's host.
     let mut allowed_hosts = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
     allowed_hosts.push(args.addr.ip().to_string());
@@ -31,8 +44,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         session_idle: std::time::Duration::from_secs(args.session_idle_secs),
         max_sessions: usize::try_from(args.max_sessions).unwrap_or(usize::MAX),
     };
-    let listener =
-        tokio::net::TcpListener::bind(args.addr).await.with_context(|| format!("cannot listen on {}", args.addr))?;
+    let listener = listen(args.addr).with_context(|| format!("cannot listen on {}", args.addr))?;
     eprintln!("sandlot: serving MCP at {base}/mcp (runners: {})", runner_names(&state));
     let (authenticator, generated) = authenticator;
     if let Some(token) = generated {
@@ -40,7 +52,6 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let (shutdown, engine) = (state.shutdown.clone(), state.engine.clone());
     let router = app(state, authenticator, options);
-    let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
     let stop = async move {
         shutdown_signal().await;
         // Stop accepting, end event streams and sessions, give in-flight runs the grace period, then exit: the
@@ -60,8 +71,18 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             std::process::exit(0);
         });
     };
-    axum::serve(listener, service).with_graceful_shutdown(stop).await.context("HTTP server failed")?;
+    serve_http(listener, router, limits, stop).await.context("HTTP server failed")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A listening socket with a queue of 1024 connections (the runtime's default is 128, which a burst of
+/// connections fills before the accept loop drains it: the next client then waits a second for its SYN to be
+/// sent again).
+fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
 }
 
 /// The credential check, and the token when one was generated (to print); an error names the bad setting.

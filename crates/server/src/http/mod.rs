@@ -4,6 +4,7 @@
 //! where the contract asks for it.
 
 mod auth;
+mod connections;
 mod credentials;
 mod events;
 mod files;
@@ -25,6 +26,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
 pub use auth::{Authenticator, Caller};
+pub use connections::{ConnectionLimits, raise_nofile_limit, serve};
 pub use credentials::{Credentials, JwtSettings};
 pub use origin::AllowedHosts;
 

@@ -1,0 +1,356 @@
+//! The accept loop of `sandlot serve`: HTTP/1.1 connections (hyper, with upgrades) served by the app, under a
+//! connection tracker that keeps idle connections from taking every descriptor.
+//!
+//! Every connection knows whether a request is in flight on it: from the moment its headers are read until its
+//! response body has been sent (or dropped), so a long run or an event stream counts as in flight. A connection
+//! with no request in flight (one that never sent a request, sits idle between keep-alive requests, or is still
+//! dribbling its headers) is closed after [`ConnectionLimits::idle_timeout`]. When the server holds
+//! [`ConnectionLimits::max_connections`], the oldest idle connection is closed to make room for the new one (as
+//! nginx drains reusable connections), so idle sockets, which anyone can open without a credential, can never keep
+//! a client with a real request out. Only when every connection has a request in flight is a new one refused
+//! (closed at once). Connections with requests in flight are never closed by the tracker: they need a credential
+//! (or a signed URL) and end with their request.
+//!
+//! Closing an idle connection races with a request arriving on it, as with any keep-alive server: the close is
+//! graceful (hyper finishes a request it has already read), and a client may retry on a new connection.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::ServiceExt;
+
+/// How many connections the server keeps, and for how long an idle one.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// A connection with no request in flight is closed after this long; also the time a client has to send a
+    /// request's headers.
+    pub idle_timeout: Duration,
+    /// Most connections open at once; at the cap, the oldest idle connection is closed to make room.
+    pub max_connections: usize,
+}
+
+impl ConnectionLimits {
+    /// Descriptors kept out of the connections' share for everything else: runs (each holds pipes, a pidfd and
+    /// cgroup files while it executes), warm inits, the history database, files being downloaded, logs.
+    pub const RESERVED_DESCRIPTORS: u64 = 256;
+
+    /// The default cap for a process allowed `nofile` open descriptors running `concurrent_runs` at once: what is
+    /// left after [`Self::RESERVED_DESCRIPTORS`] and 16 per run, at least 64.
+    pub fn default_max_connections(nofile: u64, concurrent_runs: usize) -> usize {
+        let reserve = Self::RESERVED_DESCRIPTORS.saturating_add(16u64.saturating_mul(concurrent_runs as u64));
+        usize::try_from(nofile.saturating_sub(reserve).max(64)).unwrap_or(usize::MAX)
+    }
+}
+
+/// Raises the soft limit on open descriptors to the hard limit (systemd's default soft limit is 1024, its hard
+/// limit 512Ki); returns the soft limit in force afterwards. Sandboxes are unaffected: each run sets its own.
+pub fn raise_nofile_limit() -> u64 {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let raised = rustix::process::Rlimit { current: limit.maximum, maximum: limit.maximum };
+    if limit.current != limit.maximum && setrlimit(Resource::Nofile, raised).is_ok() {
+        return limit.maximum.unwrap_or(u64::MAX);
+    }
+    limit.current.unwrap_or(u64::MAX)
+}
+
+/// What the tracker knows of one connection.
+struct Connection {
+    /// Requests read and not yet answered to their last byte.
+    in_flight: usize,
+    /// When the last request ended (or the connection opened); meaningful while `in_flight` is 0.
+    idle_since: Instant,
+    /// Cancelled to close the connection (idle timeout, eviction).
+    close: CancellationToken,
+}
+
+impl Connection {
+    fn closing(&self) -> bool {
+        self.close.is_cancelled()
+    }
+}
+
+/// Every open connection, by id.
+#[derive(Default)]
+struct Tracker {
+    table: Mutex<Table>,
+}
+
+#[derive(Default)]
+struct Table {
+    next_id: u64,
+    connections: HashMap<u64, Connection>,
+    /// Connections not being closed: what counts against the cap.
+    open: usize,
+}
+
+impl Table {
+    /// Starts closing `id` (once).
+    fn close(&mut self, id: u64) {
+        if let Some(connection) = self.connections.get(&id).filter(|c| !c.closing()) {
+            connection.close.cancel();
+            self.open -= 1;
+        }
+    }
+}
+
+impl Tracker {
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Registers a new (idle) connection: its id and the token that closes it.
+    fn open(&self) -> (u64, CancellationToken) {
+        let mut table = self.table();
+        let id = table.next_id;
+        table.next_id += 1;
+        let close = CancellationToken::new();
+        table.connections.insert(id, Connection { in_flight: 0, idle_since: Instant::now(), close: close.clone() });
+        table.open += 1;
+        (id, close)
+    }
+
+    fn remove(&self, id: u64) {
+        let mut table = self.table();
+        if table.connections.remove(&id).is_some_and(|c| !c.closing()) {
+            table.open -= 1;
+        }
+    }
+
+    /// Connections open and not being closed.
+    fn open_count(&self) -> usize {
+        self.table().open
+    }
+
+    fn begin(self: &Arc<Self>, id: u64) -> InFlight {
+        if let Some(connection) = self.table().connections.get_mut(&id) {
+            connection.in_flight += 1;
+        }
+        InFlight { tracker: self.clone(), id }
+    }
+
+    fn busy(&self, id: u64) -> bool {
+        self.table().connections.get(&id).is_some_and(|c| c.in_flight > 0)
+    }
+
+    /// Closes the connection idle for the longest time; false when every connection has a request in flight.
+    fn evict_oldest_idle(&self) -> bool {
+        let mut table = self.table();
+        let oldest = table
+            .connections
+            .iter()
+            .filter(|(_, c)| c.in_flight == 0 && !c.closing())
+            .min_by_key(|(_, c)| c.idle_since)
+            .map(|(id, _)| *id);
+        oldest.inspect(|id| table.close(*id)).is_some()
+    }
+
+    /// Closes every connection idle since before `now - timeout`.
+    fn sweep(&self, timeout: Duration) {
+        let now = Instant::now();
+        let mut table = self.table();
+        let idle: Vec<u64> = table
+            .connections
+            .iter()
+            .filter(|(_, c)| c.in_flight == 0 && !c.closing() && now.duration_since(c.idle_since) >= timeout)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in idle {
+            table.close(id);
+        }
+    }
+}
+
+/// A request in flight on a connection; dropping it (the response's last byte sent, or the request abandoned)
+/// makes the connection idle again when it was the last.
+struct InFlight {
+    tracker: Arc<Tracker>,
+    id: u64,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(connection) = self.tracker.table().connections.get_mut(&self.id) {
+            connection.in_flight = connection.in_flight.saturating_sub(1);
+            if connection.in_flight == 0 {
+                connection.idle_since = Instant::now();
+            }
+        }
+    }
+}
+
+/// Serves `router` on `listener` until `shutdown` completes; then stops accepting, lets every connection finish
+/// its request in flight (idle ones close at once) and returns when all are closed.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: ConnectionLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let tracker = Arc::new(Tracker::default());
+    let stop = CancellationToken::new();
+    let tasks = TaskTracker::new();
+    tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            shutdown.await;
+            stop.cancel();
+        }
+    });
+    tasks.spawn(sweep(tracker.clone(), limits.idle_timeout, stop.clone()));
+    // No header-read timeout of hyper's: it arms a timer for every request, and the sweep already closes a
+    // connection whose headers are not complete after the idle timeout (no request is in flight on it until then).
+    let builder = hyper::server::conn::http1::Builder::new();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = stop.cancelled() => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(error) if is_connection_error(&error) => continue,
+            Err(error) => {
+                // Out of descriptors (EMFILE, ENFILE) or memory: make room by closing the oldest idle connection,
+                // or wait for a connection to end; the pending connection stays in the kernel's queue meanwhile.
+                tracing::warn!(%error, "cannot accept a connection");
+                let pause = if tracker.evict_oldest_idle() { 10 } else { 100 };
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+                continue;
+            }
+        };
+        if tracker.open_count() >= limits.max_connections && !tracker.evict_oldest_idle() {
+            tracing::warn!(%peer, max = limits.max_connections, "connection refused: every connection is busy");
+            drop(stream);
+            continue;
+        }
+        let _ = stream.set_nodelay(true);
+        tasks.spawn(connection(stream, peer, router.clone(), builder.clone(), tracker.clone(), stop.clone()));
+    }
+    drop(listener);
+    tasks.close();
+    tasks.wait().await;
+    Ok(())
+}
+
+/// Errors of one connection that was queued and is gone; the next accept may succeed at once.
+fn is_connection_error(error: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    matches!(error.kind(), ConnectionRefused | ConnectionAborted | ConnectionReset)
+}
+
+/// Closes idle connections past the timeout, checking a few times per timeout (at most every second).
+async fn sweep(tracker: Arc<Tracker>, timeout: Duration, stop: CancellationToken) {
+    let period = (timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+    let mut interval = tokio::time::interval(period);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = interval.tick() => tracker.sweep(timeout),
+            () = stop.cancelled() => return,
+        }
+    }
+}
+
+/// Serves one connection until it ends, the tracker closes it, or the server stops.
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    router: Router,
+    builder: hyper::server::conn::http1::Builder,
+    tracker: Arc<Tracker>,
+    stop: CancellationToken,
+) {
+    let (id, close) = tracker.open();
+    let service = hyper::service::service_fn({
+        let tracker = tracker.clone();
+        move |mut request: hyper::Request<Incoming>| {
+            let in_flight = tracker.begin(id);
+            request.extensions_mut().insert(ConnectInfo(peer));
+            let router = router.clone();
+            async move {
+                let response = router.oneshot(request.map(Body::new)).await?;
+                // The request stays in flight until its body has been sent (or dropped): an event stream or a
+                // download is never an idle connection.
+                Ok::<_, std::convert::Infallible>(response.map(|body| {
+                    Body::new(body.map_frame(move |frame| {
+                        let _ = &in_flight;
+                        frame
+                    }))
+                }))
+            }
+        }
+    });
+    let served = builder.serve_connection(TokioIo::new(stream), service).with_upgrades();
+    tokio::pin!(served);
+    let ended = tokio::select! {
+        result = served.as_mut() => Some(result),
+        () = close.cancelled() => None,
+        () = stop.cancelled() => None,
+    };
+    if let Some(result) = ended {
+        if let Err(error) = result {
+            tracing::debug!(%peer, %error, "connection ended with an error");
+        }
+        tracker.remove(id);
+        return;
+    }
+    // Closing: hyper ends an idle connection at once and finishes a request it has already read. A connection that
+    // is still idle a second later (a client that never finishes its headers) is dropped.
+    served.as_mut().graceful_shutdown();
+    loop {
+        tokio::select! {
+            _ = served.as_mut() => break,
+            () = tokio::time::sleep(Duration::from_secs(1)) => {
+                if !tracker.busy(id) {
+                    break;
+                }
+            }
+        }
+    }
+    tracker.remove(id);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eviction_takes_the_oldest_idle_connection_and_spares_busy_ones() {
+        let tracker = Arc::new(Tracker::default());
+        let (first, first_close) = tracker.open();
+        let (_second, second_close) = tracker.open();
+        let (_third, third_close) = tracker.open();
+        let busy = tracker.begin(first);
+        assert!(tracker.evict_oldest_idle());
+        assert_eq!(
+            (first_close.is_cancelled(), second_close.is_cancelled(), third_close.is_cancelled()),
+            (false, true, false)
+        );
+        assert_eq!(tracker.open_count(), 2);
+        assert!(tracker.evict_oldest_idle());
+        assert!(third_close.is_cancelled());
+        assert!(!tracker.evict_oldest_idle(), "only a busy connection is left");
+        drop(busy);
+        tracker.sweep(Duration::ZERO);
+        assert!(first_close.is_cancelled(), "idle again once its request ended");
+    }
+
+    #[test]
+    fn the_default_cap_keeps_a_reserve_for_runs() {
+        assert_eq!(ConnectionLimits::default_max_connections(1024, 4), 1024 - 256 - 64);
+        assert_eq!(ConnectionLimits::default_max_connections(100, 4), 64);
+        assert_eq!(ConnectionLimits::default_max_connections(u64::MAX, 4), usize::MAX - 256 - 64);
+    }
+}
