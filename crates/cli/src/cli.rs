@@ -179,9 +179,13 @@ pub struct SandboxArgs {
     /// Files, directories and symlinks a conversation's /data may hold.
     #[arg(long, env = "SANDLOT_DISK_INODES", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub disk_inodes: u64,
-    /// Host uid (and gid) sandboxes run as when sandlot runs as root. Never 0.
-    #[arg(long, env = "SANDLOT_SANDBOX_UID", default_value_t = 900_000, value_parser = clap::value_parser!(u32).range(1..))]
-    pub sandbox_uid: u32,
+    /// Host uids (and gids) sandboxes run as when sandlot runs as root, FIRST-LAST: FIRST owns the conversation
+    /// directories on disk, each run at the same time gets one of the others. Neither 0 nor a host account.
+    #[arg(long, env = "SANDLOT_SANDBOX_UIDS", default_value = "900000-900999", value_parser = parse_uid_range)]
+    pub sandbox_uids: sandlot_jail::UidRange,
+    /// The first of 1000 sandbox uids (the former single uid; use --sandbox-uids).
+    #[arg(long, env = "SANDLOT_SANDBOX_UID", conflicts_with = "sandbox_uids", value_parser = parse_first_uid)]
+    pub sandbox_uid: Option<sandlot_jail::UidRange>,
     /// Turn on `favordynmods` on the host's cgroup2 mount, which makes entering a run's cgroup ~6 ms faster.
     #[arg(long, env = "SANDLOT_TUNE_CGROUPS", default_value_t = true, action = clap::ArgAction::Set)]
     pub tune_cgroups: bool,
@@ -199,6 +203,22 @@ pub struct SandboxArgs {
 /// periods, which must not overflow.
 const MAX_TIMEOUT_SECS: u64 = 365 * 24 * 3600;
 
+fn parse_uid_range(text: &str) -> Result<sandlot_jail::UidRange, String> {
+    checked_uid_range(sandlot_jail::UidRange::parse(text)?)
+}
+
+fn parse_first_uid(text: &str) -> Result<sandlot_jail::UidRange, String> {
+    let first = text.parse::<u32>().map_err(|e| e.to_string())?;
+    checked_uid_range(sandlot_jail::UidRange::starting_at(first)?)
+}
+
+fn checked_uid_range(range: sandlot_jail::UidRange) -> Result<sandlot_jail::UidRange, String> {
+    match range.host_account_inside() {
+        Some(account) => Err(format!("{range} includes the host's {account}")),
+        None => Ok(range),
+    }
+}
+
 fn parse_cpus(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(cpus) if cpus.is_finite() && (0.01..=1024.0).contains(&cpus) => Ok(cpus),
@@ -207,6 +227,11 @@ fn parse_cpus(text: &str) -> Result<f64, String> {
 }
 
 impl SandboxArgs {
+    /// The sandbox uids: `--sandbox-uids`, or the 1000 from the former `--sandbox-uid`.
+    pub fn sandbox_uid_range(&self) -> sandlot_jail::UidRange {
+        self.sandbox_uid.unwrap_or(self.sandbox_uids)
+    }
+
     /// The engine configuration these options describe.
     pub fn engine_config(&self) -> EngineConfig {
         EngineConfig {

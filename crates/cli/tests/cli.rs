@@ -384,7 +384,15 @@ fn serve_with(env: &[(&str, &str)]) -> Output {
 
 #[test]
 fn bad_configuration_stops_the_start_with_one_line_naming_the_variable() {
-    let cases: [(&[(&str, &str)], &str); 11] = [
+    let cases: [(&[(&str, &str)], &str); 13] = [
+        (
+            &[("SANDLOT_SANDBOX_UIDS", "0-999")],
+            "sandlot: invalid SANDLOT_SANDBOX_UIDS=\"0-999\": the sandbox uids must not include 0 (root)\n",
+        ),
+        (
+            &[("SANDLOT_SANDBOX_UIDS", "4294967290-4294967295")],
+            "sandlot: invalid SANDLOT_SANDBOX_UIDS=\"4294967290-4294967295\": 4294967295 is not a valid uid\n",
+        ),
         (
             &[("SANDLOT_MEMORY_MB", "lots")],
             "sandlot: invalid SANDLOT_MEMORY_MB=\"lots\": invalid digit found in string\n",

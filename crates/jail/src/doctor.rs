@@ -72,6 +72,9 @@ pub async fn diagnose(backend: &JailBackend) -> Vec<Check> {
     } else {
         check("privileges", CheckStatus::Missing, "not root: no cgroups; the sandbox runs as your own uid with rlimits")
     });
+    if root {
+        checks.push(uid_check(backend));
+    }
     let userns = read_trimmed("/proc/sys/user/max_user_namespaces").and_then(|v| v.parse::<u64>().ok());
     let apparmor = read_trimmed("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
     checks.push(match (userns, apparmor.as_deref()) {
@@ -137,6 +140,37 @@ pub async fn diagnose(backend: &JailBackend) -> Vec<Check> {
         checks.push(probe_run(backend, runner.language).await);
     }
     checks
+}
+
+/// The sandbox uids, and whether conversations' `/data` can be idmapped (else every run uses the storage uid).
+fn uid_check(backend: &JailBackend) -> Check {
+    let uids = backend.sandbox_uids();
+    let (storage, runs) = (uids.storage(), uids.run_uids());
+    if let Some(account) = uids.host_account_inside() {
+        return check("sandbox uids", CheckStatus::Failed, format!("{uids} includes the host's {account}"));
+    }
+    // The nearest existing directory of the conversation root: the filesystem that will hold conversations.
+    let root = backend.data_root().map(std::path::Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
+    let existing = root.ancestors().find(|dir| dir.is_dir()).unwrap_or(std::path::Path::new("/")).to_path_buf();
+    match crate::idmap::probe(&existing, storage, *runs.start()) {
+        Ok(()) => check(
+            "sandbox uids",
+            CheckStatus::Ok,
+            format!(
+                "{uids}: each concurrent run its own uid of {}, /data idmapped from the storage uid {storage}",
+                runs.count()
+            ),
+        ),
+        Err(e) => check(
+            "sandbox uids",
+            CheckStatus::Missing,
+            format!(
+                "no idmapped mounts on {} ({e}): every run uses the storage uid {storage}, so concurrent runs share \
+                 one uid's limits (inotify instances)",
+                existing.display()
+            ),
+        ),
+    }
 }
 
 async fn probe_run(backend: &JailBackend, language: Language) -> Check {

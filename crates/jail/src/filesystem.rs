@@ -121,6 +121,8 @@ fn write_etc(etc: &Path, identity: &Identity) -> Result<(), SetupError> {
 /// captures them by path.
 pub struct HostTrees {
     workspace: OwnedFd,
+    /// The workspace is an idmapped mount: its storage owner shows as the run's uid (see [`crate::idmap`]).
+    pub idmapped: bool,
     extra_ro_binds: Vec<(PathBuf, OwnedFd)>,
     skeleton: Option<OwnedFd>,
 }
@@ -138,12 +140,20 @@ impl HostTrees {
         let workspace =
             clone_tree_at(directory.as_raw_fd()).step(|| format!("open_tree {}", spec.workspace.display()))?;
         set_tree_attributes(&workspace, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV).step(|| "mount_setattr /data".into())?;
+        // A filesystem without idmapped mounts leaves `idmapped` false: the init then runs the program as the
+        // storage uid (see `init::helper`).
+        let idmapped = match (spec.storage_id, spec.switch_to) {
+            (Some(storage), Some((run, _))) if storage != run => {
+                crate::idmap::map_tree(&workspace, storage, run).is_ok()
+            }
+            _ => false,
+        };
         let skeleton = match (&spec.root_template, skeleton) {
             (Some(template), _) => Some(clone_tree(template).step(|| format!("open_tree {}", template.display()))?),
             (None, skeleton) => skeleton,
         };
         let extra_ro_binds = capture_read_only(&spec.extra_ro_binds)?;
-        Ok(Self { workspace, extra_ro_binds, skeleton })
+        Ok(Self { workspace, idmapped, extra_ro_binds, skeleton })
     }
 }
 
@@ -265,7 +275,7 @@ pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError
         .step(|| "make / private".into())?;
 
     // 1. The host trees of this run, before the new root covers anything (the workspace may be under /tmp).
-    let HostTrees { workspace: data, extra_ro_binds, skeleton } = match trees {
+    let HostTrees { workspace: data, extra_ro_binds, skeleton, .. } = match trees {
         Some(trees) => trees,
         None => HostTrees::capture(spec, None)?,
     };

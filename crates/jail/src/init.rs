@@ -235,6 +235,8 @@ fn helper(ahead: Ahead) -> Result<Infallible, SetupError> {
     // Held until this process exits, and by pid 1 (inherited) until it exits: see `pid1::unmount_tmpfs`.
     let slot_lock = spec.slot_lock.as_ref().and_then(share_slot_lock);
     let report_first = spec.slot_lock.is_none() || slot_lock.is_some();
+    // Held likewise: the run's uid is not leased to another run while a process of this one may be left.
+    let _uid_lock = spec.uid_lock.as_ref().and_then(share_slot_lock);
     // As root, capture the trees from outside the system dirs while every path is still reachable.
     let trees = match spec.switch_to {
         Some(_) => {
@@ -247,7 +249,12 @@ fn helper(ahead: Ahead) -> Result<Infallible, SetupError> {
     if spec.switch_to.is_some() {
         enter_network_namespace(&spec, ahead.netns)?;
     }
-    if let Some((uid, gid)) = spec.switch_to {
+    // Without an idmapped `/data`, the program runs as the uid that owns it on disk (shared by every such run).
+    let switch_to = match (&trees, spec.storage_id) {
+        (Some(trees), Some(storage)) if !trees.idmapped => spec.switch_to.map(|_| (storage, storage)),
+        _ => spec.switch_to,
+    };
+    if let Some((uid, gid)) = switch_to {
         setgroups(&[]).step(|| "setgroups".into())?;
         setresgid(Gid::from_raw(gid), Gid::from_raw(gid), Gid::from_raw(gid)).step(|| format!("setresgid {gid}"))?;
         setresuid(Uid::from_raw(uid), Uid::from_raw(uid), Uid::from_raw(uid)).step(|| format!("setresuid {uid}"))?;

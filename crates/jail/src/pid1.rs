@@ -56,7 +56,7 @@ pub fn start(task: Task) -> Result<Pid, SetupError> {
         let task = unsafe { Box::from_raw(task as *mut Task) };
         run(*task)
     }
-    let stack = map_stack(PID1_STACK_BYTES).step(|| "map pid 1's stack".into())?;
+    let (_, stack) = map_stack(PID1_STACK_BYTES).step(|| "map pid 1's stack".into())?;
     let task = Box::into_raw(Box::new(task));
     let flags = libc::CLONE_VM | libc::SIGCHLD;
     // SAFETY: the child runs on its own stack (never unmapped: it lives as long as the shared memory), never
@@ -71,8 +71,9 @@ pub fn start(task: Task) -> Result<Pid, SetupError> {
     Ok(Pid::from_raw(pid))
 }
 
-/// Maps a stack of `bytes` with a guard page below it; returns its top (page-aligned, as the ABI wants).
-fn map_stack(bytes: usize) -> std::io::Result<*mut libc::c_void> {
+/// Maps a stack of `bytes` with a guard page below it; returns the mapping's base (for `munmap`, `bytes` + one
+/// page long) and the stack's top (page-aligned, as the ABI wants).
+pub(crate) fn map_stack(bytes: usize) -> std::io::Result<(*mut libc::c_void, *mut libc::c_void)> {
     let page = 4096;
     // SAFETY: a new private anonymous mapping at an address of the kernel's choice; no existing memory is touched.
     let base = unsafe {
@@ -92,7 +93,7 @@ fn map_stack(bytes: usize) -> std::io::Result<*mut libc::c_void> {
     if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(base.wrapping_byte_add(bytes + page))
+    Ok((base, base.wrapping_byte_add(bytes + page)))
 }
 
 /// Runs pid 1; never returns.
@@ -177,7 +178,7 @@ fn spawn_worker(task: &worker::Task) -> std::io::Result<Pid> {
         worker::run(unsafe { &*(task as *const worker::Task) })
     }
     // With a guard page, like pid 1's; left mapped (unused once the worker has exec'd) until pid 1 exits.
-    let top = map_stack(WORKER_STACK_BYTES)?;
+    let (_, top) = map_stack(WORKER_STACK_BYTES)?;
     let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
     // SAFETY: the child runs on its own stack, shares memory only while this (single-threaded) process is
     // suspended, and never returns from `worker_entry` (it execs or exits).

@@ -36,8 +36,16 @@ pub struct JailSpec {
     /// The supervisor's descriptor holding the run's cgroup slot, which the init (as root) takes a reference of
     /// its own to: the slot stays taken until the init, the last process of the run, is gone.
     pub slot_lock: Option<SlotLock>,
-    /// Host uid/gid the init switches to before creating namespaces (only when started as root).
+    /// Host uid/gid the init switches to before creating namespaces (only when started as root): the run's own,
+    /// leased for it (see `host_uids`).
     pub switch_to: Option<(u32, u32)>,
+    /// The storage uid (and gid) that owns the workspace on disk: `/data` is an idmapped mount showing it as
+    /// `switch_to` (see `idmap`). If the filesystem refuses idmapped mounts, the init runs the program as the
+    /// storage uid instead.
+    pub storage_id: Option<u32>,
+    /// The supervisor's descriptor holding the lease of the `switch_to` uid, which the init (as root) takes a
+    /// reference of its own to: the uid stays leased until the init, the last process of the run, is gone.
+    pub uid_lock: Option<SlotLock>,
     /// A network namespace to join (a path the init opens while still root) instead of creating one; only with
     /// `switch_to`. See `netns_pool`.
     pub join_netns: Option<PathBuf>,
@@ -54,7 +62,8 @@ pub struct JailSpec {
     pub root_template: Option<PathBuf>,
 }
 
-/// A descriptor of another process: the supervisor's lock on the run's cgroup slot (see `cgroup`).
+/// A descriptor of another process: the supervisor's lock on the run's cgroup slot (see `cgroup`) or on its uid
+/// (see `host_uids`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SlotLock {
     pub holder_pid: u32,

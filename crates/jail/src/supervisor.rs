@@ -20,6 +20,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufRead
 
 use crate::cgroup::{CgroupSupport, RunCgroup};
 use crate::filesystem::Identity;
+use crate::host_uids::{UidLease, UidLeases, UidRange};
 use crate::launcher::{InitPipes, InitProcess, InitStarter, Prefork};
 use crate::netns_pool::NetnsPool;
 use crate::pinned_netns::PinnedNetns;
@@ -43,9 +44,11 @@ const DRAIN_GRACE: Duration = Duration::from_secs(5);
 pub struct JailConfig {
     /// The sandlot binary, re-executed as the init.
     pub init_program: PathBuf,
-    /// Host uid and gid the sandbox runs as when the server is root (never root itself).
-    pub sandbox_host_uid: u32,
-    pub sandbox_host_gid: u32,
+    /// Host uids (and gids) sandboxes run as when the server is root (never root itself): the first owns the
+    /// conversation directories, each concurrent run leases one of the others (see `host_uids`).
+    pub sandbox_uids: UidRange,
+    /// Where the leases of those uids are held (shared by every sandlot of the host).
+    pub uid_lock_dir: PathBuf,
     /// Languages to look for runners for.
     pub languages: Vec<Language>,
     pub overrides: RunnerOverrides,
@@ -76,12 +79,12 @@ pub struct JailConfig {
 }
 
 impl JailConfig {
-    /// Every language, this binary as the init, uid/gid 900000 on the host when root.
+    /// Every language, this binary as the init, uids/gids 900000-900999 on the host when root.
     pub fn new(init_program: PathBuf) -> Self {
         Self {
             init_program,
-            sandbox_host_uid: 900_000,
-            sandbox_host_gid: 900_000,
+            sandbox_uids: crate::host_uids::DEFAULT_UIDS,
+            uid_lock_dir: PathBuf::from(crate::host_uids::LOCK_DIR),
             languages: Language::ALL.to_vec(),
             overrides: RunnerOverrides::from_env(),
             probe_versions: true,
@@ -110,6 +113,8 @@ pub struct JailBackend {
     /// Runners left out because a bind of theirs would expose too much (reported by `doctor`).
     refused: Vec<RefusedRunner>,
     cgroups: CgroupSupport,
+    /// The run uids, leased per run (as root).
+    uids: UidLeases,
     root: bool,
 }
 
@@ -133,7 +138,8 @@ impl JailBackend {
         };
         let warm = WarmPool::new(starter, config.warm_inits);
         let netns = (root && config.keep_netns).then(NetnsPool::default);
-        Self { config, runners, refused, cgroups, root, prefork: Default::default(), warm, netns }
+        let uids = UidLeases::new(config.sandbox_uids, config.uid_lock_dir.clone());
+        Self { config, runners, refused, cgroups, uids, root, prefork: Default::default(), warm, netns }
     }
 
     /// Starts the warm inits now (call from within the runtime that will serve the runs).
@@ -161,12 +167,29 @@ impl JailBackend {
         &self.refused
     }
 
+    /// The host uids sandboxes run as (when root).
+    pub fn sandbox_uids(&self) -> UidRange {
+        self.config.sandbox_uids
+    }
+
+    /// The conversation root, if the backend was told it.
+    pub fn data_root(&self) -> Option<&std::path::Path> {
+        self.config.data_root.as_deref()
+    }
+
     /// The cgroup support found.
     pub fn cgroups(&self) -> &CgroupSupport {
         &self.cgroups
     }
 
-    fn spec(&self, job: &Job, runner: &HostRunner, cgroup: Option<&RunCgroup>, netns: Option<&OwnedFd>) -> JailSpec {
+    fn spec(
+        &self,
+        job: &Job,
+        runner: &HostRunner,
+        cgroup: Option<&RunCgroup>,
+        uid: Option<&UidLease>,
+        netns: Option<&OwnedFd>,
+    ) -> JailSpec {
         let code_path = PathBuf::from(format!("/tmp/main.{}", job.language.file_extension()));
         let mut env: BTreeMap<String, String> = [
             ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
@@ -196,7 +219,9 @@ impl JailBackend {
             extra_ro_binds: runner.extra_ro_binds.clone(),
             cgroup_procs: cgroup.map(RunCgroup::procs_files).unwrap_or_default(),
             slot_lock: cgroup.map(|c| SlotLock { holder_pid: std::process::id(), fd: c.lock_fd() }),
-            switch_to: self.root.then_some((self.config.sandbox_host_uid, self.config.sandbox_host_gid)),
+            switch_to: uid.map(|lease| (lease.uid(), lease.uid())),
+            storage_id: uid.map(|_| self.config.sandbox_uids.storage()),
+            uid_lock: uid.map(|lease| SlotLock { holder_pid: std::process::id(), fd: lease.lock_fd() }),
             join_netns: netns.map(NetnsPool::path_of),
             sandbox_uid: identity.uid,
             sandbox_gid: identity.gid,
@@ -270,16 +295,23 @@ impl Backend for JailBackend {
             .iter()
             .find(|r| r.language == job.language)
             .ok_or_else(|| sandlot_core::Error::no_runner(job.language, self.runners.iter().map(|r| r.language)))?;
-        let owner = self.root.then_some((self.config.sandbox_host_uid, self.config.sandbox_host_gid));
-        sandlot_core::hand_over(&job.workspace, owner)
+        // On disk the conversation belongs to the storage uid; the run sees it as its own leased uid (idmapped).
+        let storage = self.config.sandbox_uids.storage();
+        sandlot_core::hand_over(&job.workspace, self.root.then_some((storage, storage)))
             .map_err(|e| Error::io(format!("hand over {}", job.workspace.display()), e))?;
+        let uid = match self.root {
+            true => Some(
+                self.uids.lease().map_err(|e| Error::io(format!("lease a sandbox uid for run {}", job.run_id), e))?,
+            ),
+            false => None,
+        };
         let cgroup = self
             .cgroups
             .acquire(&job.limits)
             .map_err(|e| Error::io(format!("set up cgroups for run {}", job.run_id), e))?;
         tracing::debug!(run_id = job.run_id, "cgroup ready");
         let kept_netns = self.netns.as_ref().and_then(|pool| pool.take(&job.workspace));
-        let spec = self.spec(&job, runner, cgroup.as_ref(), kept_netns.as_ref());
+        let spec = self.spec(&job, runner, cgroup.as_ref(), uid.as_ref(), kept_netns.as_ref());
         let prefork = self.prefork.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
         let one_shot = prefork.is_some();
         let result = self.execute(spec, &job, sink, cgroup.as_ref(), prefork).await;
@@ -294,6 +326,7 @@ impl Backend for JailBackend {
             }
             None => {}
         }
+        drop(uid); // the init holds the lease on until it is gone
         let (ending, reports, stdout, stderr, duration, new_netns) = result?;
         // Every process of the program is gone (pid 1 killed and reaped them before its report, or the init has
         // been reaped): the run's network namespace may serve the conversation's next run.

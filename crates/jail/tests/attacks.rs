@@ -10,7 +10,7 @@ use std::net::TcpListener;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Sandbox, check, check_eq, describe, processes_of_uid};
+use common::{Sandbox, check, check_eq, describe};
 use libtest_mimic::Failed;
 use sandlot_core::{ConversationId, Error as CoreError, Language, Termination};
 
@@ -51,6 +51,11 @@ fn main() {
         ("conversations_cannot_see_each_other", conversations_cannot_see_each_other),
         ("server_environment_does_not_leak", server_environment_does_not_leak),
         ("sandbox_never_runs_as_host_root", sandbox_never_runs_as_host_root),
+        (
+            "concurrent_runs_have_their_own_uid_and_inotify_instances",
+            concurrent_runs_have_their_own_uid_and_inotify_instances,
+        ),
+        ("data_keeps_one_owner_across_runs_of_different_uids", data_keeps_one_owner_across_runs_of_different_uids),
         ("proc_shows_nothing_of_the_host_layout", proc_shows_nothing_of_the_host_layout),
         (
             "a_project_local_runner_exposes_nothing_of_its_project",
@@ -341,7 +346,7 @@ fn fork_bomb_is_contained() -> Result<(), Failed> {
         format!("the pids limit was not what stopped the bomb\n{}", describe(&report))
     })?;
     check(slowest < Duration::from_secs(1), || format!("the host stalled: a process took {slowest:?} to run"))?;
-    let left = processes_of_uid(common::sandbox_host_uid());
+    let left = common::sandbox_processes();
     check(left.is_empty(), || format!("processes left after the run: {left:?}"))
 }
 
@@ -408,7 +413,7 @@ fn setsid_double_fork_dies_at_the_deadline() -> Result<(), Failed> {
     let code = "setsid bash -c 'sleep 1000 & disown' &\n( setsid sleep 999 & )\nnohup sleep 998 >/dev/null 2>&1 &\nwhile :; do :; done";
     let report = sandbox.run("attack", Language::Bash, code);
     check_eq(report.outcome.termination.clone(), Termination::TimedOut, "termination")?;
-    let left = processes_of_uid(common::sandbox_host_uid());
+    let left = common::sandbox_processes();
     check(left.is_empty(), || format!("processes left after the deadline: {left:?}"))
 }
 
@@ -418,14 +423,14 @@ fn background_children_die_with_the_program() -> Result<(), Failed> {
     check_eq(report.outcome.termination.clone(), Termination::Exited { code: 0 }, "termination")?;
     check_eq(report.outcome.stdout.as_str(), "done\n", "stdout")?;
     // Gone when the run returns: the run ends with pid 1's report, which it sends after killing them all.
-    let left = common::program_processes_of_uid(common::sandbox_host_uid());
+    let left = common::program_processes();
     check(left.is_empty(), || format!("processes of the program left after it exited: {left:?}"))?;
     // The init and pid 1 finish exiting a moment later.
     let deadline = std::time::Instant::now() + Duration::from_secs(2);
-    while !processes_of_uid(common::sandbox_host_uid()).is_empty() && std::time::Instant::now() < deadline {
+    while !common::sandbox_processes().is_empty() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-    let left = processes_of_uid(common::sandbox_host_uid());
+    let left = common::sandbox_processes();
     check(left.is_empty(), || format!("processes of the sandbox uid left 2 s after the run: {left:?}"))
 }
 
@@ -849,10 +854,122 @@ fn server_environment_does_not_leak() -> Result<(), Failed> {
 fn sandbox_never_runs_as_host_root() -> Result<(), Failed> {
     let sandbox = Sandbox::new(|_| {});
     let report = sandbox.run("attack", Language::Bash, "id -u; cat /proc/self/uid_map | tr -s ' '; touch /data/owned");
-    let expected = format!("1000\n 1000 {} 1\n", common::sandbox_host_uid());
+    let host_uid = run_uid_of(&report)?;
+    check(common::sandbox_uids().run_uids().contains(&host_uid), || format!("host uid {host_uid} is not a run uid"))?;
+    let expected = format!("1000\n 1000 {host_uid} 1\n");
     check_eq(report.outcome.stdout.as_str(), expected.as_str(), &describe(&report))?;
     let meta = std::fs::metadata(sandbox.data_dir("attack").join("owned"))?;
-    check_eq(std::os::unix::fs::MetadataExt::uid(&meta), common::sandbox_host_uid(), "owner of a file written in /data")
+    check_eq(std::os::unix::fs::MetadataExt::uid(&meta), common::storage_uid(), "owner of a file written in /data")
+}
+
+/// The host uid in the `uid_map` line a run printed (`1000 <host uid> 1`).
+fn run_uid_of(report: &sandlot_core::RunReport) -> Result<u32, Failed> {
+    report
+        .outcome
+        .stdout
+        .lines()
+        .find_map(|line| {
+            let mut fields = line.split_whitespace();
+            (fields.next() == Some("1000")).then(|| fields.next()?.parse().ok()).flatten()
+        })
+        .ok_or_else(|| format!("no uid_map line:\n{}", describe(report)).into())
+}
+
+/// Waits until `path` exists on the host (a run signalling it got somewhere), for up to 10 s.
+fn wait_for(path: &std::path::Path) -> Result<(), Failed> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !path.exists() {
+        check(Instant::now() < deadline, || format!("{} never appeared", path.display()))?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// fs.inotify.max_user_instances (128) counts per host uid: a run that takes every inotify instance it can must
+/// leave another conversation's concurrent run its own, and the two run as different host uids.
+fn concurrent_runs_have_their_own_uid_and_inotify_instances() -> Result<(), Failed> {
+    // Every instance the per-user limit allows must be within the run's descriptor limit.
+    let max: u64 = std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances")?.trim().parse()?;
+    let sandbox = Sandbox::new(|limits| {
+        limits.timeout = Duration::from_secs(30);
+        limits.open_files = limits.open_files.max(max + 64);
+    });
+    let hog = "import ctypes, os, time\nlibc = ctypes.CDLL(None, use_errno=True)\nheld = []\nwhile True:\n    fd = libc.inotify_init1(0)\n    if fd < 0:\n        break\n    held.append(fd)\nprint(open('/proc/self/uid_map').read().strip())\nprint('held', len(held), os.strerror(ctypes.get_errno()))\nopen('/data/ready', 'w').close()\nwhile not os.path.exists('/data/done'):\n    time.sleep(0.02)";
+    let ready = sandbox.data_dir("hog").join("ready");
+    let done = sandbox.data_dir("hog").join("done");
+    std::thread::scope(|scope| {
+        let hog = scope.spawn(|| sandbox.run("hog", Language::Python, hog));
+        let waited = wait_for(&ready);
+        let other = sandbox.run(
+            "other",
+            Language::Python,
+            "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nprint(open('/proc/self/uid_map').read().strip())\nfd = libc.inotify_init1(0)\nprint('inotify', 'ok' if fd >= 0 else os.strerror(ctypes.get_errno()))",
+        );
+        std::fs::write(&done, "")?;
+        let hog = hog.join().expect("hog run");
+        waited?;
+        check(hog.outcome.stdout.contains(&format!("held {max} Too many open files")), || {
+            format!("the hog did not take all its instances:\n{}", describe(&hog))
+        })?;
+        check(other.outcome.stdout.ends_with("inotify ok\n"), || {
+            format!("the other conversation's run could not make an inotify instance:\n{}", describe(&other))
+        })?;
+        let (a, b) = (run_uid_of(&hog)?, run_uid_of(&other)?);
+        check(a != b, || format!("both runs ran as host uid {a}"))?;
+        let run_uids = common::sandbox_uids().run_uids();
+        check(run_uids.contains(&a) && run_uids.contains(&b), || format!("{a} and {b} are not both run uids"))
+    })
+}
+
+/// A conversation's files stay its own across runs of different host uids: on disk they belong to the storage uid,
+/// and a later run, leased another uid (a concurrent run holds the first), can change them.
+fn data_keeps_one_owner_across_runs_of_different_uids() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|limits| limits.timeout = Duration::from_secs(30));
+    let first = sandbox.run(
+        "kept",
+        Language::Bash,
+        "cat /proc/self/uid_map; mkdir /data/dir; echo one > /data/dir/file; chmod 600 /data/dir/file; stat -c '%u %a' /data/dir/file",
+    );
+    check(first.outcome.success(), || describe(&first))?;
+    let data = sandbox.data_dir("kept");
+    for path in [data.clone(), data.join("dir"), data.join("dir/file")] {
+        let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&path)?);
+        check_eq(owner, common::storage_uid(), &format!("owner of {} on the host", path.display()))?;
+    }
+    // Once the first run's init and pid 1 are gone its uid is free again: the holder, started then, takes it (the
+    // lowest free), and the second run gets another.
+    let first_uid = run_uid_of(&first)?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !common::processes_of_uid(first_uid).is_empty() {
+        check(Instant::now() < deadline, || format!("processes of uid {first_uid} are still there"))?;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let ready = sandbox.data_dir("holder").join("ready");
+    let done = sandbox.data_dir("holder").join("done");
+    std::thread::scope(|scope| {
+        let holder = scope.spawn(|| {
+            sandbox.run(
+                "holder",
+                Language::Bash,
+                "cat /proc/self/uid_map; touch /data/ready; while [ ! -e /data/done ]; do sleep 0.02; done",
+            )
+        });
+        let waited = wait_for(&ready);
+        let second = sandbox.run(
+            "kept",
+            Language::Bash,
+            "cat /proc/self/uid_map; echo two >> /data/dir/file && cat /data/dir/file && touch /data/dir/new && stat -c '%u' /data/dir/new",
+        );
+        std::fs::write(&done, "")?;
+        let holder = holder.join().expect("holder run");
+        waited?;
+        check(second.outcome.success(), || describe(&second))?;
+        let uids = [first_uid, run_uid_of(&holder)?, run_uid_of(&second)?];
+        check(uids[2] != uids[0], || format!("the second run had the first's uid: {uids:?}"))?;
+        check(second.outcome.stdout.ends_with("one\ntwo\n1000\n"), || describe(&second))?;
+        let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(data.join("dir/new"))?);
+        check_eq(owner, common::storage_uid(), "owner on the host of a file the second run made")
+    })
 }
 
 /// What `/proc` shows the program of its own mounts and of its pid 1 (a clone of the zygote, whose command line,

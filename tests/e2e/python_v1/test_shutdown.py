@@ -12,7 +12,7 @@ from conftest import call_in_background, wait_until
 
 
 def sandbox_processes():
-    """Processes running as a sandbox (host uid 900000, the default)."""
+    """Processes running as a sandbox (host uids 900000-900999, the default range)."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -20,7 +20,7 @@ def sandbox_processes():
                 uid = next(line.split()[1] for line in f if line.startswith("Uid:"))
         except (OSError, StopIteration):
             continue
-        if uid == "900000":
+        if 900000 <= int(uid) <= 900999:
             found.append(int(pid))
     return found
 

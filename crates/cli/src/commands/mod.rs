@@ -39,8 +39,7 @@ pub fn jail_backend(
 ) -> anyhow::Result<Arc<JailBackend>> {
     let exe = std::env::current_exe().map_err(|e| anyhow::anyhow!("cannot find the sandlot binary: {e}"))?;
     let mut config = JailConfig::new(exe);
-    config.sandbox_host_uid = sandbox.sandbox_uid;
-    config.sandbox_host_gid = sandbox.sandbox_uid;
+    config.sandbox_uids = sandbox.sandbox_uid_range();
     config.probe_versions = probe_versions;
     config.warm_inits = server.unwrap_or(0);
     config.zygote = server.is_some() && sandbox.zygote;

@@ -13,12 +13,18 @@ use std::time::Duration;
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use sandlot_core::{ConversationId, Engine, EngineConfig, Language, Limits, RunReport, RunRequest, Workspaces};
-use sandlot_jail::{JailBackend, JailConfig};
+use sandlot_jail::{JailBackend, JailConfig, UidRange};
 
-/// The host uid the sandboxes of this test process run as: unique per process (nextest runs each test in its own
-/// process, several at once), so a test can look for leftovers of its own runs only.
-pub fn sandbox_host_uid() -> u32 {
-    910_000 + std::process::id() % 80_000
+/// The host uids the sandboxes of this test process run as: 16 of them, unique per process (nextest runs each test
+/// in its own process, several at once), so a test can look for leftovers of its own runs only.
+pub fn sandbox_uids() -> UidRange {
+    let first = 1_100_000 + (std::process::id() % 400_000) * 16;
+    UidRange::new(first, first + 15).expect("a valid range")
+}
+
+/// The storage uid of [`sandbox_uids`]: the owner of conversation directories on disk.
+pub fn storage_uid() -> u32 {
+    sandbox_uids().storage()
 }
 
 /// One named test.
@@ -50,8 +56,7 @@ impl Sandbox {
         assert!(nix::unistd::geteuid().is_root(), "the jail tests need root (run scripts/test.sh as root)");
         let root = tempfile::tempdir().expect("temp root");
         let mut config = JailConfig::new(std::env::current_exe().expect("test binary"));
-        config.sandbox_host_uid = sandbox_host_uid();
-        config.sandbox_host_gid = sandbox_host_uid();
+        config.sandbox_uids = sandbox_uids();
         config.probe_versions = false;
         config.zygote = true; // as a server runs them
         config.keep_netns = true;
@@ -114,8 +119,19 @@ pub fn children_running(needle: &str) -> Vec<i32> {
     pids
 }
 
+/// Pids of host processes running as one of this test process's sandbox uids.
+pub fn sandbox_processes() -> Vec<i32> {
+    let uids = sandbox_uids();
+    processes_where(|uid| uids.contains(uid))
+}
+
 /// Pids of host processes running as `uid`.
 pub fn processes_of_uid(uid: u32) -> Vec<i32> {
+    processes_where(|real| real == uid)
+}
+
+/// Pids of host processes whose real uid passes `wanted`.
+fn processes_where(wanted: impl Fn(u32) -> bool) -> Vec<i32> {
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
@@ -125,19 +141,19 @@ pub fn processes_of_uid(uid: u32) -> Vec<i32> {
             .find_map(|l| l.strip_prefix("Uid:"))
             .and_then(|rest| rest.split_whitespace().next())
             .and_then(|u| u.parse::<u32>().ok());
-        if real_uid == Some(uid) {
+        if real_uid.is_some_and(&wanted) {
             pids.push(pid);
         }
     }
     pids
 }
 
-/// Like [`processes_of_uid`], but without the jail's own init and pid 1 (copies of this test binary, so named
+/// Like [`sandbox_processes`], but without the jail's own init and pid 1 (copies of this test binary, so named
 /// like it), which may still be exiting when a run has returned: pid 1 ends every process of the program, and the
 /// program's cgroups are empty, before it reports the program's exit.
-pub fn program_processes_of_uid(uid: u32) -> Vec<i32> {
+pub fn program_processes() -> Vec<i32> {
     let own_name = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
-    processes_of_uid(uid)
+    sandbox_processes()
         .into_iter()
         .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|name| name != own_name))
         .collect()

@@ -1,0 +1,71 @@
+//! Idmapped mounts for `/data`: a run's conversation directory is owned on disk by the storage uid (see
+//! [`crate::host_uids`]) and shown to the run as owned by the run's own host uid, so that files it creates land on
+//! disk as the storage uid again.
+//!
+//! `mount_setattr(MOUNT_ATTR_IDMAP)` takes a user namespace whose maps say how: `<storage> <run> 1` for uids and
+//! gids maps the on-disk owner to the run's uid. Only a process can own a new user namespace, so the init (root)
+//! clones a child into one that sleeps, writes its maps, opens `/proc/<child>/ns/user` and kills and reaps it: the
+//! namespace lives on through the descriptor, then through the mount. The child shares the init's memory
+//! (`CLONE_VM`, nothing copied) on a small stack of its own and only ever calls `pause`.
+
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::Path;
+
+use crate::mount_api;
+
+/// Stack of the child that owns the new user namespace (it calls `pause` in a loop and nothing else).
+const CHILD_STACK_BYTES: usize = 16 * 1024;
+
+/// A user namespace mapping uid and gid `inside` to host uid and gid `outside` (one id each).
+pub fn user_namespace(inside: u32, outside: u32) -> io::Result<OwnedFd> {
+    extern "C" fn sleep_forever(_: *mut libc::c_void) -> libc::c_int {
+        loop {
+            // SAFETY: pause has no arguments and touches no memory; the parent kills this process.
+            unsafe { libc::pause() };
+        }
+    }
+    let (base, top) = crate::pid1::map_stack(CHILD_STACK_BYTES)?;
+    let flags = libc::CLONE_VM | libc::CLONE_NEWUSER | libc::SIGCHLD;
+    // SAFETY: the child runs `sleep_forever` on its own stack, which stays mapped until the child is reaped below;
+    // it touches no other memory.
+    let pid = unsafe { libc::clone(sleep_forever, top, flags, std::ptr::null_mut()) };
+    let result = if pid < 0 { Err(io::Error::last_os_error()) } else { map_and_open(pid, inside, outside) };
+    if pid > 0 {
+        // SAFETY: kill and waitpid on our own, not yet reaped, child.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            while libc::waitpid(pid, std::ptr::null_mut(), 0) < 0 && *libc::__errno_location() == libc::EINTR {}
+        }
+    }
+    // SAFETY: the child that used this mapping is gone (or was never made); nothing else refers to it.
+    unsafe { libc::munmap(base, CHILD_STACK_BYTES + 4096) };
+    result
+}
+
+fn map_and_open(pid: libc::pid_t, inside: u32, outside: u32) -> io::Result<OwnedFd> {
+    let map = format!("{inside} {outside} 1\n");
+    std::fs::write(format!("/proc/{pid}/uid_map"), &map)?;
+    std::fs::write(format!("/proc/{pid}/gid_map"), &map)?;
+    let path = mount_api::cpath(Path::new(&format!("/proc/{pid}/ns/user"))).map_err(io::Error::from)?;
+    // SAFETY: open of a NUL-terminated path; the descriptor returned is ours.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Makes the detached `tree` show files of on-disk owner `storage` as owned by `run` (and write them as `storage`).
+pub fn map_tree(tree: &OwnedFd, storage: u32, run: u32) -> io::Result<()> {
+    let userns = user_namespace(storage, run)?;
+    mount_api::set_tree_idmap(tree, &userns).map_err(io::Error::from)
+}
+
+/// Whether the filesystem holding `dir` takes idmapped mounts (as root): `Err` says why not. The mount made to
+/// find out is detached and dropped.
+pub fn probe(dir: &Path, storage: u32, run: u32) -> io::Result<()> {
+    let tree = mount_api::clone_tree(dir).map_err(io::Error::from)?;
+    map_tree(&tree, storage, run)
+}
