@@ -86,26 +86,19 @@ fn prefix_of(path: &Path) -> Option<PathBuf> {
     Some(if dir.file_name().is_some_and(|n| n == "bin") { dir.parent()?.to_path_buf() } else { dir.to_path_buf() })
 }
 
-/// The prefixes to bind for a program outside the system dirs: the one of the file it resolves to (the package a
-/// symlink points into), and, when the path as given is a symlink elsewhere (a `bin` dir of links), the directory
-/// of that link only.
+/// The prefixes to bind for a program outside the system dirs: the one of the path as given (a virtualenv's
+/// `bin/python` needs its virtualenv, an npm `bin` link its npm prefix) and the one of the file it resolves to (the
+/// package the symlink points into).
 fn install_prefixes(program: &Path) -> Vec<PathBuf> {
     let mut prefixes: Vec<PathBuf> = Vec::new();
     let real = std::fs::canonicalize(program).ok();
-    let given = match &real {
-        Some(real) if real != program && !program.starts_with(prefix_of(real).unwrap_or_default()) => {
-            match prefix_of(program) {
-                Some(prefix) if prefix.ends_with("node_modules") => Some(prefix),
-                _ => program.parent().map(Path::to_path_buf),
-            }
-        }
-        _ => prefix_of(program),
-    };
-    for prefix in [real.as_deref().and_then(prefix_of), given].into_iter().flatten() {
-        if under_system_dirs(&prefix) {
+    for path in [Some(program.to_path_buf()), real].into_iter().flatten() {
+        if under_system_dirs(&path) {
             continue;
         }
-        if !prefixes.iter().any(|p| prefix.starts_with(p)) {
+        if let Some(prefix) = prefix_of(&path)
+            && !prefixes.iter().any(|p| prefix.starts_with(p))
+        {
             prefixes.retain(|p| !p.starts_with(&prefix));
             prefixes.push(prefix);
         }
@@ -284,7 +277,7 @@ mod tests {
     }
 
     #[test]
-    fn an_npm_script_binds_its_global_modules_and_its_bin_dir() {
+    fn an_npm_script_binds_its_global_prefix() {
         let tmp = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(tmp.path()).unwrap();
         let dist = root.join("npm-global/lib/node_modules/tsx/dist");
@@ -292,10 +285,7 @@ mod tests {
         std::fs::create_dir_all(root.join("npm-global/bin")).unwrap();
         std::fs::write(dist.join("cli.mjs"), "").unwrap();
         std::os::unix::fs::symlink("../lib/node_modules/tsx/dist/cli.mjs", root.join("npm-global/bin/tsx")).unwrap();
-        assert_eq!(
-            install_prefixes(&root.join("npm-global/bin/tsx")),
-            vec![root.join("npm-global/lib/node_modules"), root.join("npm-global/bin")]
-        );
+        assert_eq!(install_prefixes(&root.join("npm-global/bin/tsx")), vec![root.join("npm-global")]);
     }
 
     #[test]
@@ -311,14 +301,23 @@ mod tests {
     }
 
     #[test]
-    fn a_link_in_a_bin_dir_binds_that_dir_and_the_package() {
+    fn a_virtualenv_binds_the_virtualenv() {
+        let tmp = tempfile::tempdir().unwrap();
+        let venv = std::fs::canonicalize(tmp.path()).unwrap().join(".venv");
+        std::fs::create_dir_all(venv.join("bin")).unwrap();
+        std::os::unix::fs::symlink("/bin/sh", venv.join("bin/python")).unwrap();
+        assert_eq!(install_prefixes(&venv.join("bin/python")), vec![venv]);
+    }
+
+    #[test]
+    fn a_link_elsewhere_binds_its_own_dir_and_the_package() {
         let tmp = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(tmp.path()).unwrap();
         std::fs::create_dir_all(root.join("app/tool/dist")).unwrap();
         std::fs::create_dir_all(root.join("links")).unwrap();
         std::fs::write(root.join("app/tool/dist/cli.js"), "").unwrap();
         std::os::unix::fs::symlink("../app/tool/dist/cli.js", root.join("links/tool")).unwrap();
-        assert_eq!(install_prefixes(&root.join("links/tool")), vec![root.join("app/tool/dist"), root.join("links")]);
+        assert_eq!(install_prefixes(&root.join("links/tool")), vec![root.join("links"), root.join("app/tool/dist")]);
     }
 
     #[test]
