@@ -310,6 +310,9 @@ fn helper(ahead: Ahead) -> Result<Infallible, SetupError> {
             Err(_) => break 125,
         }
     };
+    // The child that made the idmap's user namespace (see `idmap::user_namespace`), long dead by now: reaped
+    // here, after pid 1's report, off the run's path.
+    while !matches!(waitpid(None::<Pid>, None), Err(nix::errno::Errno::ECHILD)) {}
     // SAFETY: ends the init without running exit handlers or destructors (see above); everything it holds is
     // released by the kernel.
     unsafe { libc::_exit(code) }
