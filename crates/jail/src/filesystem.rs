@@ -128,9 +128,10 @@ pub struct HostTrees {
 }
 
 impl HostTrees {
-    /// Clones the trees of `spec`'s workspace (never through a symlink), its root template if it has one, and its
-    /// extra binds (its runner's prefixes, bound on the template's mount points), with their attributes. A `skeleton` assembled ahead
-    /// for this spec (see [`crate::root_template::assemble_detached`]) serves as the root template.
+    /// Clones the trees of `spec`'s workspace (never through a symlink; idmapped from the storage uid to the run's
+    /// when the spec names both, see [`crate::idmap`]), its root template if it has one, and its extra binds (its
+    /// runner's prefixes, bound on the template's mount points), with their attributes. A `skeleton` assembled
+    /// ahead for this spec (see [`crate::root_template::assemble_detached`]) serves as the root template.
     pub fn capture(spec: &JailSpec, skeleton: Option<OwnedFd>) -> Result<Self, SetupError> {
         let directory = std::fs::OpenOptions::new()
             .read(true)

@@ -3,10 +3,11 @@
 //! It is single-threaded (it starts before any runtime), which `unshare(CLONE_NEWUSER)` requires. Its steps:
 //! 1. die with the supervisor (`PR_SET_PDEATHSIG`), read the [`JailSpec`] from standard input;
 //! 2. open the run's `cgroup.procs` files while still root (the worker joins them just before the program starts,
-//!    so only the program's processes are ever in the run's cgroups) and take a reference to the supervisor's lock
-//!    on the cgroup slot ([`share_slot_lock`]); when started as root, enter the network
-//!    namespace (a new one with loopback up, or the conversation's kept one, see [`crate::netns_pool`]), then
-//!    become the dedicated unprivileged sandbox uid;
+//!    so only the program's processes are ever in the run's cgroups) and take a reference to the supervisor's locks
+//!    on the cgroup slot and on the run's uid ([`share_slot_lock`]); when started as root, capture `/data` as a
+//!    tree idmapped from the storage uid to the run's ([`crate::idmap`]), enter the network namespace (a new one
+//!    with loopback up, or the conversation's kept one, see [`crate::netns_pool`]), then become the run's
+//!    unprivileged host uid (the storage uid if the idmap failed);
 //! 3. create a user namespace mapping that uid to the sandbox uid, then mount, pid, ipc, uts and cgroup
 //!    namespaces owned by it (and the network namespace too when not started as root);
 //! 4. start the sandbox's pid 1 ([`crate::pid1::start`], which shares this process's memory: from then on the

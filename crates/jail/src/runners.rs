@@ -5,8 +5,9 @@
 //! ~90 ms and cannot work inside the jail). An interpreter installed outside the system dirs (a pyenv build, say)
 //! gets its install prefix bound read-only at the same path, in its own runs only: the narrowest directory that
 //! holds it (a `node_modules`, an interpreter build), never one holding the data root, the current directory or a
-//! home directory ([`screen_runners`] refuses such a runner; `sandlot doctor` names it). Each runner can be pinned with an environment
-//! variable: `SANDLOT_PYTHON`, `SANDLOT_NODE`, `SANDLOT_TYPESCRIPT` (node, tsx, deno or bun), `SANDLOT_BASH`.
+//! home directory ([`screen_runners`] refuses such a runner; `sandlot doctor` names it). Each runner can be pinned
+//! with an environment variable: `SANDLOT_PYTHON`, `SANDLOT_NODE`, `SANDLOT_TYPESCRIPT` (node, tsx, deno or bun),
+//! `SANDLOT_BASH`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
