@@ -29,6 +29,7 @@ fn main() {
         ("the_program_alone_is_in_its_cgroups", the_program_alone_is_in_its_cgroups),
         ("a_free_cgroup_slot_never_holds_a_finished_runs_tmpfs", a_free_cgroup_slot_never_holds_a_finished_runs_tmpfs),
         ("warm_inits_serve_runs_and_are_replaced", warm_inits_serve_runs_and_are_replaced),
+        ("without_idmapped_mounts_runs_use_the_storage_uid", without_idmapped_mounts_runs_use_the_storage_uid),
         (
             "the_zygote_clones_inits_and_exec_takes_over_when_it_dies",
             the_zygote_clones_inits_and_exec_takes_over_when_it_dies,
@@ -362,4 +363,36 @@ fn cancelling_a_run_kills_it_at_once() -> Result<(), Failed> {
     check(started.elapsed() < Duration::from_millis(1500), || format!("cancelled after {:?}", started.elapsed()))?;
     let left = common::sandbox_processes();
     check(left.is_empty(), || format!("processes left after cancelling: {left:?}"))
+}
+
+/// Where the conversation root's filesystem takes no idmapped mounts (ramfs), a run falls back to the storage uid:
+/// it works, and its files belong to the storage uid; `doctor` reports it (`MISSING sandbox uids`).
+fn without_idmapped_mounts_runs_use_the_storage_uid() -> Result<(), Failed> {
+    let outer = tempfile::tempdir()?;
+    let ramfs = outer.path().join("ramfs");
+    std::fs::create_dir(&ramfs)?;
+    nix::mount::mount(Some("ramfs"), &ramfs, Some("ramfs"), nix::mount::MsFlags::empty(), None::<&str>)?;
+    let result = (|| {
+        let sandbox = Sandbox::in_root(tempfile::tempdir_in(&ramfs)?, |_| {}, |_| {});
+        let report = sandbox.run(
+            "ramfs",
+            Language::Bash,
+            "cat /proc/self/uid_map | tr -s ' '; echo kept > /data/f; cat /data/f",
+        );
+        let expected = format!(" 1000 {} 1\nkept\n", common::storage_uid());
+        check_eq(report.outcome.stdout.as_str(), expected.as_str(), &describe(&report))?;
+        let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(sandbox.data_dir("ramfs").join("f"))?);
+        check_eq(owner, common::storage_uid(), "owner of the file on the host")?;
+        let doctor = sandbox.runtime.block_on(async {
+            let mut config = JailConfig::new(std::env::current_exe()?);
+            config.languages = vec![Language::Bash];
+            config.sandbox_uids = common::sandbox_uids();
+            config.data_root = Some(sandbox.root.path().to_owned());
+            Ok::<_, Failed>(sandlot_jail::diagnose(&JailBackend::new(config)).await)
+        })?;
+        let uids = doctor.iter().find(|c| c.layer == "sandbox uids").ok_or("no sandbox uids line")?;
+        check_eq(uids.status, sandlot_jail::CheckStatus::Missing, &uids.detail)
+    })();
+    nix::mount::umount2(&ramfs, nix::mount::MntFlags::MNT_DETACH)?;
+    result
 }

@@ -53,8 +53,16 @@ impl Sandbox {
 
     /// A sandbox whose backend configuration is changed by `configure`, and default limits by `adjust`.
     pub fn with_config(configure: impl FnOnce(&mut JailConfig), adjust: impl FnOnce(&mut Limits)) -> Self {
+        Self::in_root(tempfile::tempdir().expect("temp root"), configure, adjust)
+    }
+
+    /// A sandbox whose conversations live in `root`.
+    pub fn in_root(
+        root: tempfile::TempDir,
+        configure: impl FnOnce(&mut JailConfig),
+        adjust: impl FnOnce(&mut Limits),
+    ) -> Self {
         assert!(nix::unistd::geteuid().is_root(), "the jail tests need root (run scripts/test.sh as root)");
-        let root = tempfile::tempdir().expect("temp root");
         let mut config = JailConfig::new(std::env::current_exe().expect("test binary"));
         config.sandbox_uids = sandbox_uids();
         config.probe_versions = false;
