@@ -313,10 +313,9 @@ fn the_zygote_clones_inits_and_exec_takes_over_when_it_dies() -> Result<(), Fail
     check_eq(zygotes.len(), 1, "zygotes started by the backend")?;
     // The sandbox hides its pid 1 from the program (`hidepid`), so the init is told apart from the host while the
     // run sleeps: a clone of the zygote has the zygote's command line, an exec'd init its own.
-    // `already`: how many such children count for nothing (the zygote itself, in the first phase). In the second,
-    // any exec'd init counts: a warm one, started ahead, may be the one that takes the run.
-    let inits_during_a_run = |needle: &str, already: usize| {
-        let before = already;
+    // `before`: children that count for nothing (the zygote itself, in the first phase). In the second, any exec'd
+    // init counts: a warm one, started ahead, may be the one that takes the run.
+    let inits_during_a_run = |needle: &str, before: &[i32]| {
         std::thread::scope(|scope| {
             let run = scope.spawn(|| sandbox.run("zygote", Language::Bash, "sleep 1.5"));
             let deadline = std::time::Instant::now() + Duration::from_millis(1400);
@@ -328,7 +327,7 @@ fn the_zygote_clones_inits_and_exec_takes_over_when_it_dies() -> Result<(), Fail
             (most, run.join().expect("run"))
         })
     };
-    let (clones, report) = inits_during_a_run(sandlot_jail::zygote::ZYGOTE_SUBCOMMAND, 1);
+    let (clones, report) = inits_during_a_run(sandlot_jail::zygote::ZYGOTE_SUBCOMMAND, &zygotes);
     check(report.outcome.success(), || describe(&report))?;
     check(clones >= 1, || "the sandbox's init should be a clone of the zygote".into())?;
     check_eq(common::children_running("__jail-init").len(), 0, "exec'd inits while the zygote lives")?;
@@ -337,7 +336,7 @@ fn the_zygote_clones_inits_and_exec_takes_over_when_it_dies() -> Result<(), Fail
     std::thread::sleep(Duration::from_millis(100));
     let report = sandbox.run("zygote", Language::Bash, "true");
     check(report.outcome.success(), || format!("a run after the zygote died: {}", describe(&report)))?;
-    let (exec_inits, report) = inits_during_a_run(sandlot_jail::INIT_SUBCOMMAND, 0);
+    let (exec_inits, report) = inits_during_a_run(sandlot_jail::INIT_SUBCOMMAND, &[]);
     check(report.outcome.success(), || format!("a run after the zygote died: {}", describe(&report)))?;
     check(exec_inits >= 1, || "without the zygote the init is exec'd".into())
 }
