@@ -70,27 +70,18 @@ pub fn clone_tree_at(fd: i32) -> Result<OwnedFd, Errno> {
 
 /// Sets mount attributes on a tree (given by fd) and all its submounts.
 pub fn set_tree_attributes(tree: &OwnedFd, attr_set: u64) -> Result<(), Errno> {
-    let attr = MountAttr { attr_set, attr_clr: 0, propagation: 0, userns_fd: 0 };
-    // SAFETY: the path is an empty C string used with AT_EMPTY_PATH; attr points to a live struct of the size
-    // passed.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            (libc::AT_EMPTY_PATH as libc::c_uint) | AT_RECURSIVE,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if rc < 0 { Err(Errno::last()) } else { Ok(()) }
+    set_tree_attr(tree, &MountAttr { attr_set, attr_clr: 0, propagation: 0, userns_fd: 0 })
 }
 
 /// Makes a detached tree (and its submounts) an idmapped mount through the user namespace `userns` (see
 /// [`crate::idmap`]).
 pub fn set_tree_idmap(tree: &OwnedFd, userns: &OwnedFd) -> Result<(), Errno> {
-    let attr =
-        MountAttr { attr_set: MOUNT_ATTR_IDMAP, attr_clr: 0, propagation: 0, userns_fd: userns.as_raw_fd() as u64 };
+    let userns_fd = userns.as_raw_fd() as u64;
+    set_tree_attr(tree, &MountAttr { attr_set: MOUNT_ATTR_IDMAP, attr_clr: 0, propagation: 0, userns_fd })
+}
+
+/// `mount_setattr` on a tree given by fd, recursively.
+fn set_tree_attr(tree: &OwnedFd, attr: &MountAttr) -> Result<(), Errno> {
     // SAFETY: the path is an empty C string used with AT_EMPTY_PATH; attr points to a live struct of the size
     // passed.
     let rc = unsafe {
@@ -99,7 +90,7 @@ pub fn set_tree_idmap(tree: &OwnedFd, userns: &OwnedFd) -> Result<(), Errno> {
             tree.as_raw_fd(),
             c"".as_ptr(),
             (libc::AT_EMPTY_PATH as libc::c_uint) | AT_RECURSIVE,
-            &attr as *const MountAttr,
+            attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         )
     };
