@@ -17,6 +17,7 @@ mod ledger;
 mod limits;
 mod outcome;
 mod output;
+mod private_dir;
 mod quota;
 mod request;
 mod signer;

@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::private_dir::create_private_dir;
 use crate::{Error, Result};
 
 /// Name of the state directory under the root.
@@ -32,15 +33,8 @@ impl StateDir {
     /// Creates `<root>/.sandlot` (mode 0700) if needed and moves the state files an older sandlot kept at the
     /// root into it. Only regular files move: a directory of that name is a conversation's, and stays.
     pub fn prepare(root: &Path) -> Result<Self> {
-        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
         let dir = root.join(STATE_DIR_NAME);
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| Error::io("create state directory", &dir, e))?;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| Error::io("make state directory private", &dir, e))?;
+        create_private_dir(&dir, "create state directory", "make state directory private")?;
         for (old, new) in MOVED {
             let (old, new) = (root.join(old), dir.join(new));
             let is_file = std::fs::symlink_metadata(&old).is_ok_and(|m| m.file_type().is_file());

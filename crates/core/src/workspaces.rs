@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags};
 
+use crate::private_dir::create_private_dir;
 use crate::{ConversationId, Error, Result};
 
 /// Deepest directory nesting that is walked. Measuring a deeper tree is an error (so a quota is never bypassed by
@@ -63,15 +64,9 @@ impl Workspaces {
     /// included, can reach `files` below it: a setuid program or a secret a run leaves there is out of their reach.
     /// Sandboxes get `files` from the server (the jail opens it as root; Docker's engine binds it).
     pub fn prepare(&self, id: &ConversationId) -> Result<PathBuf> {
-        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        use std::os::unix::fs::DirBuilderExt;
         let conversation = self.root.join(id.as_str());
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&conversation)
-            .map_err(|e| Error::io("create conversation directory", &conversation, e))?;
-        std::fs::set_permissions(&conversation, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| Error::io("make conversation directory private", &conversation, e))?;
+        create_private_dir(&conversation, "create conversation directory", "make conversation directory private")?;
         let dir = self.files_dir(id);
         std::fs::DirBuilder::new()
             .mode(0o700)
