@@ -124,7 +124,7 @@ mod tests {
 
     #[test]
     fn expiring_signature_matches_an_independent_hmac() {
-        // Computed with Python's hmac over the documented message (README, "File downloads").
+        // Computed with Python's hmac over the documented message (docs/http-api.md, "File downloads").
         assert_eq!(
             Signer::new("secret").sign("demo", "hello.txt", Some(1_764_100_000)),
             "e87b3e1557671572233fa74b429499b3cb83dfb37b23a5fb771db556be4012bd"
