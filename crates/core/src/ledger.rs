@@ -110,6 +110,7 @@ impl RunEntry<'_> {
     /// The run got its turn: it is executing from now on.
     pub fn start(&mut self) {
         self.started = Some(Instant::now());
+        crate::run_metrics::run_started();
         if let Some(history) = &self.ledger.history {
             log_failure(history.started(&self.run_id));
         }
@@ -156,6 +157,7 @@ impl RunEntry<'_> {
 
     fn end(&mut self, ending: &Ending) {
         self.ended = true;
+        crate::run_metrics::run_ended(ending.outcome, self.language, ending.duration);
         self.ledger.in_flight_table().remove(&self.run_id);
         if let Some(history) = &self.ledger.history {
             log_failure(history.finished(&self.run_id, ending));
