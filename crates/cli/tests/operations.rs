@@ -389,3 +389,82 @@ fn readyz_is_ready_then_names_the_runner_whose_interpreter_is_gone() {
     assert_eq!(server.get(server.metrics, "/readyz").0, 503);
     assert_eq!(server.get(server.addr, "/healthz").0, 200, "liveness does not depend on readiness");
 }
+
+/// A stand-in for the Docker engine's socket: forwards every connection to `/var/run/docker.sock` until stopped,
+/// then refuses new ones (its socket file is gone) and cuts the open ones, as an engine that stopped would.
+struct EngineProxy {
+    socket: std::path::PathBuf,
+    connections: std::sync::Arc<std::sync::Mutex<Vec<std::os::unix::net::UnixStream>>>,
+    _dir: tempfile::TempDir,
+}
+
+impl EngineProxy {
+    fn start() -> EngineProxy {
+        use std::os::unix::net::{UnixListener, UnixStream};
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("docker.sock");
+        let listener = UnixListener::bind(&socket).unwrap();
+        let connections = std::sync::Arc::new(std::sync::Mutex::new(Vec::<UnixStream>::new()));
+        let open = connections.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(engine) = UnixStream::connect("/var/run/docker.sock") else { return };
+                let mut list = open.lock().unwrap();
+                list.extend([client.try_clone().unwrap(), engine.try_clone().unwrap()]);
+                for (mut from, mut to) in [(client.try_clone().unwrap(), engine.try_clone().unwrap()), (engine, client)]
+                {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        EngineProxy { socket, connections, _dir: dir }
+    }
+
+    fn docker_host(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    /// The engine "stops": nothing can connect any more, and every open connection is cut.
+    fn stop(&self) {
+        std::fs::remove_file(&self.socket).unwrap();
+        for connection in self.connections.lock().unwrap().drain(..) {
+            let _ = connection.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// The Docker backend's readiness: ready while the engine answers and the four runner images are there, 503 naming
+/// the engine check once the engine stops answering (its socket goes away), with no socket path in the body.
+#[test]
+fn readyz_with_docker_names_the_engine_once_it_stops_answering() {
+    let proxy = EngineProxy::start();
+    let docker_host = proxy.docker_host();
+    let server = Server::start(&[("SANDLOT_BACKEND", "docker"), ("DOCKER_HOST", &docker_host)]);
+    let (status, body) = server.get(server.addr, "/readyz");
+    assert_eq!(status, 200, "{body}");
+    let readiness: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(readiness["backend"], "docker");
+    let checks: Vec<(&str, bool, &str)> = readiness["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap(), c["ok"].as_bool().unwrap(), c["detail"].as_str().unwrap()))
+        .collect();
+    assert_eq!(checks, [("engine", true, "the Docker engine answers"), ("runners", true, "4 languages")], "{body}");
+    proxy.stop();
+    let mut last = (0, String::new());
+    let stopped = eventually(15, || {
+        last = server.get(server.metrics, "/readyz");
+        last.0 == 503
+    });
+    assert!(stopped, "/readyz stayed {} after the engine stopped: {}", last.0, last.1);
+    let readiness: serde_json::Value = serde_json::from_str(&last.1).unwrap();
+    let engine = readiness["checks"].as_array().unwrap().iter().find(|c| c["name"] == "engine").unwrap();
+    assert_eq!(engine["ok"], false, "{}", last.1);
+    assert!(!last.1.contains(proxy.socket.to_str().unwrap()) && !last.1.contains("docker.sock"), "{}", last.1);
+    assert_eq!(server.get(server.addr, "/healthz").0, 200);
+}
