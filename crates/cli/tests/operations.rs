@@ -350,7 +350,8 @@ fn the_metrics_listener_refuses_a_rebound_host_and_the_mcp_port_has_no_metrics()
 }
 
 /// `/readyz` says which checks pass, on both listeners and without a credential: 200 with the jail and runners ok,
-/// then 503 naming the runner check once an interpreter the server found at start is gone; `/healthz` stays 200.
+/// still 200 (inits exec'd) once the zygote is killed, then 503 naming the runner check once an interpreter the server
+/// found at start is gone; `/healthz` stays 200.
 /// The body names no path.
 #[test]
 fn readyz_is_ready_then_names_the_runner_whose_interpreter_is_gone() {
@@ -371,9 +372,18 @@ fn readyz_is_ready_then_names_the_runner_whose_interpreter_is_gone() {
             .map(|c| (c["name"].as_str().unwrap(), c["ok"].as_bool().unwrap()))
             .collect();
         assert_eq!(checks, [("jail", true), ("runners", true)], "{body}");
+        assert_eq!(readiness["checks"][0]["detail"], "the zygote is running");
     }
-    std::fs::remove_file(&python).unwrap();
+    // The zygote dies: inits are exec'd instead, so the server is still ready, and says so.
+    let zygote = zygote_of(server.child.id()).expect("the server's zygote");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(zygote), nix::sys::signal::Signal::SIGKILL).unwrap();
     let mut last = (0, String::new());
+    let exec = eventually(15, || {
+        last = server.get(server.addr, "/readyz");
+        last.1.contains("the zygote is gone; inits are exec'd (slower)")
+    });
+    assert!(exec && last.0 == 200, "after the zygote died: {} {}", last.0, last.1);
+    std::fs::remove_file(&python).unwrap();
     let gone = eventually(15, || {
         last = server.get(server.addr, "/readyz");
         last.0 == 503
@@ -389,6 +399,18 @@ fn readyz_is_ready_then_names_the_runner_whose_interpreter_is_gone() {
     }
     assert_eq!(server.get(server.metrics, "/readyz").0, 503);
     assert_eq!(server.get(server.addr, "/healthz").0, 200, "liveness does not depend on readiness");
+}
+
+/// The pid of the jail zygote among `server`'s children.
+fn zygote_of(server: u32) -> Option<i32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+        let parent: u32 = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+        let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+        let zygote = cmdline.split(|b| *b == 0).nth(1) == Some(b"__jail-zygote".as_slice());
+        (parent == server && zygote).then_some(pid)
+    })
 }
 
 /// A stand-in for the Docker engine's socket: forwards every connection to `/var/run/docker.sock` until stopped,
