@@ -1,5 +1,6 @@
 //! The engine's account of runs: the table of runs executing now, the live event feed (`/mcp/events`) and the
-//! history database. A [`RunEntry`] follows one run from acceptance to its end and writes each step to all three;
+//! history database, and the run metrics (`run_metrics`). A [`RunEntry`] follows one run from acceptance to its end
+//! and writes each step to all of them;
 //! if it is dropped before the run ended (its caller went away, or cancelled it), it records the run as cancelled,
 //! so no run is ever left unaccounted for.
 
