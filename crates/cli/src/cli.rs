@@ -87,6 +87,10 @@ pub struct ServeArgs {
     /// oldest idle connection is closed to make room.
     #[arg(long, env = "SANDLOT_MAX_CONNECTIONS", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_connections: Option<u64>,
+    /// Serve /metrics (Prometheus), /healthz and /readyz on this address, without authentication (default: no
+    /// metrics). Keep it on loopback or a private network: the metrics show how the server is used.
+    #[arg(long, env = "SANDLOT_METRICS_ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub files: FileUrlArgs,
     #[command(flatten)]

@@ -51,6 +51,7 @@ struct Place<'a>(&'a AtomicUsize);
 impl Drop for Place<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
+        metrics::gauge!(crate::run_metrics::QUEUE_DEPTH).decrement(1.0);
     }
 }
 
@@ -100,8 +101,8 @@ impl Admission {
             () = cancel.cancelled() => Err(Refusal::Cancelled),
             waited = tokio::time::timeout(self.wait_limit, wait) => match waited {
                 Ok(Ok(turn)) => Ok(turn),
-                Ok(Err(_closed)) => Err(self.busy("the server is shutting down".into())),
-                Err(_elapsed) => Err(self.busy(format!(
+                Ok(Err(_closed)) => Err(self.busy("shutting_down", "the server is shutting down".into())),
+                Err(_elapsed) => Err(self.busy("wait_limit", format!(
                     "the run waited {} s for its turn (the queue's wait limit)",
                     self.wait_limit.as_secs_f64()
                 ))),
@@ -121,16 +122,24 @@ impl Admission {
         let taken =
             self.waiting.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < self.max_queued).then_some(n + 1));
         match taken {
-            Ok(_) => Ok(Place(&self.waiting)),
-            Err(_) => Err(self.busy(format!(
-                "{} runs are executing and {} are queued (the queue's bound)",
-                self.max_concurrent, self.max_queued
-            ))),
+            Ok(_) => {
+                metrics::gauge!(crate::run_metrics::QUEUE_DEPTH).increment(1.0);
+                Ok(Place(&self.waiting))
+            }
+            Err(_) => Err(self.busy(
+                "queue_full",
+                format!(
+                    "{} runs are executing and {} are queued (the queue's bound)",
+                    self.max_concurrent, self.max_queued
+                ),
+            )),
         }
     }
 
-    /// A busy refusal, with a retry hint: the time for the queue ahead to drain at the recent pace (1–60 s).
-    fn busy(&self, reason: String) -> Refusal {
+    /// A busy refusal, with a retry hint: the time for the queue ahead to drain at the recent pace (1–60 s); counted
+    /// under `kind` (one of [`crate::run_metrics::BUSY_REASONS`]).
+    fn busy(&self, kind: &'static str, reason: String) -> Refusal {
+        metrics::counter!(crate::run_metrics::BUSY_REFUSALS, "reason" => kind).increment(1);
         let ahead = self.waiting() as u64 + 1;
         let typical = self.typical_run_ms.load(Ordering::Relaxed);
         let ms = ahead.saturating_mul(typical) / self.max_concurrent as u64;

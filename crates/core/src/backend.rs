@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use async_trait::async_trait;
 
-use crate::{Language, Limits, OutputSink, Result, RunOutcome};
+use crate::{Language, Limits, OutputSink, ReadinessCheck, Result, RunOutcome};
 
 /// A runner a backend can use for one language.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -53,4 +53,11 @@ pub trait Backend: Send + Sync {
     /// Removes what a predecessor that crashed left behind (processes, cgroups, containers, temporary files), at
     /// the start of a server.
     async fn remove_leftovers(&self) {}
+
+    /// Whether runs can start now, one check per thing that must hold (see `readiness`): cheap (a probe may ask
+    /// every second; the engine caches the answer for a second and gives up after two). Empty: the engine only
+    /// checks that there are runners.
+    async fn readiness(&self) -> Vec<ReadinessCheck> {
+        Vec::new()
+    }
 }

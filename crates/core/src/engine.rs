@@ -7,9 +7,10 @@ use std::time::Duration;
 use crate::admission::{Admission, Refusal};
 use crate::history::NewRun;
 use crate::ledger::Ledger;
+use crate::readiness::ReadinessCache;
 use crate::{
-    Backend, ConversationId, Error, FileListing, History, Job, Language, Limits, OutputSink, Result, RunEvent,
-    RunOutcome, RunRequest, RunnerInfo, Termination, Workspaces,
+    Backend, ConversationId, Error, FileListing, History, Job, Language, Limits, OutputSink, Readiness, ReadinessCheck,
+    Result, RunEvent, RunOutcome, RunRequest, RunnerInfo, Termination, Workspaces,
 };
 
 /// Largest accepted `metadata` object, serialized, in bytes.
@@ -70,13 +71,14 @@ pub struct Engine {
     config: EngineConfig,
     admission: Admission,
     ledger: Ledger,
+    readiness: ReadinessCache,
 }
 
 impl Engine {
     /// An engine over `backend`, keeping conversations under `workspaces`, with no history.
     pub fn new(backend: Arc<dyn Backend>, workspaces: Workspaces, config: EngineConfig) -> Self {
         let admission = Admission::new(config.max_concurrent_runs, config.max_queued, config.queue_wait_limit);
-        Self { backend, workspaces, config, admission, ledger: Ledger::new(None) }
+        Self { backend, workspaces, config, admission, ledger: Ledger::new(None), readiness: ReadinessCache::default() }
     }
 
     /// The same engine, recording every run in `history`.
@@ -138,6 +140,23 @@ impl Engine {
             Some(history) => history.recover(),
             None => Ok(Vec::new()),
         }
+    }
+
+    /// Whether runs can start now: the backend's checks (or, for a backend without any, whether it has runners),
+    /// reused for [`crate::READINESS_TTL`]; a backend that takes longer than [`crate::READINESS_TIMEOUT`] is not ready.
+    pub async fn readiness(&self) -> Readiness {
+        self.readiness
+            .get(self.backend.name(), async {
+                let checks = self.backend.readiness().await;
+                if !checks.is_empty() {
+                    return checks;
+                }
+                match self.backend.runners().len() {
+                    0 => vec![ReadinessCheck::failed("runners", "no runner: no language can run")],
+                    n => vec![ReadinessCheck::ok("runners", format!("{n} languages"))],
+                }
+            })
+            .await
     }
 
     /// The backend's name.
@@ -208,8 +227,12 @@ impl Engine {
             code: &request.code,
             metadata: request.metadata.as_ref(),
         });
+        let queued_at = std::time::Instant::now();
         let _turn = match self.admission.wait_turn(&conversation, &request.cancel).await {
-            Ok(turn) => turn,
+            Ok(turn) => {
+                metrics::histogram!(crate::run_metrics::QUEUE_WAIT).record(queued_at.elapsed().as_secs_f64());
+                turn
+            }
             Err(Refusal::Busy { reason, retry_after }) => {
                 let error = Error::Busy { reason, retry_after };
                 tracing::warn!(run_id, conversation = %conversation, %error, "run refused");
@@ -241,6 +264,7 @@ impl Engine {
             Ok(outcome) => outcome,
             Err(error) => {
                 tracing::error!(run_id, %error, "run failed");
+                metrics::counter!(crate::run_metrics::BACKEND_ERRORS, "backend" => self.backend.name()).increment(1);
                 entry.fail(&error);
                 return Err(error);
             }

@@ -1,5 +1,6 @@
 //! The engine's account of runs: the table of runs executing now, the live event feed (`/mcp/events`) and the
-//! history database. A [`RunEntry`] follows one run from acceptance to its end and writes each step to all three;
+//! history database, and the run metrics (`run_metrics`). A [`RunEntry`] follows one run from acceptance to its end
+//! and writes each step to all of them;
 //! if it is dropped before the run ended (its caller went away, or cancelled it), it records the run as cancelled,
 //! so no run is ever left unaccounted for.
 
@@ -110,6 +111,7 @@ impl RunEntry<'_> {
     /// The run got its turn: it is executing from now on.
     pub fn start(&mut self) {
         self.started = Some(Instant::now());
+        crate::run_metrics::run_started();
         if let Some(history) = &self.ledger.history {
             log_failure(history.started(&self.run_id));
         }
@@ -156,6 +158,7 @@ impl RunEntry<'_> {
 
     fn end(&mut self, ending: &Ending) {
         self.ended = true;
+        crate::run_metrics::run_ended(ending.outcome, self.language, ending.duration);
         self.ledger.in_flight_table().remove(&self.run_id);
         if let Some(history) = &self.ledger.history {
             log_failure(history.finished(&self.run_id, ending));

@@ -2,7 +2,8 @@
 //!
 //! A face (CLI, MCP, REST) builds a [`RunRequest`] and hands it to the [`Engine`], which validates it, prepares the
 //! conversation's workspace, and drives a [`Backend`] (the native jail, Docker, ...) to produce a [`RunOutcome`].
-//! Every run is accounted for in a ledger: the runs in flight, a live event feed and the SQLite run history.
+//! Every run is accounted for in a ledger: the runs in flight, a live event feed and the SQLite run history; and
+//! counted in [`run_metrics`] for whoever installed a `metrics` recorder.
 //! No HTTP, no MCP and no `unsafe` live here.
 
 mod admission;
@@ -19,7 +20,9 @@ mod outcome;
 mod output;
 mod private_dir;
 mod quota;
+mod readiness;
 mod request;
+pub mod run_metrics;
 mod signer;
 mod state_dir;
 mod stop;
@@ -36,6 +39,7 @@ pub use limits::{Limits, MIN_TIMEOUT, timeout_from_secs};
 pub use outcome::{RunOutcome, Termination};
 pub use output::{CapturedStream, OutputChunk, OutputSink, Stream, json_prefix};
 pub use quota::{DISK_CHECK_INTERVAL, WALK_COST_FACTOR, at_quota, quota_exceeded};
+pub use readiness::{READINESS_TIMEOUT, READINESS_TTL, Readiness, ReadinessCheck};
 pub use request::RunRequest;
 pub use signer::Signer;
 pub use state_dir::{STATE_DIR_NAME, StateDir};

@@ -13,8 +13,8 @@ use bollard::query_parameters::{
 };
 use futures::StreamExt;
 use sandlot_core::{
-    Backend, CapturedStream, Job, Language, OutputChunk, OutputSink, RunOutcome, RunnerInfo, Stop, Stream, Termination,
-    stop_reason,
+    Backend, CapturedStream, Job, Language, OutputChunk, OutputSink, ReadinessCheck, RunOutcome, RunnerInfo, Stop,
+    Stream, Termination, stop_reason,
 };
 use tokio::io::AsyncWriteExt;
 
@@ -213,6 +213,40 @@ impl Backend for DockerBackend {
                 self.remove(&id).await;
             }
         }
+    }
+
+    /// `engine`: the engine answers a ping; `runners`: there is at least one, and every runner image found at start
+    /// is still there (one listing of the labelled images). Two requests on the engine's socket: a few milliseconds.
+    /// The engine's own error text goes to the log only (it can name the socket or a host).
+    async fn readiness(&self) -> Vec<ReadinessCheck> {
+        if let Err(e) = self.docker.ping().await {
+            tracing::debug!("readiness: the Docker engine does not answer: {e}");
+            return vec![
+                ReadinessCheck::failed("engine", "the Docker engine does not answer"),
+                ReadinessCheck::failed("runners", "unknown: the engine does not answer"),
+            ];
+        }
+        let engine = ReadinessCheck::ok("engine", "the Docker engine answers");
+        let filters = HashMap::from([("label", vec!["sandbox.runner=true"])]);
+        let options = ListImagesOptionsBuilder::default().filters(&filters).build();
+        let images = match self.docker.list_images(Some(options)).await {
+            Ok(images) => images,
+            Err(e) => {
+                tracing::debug!("readiness: cannot list the runner images: {e}");
+                return vec![engine, ReadinessCheck::failed("runners", "the engine cannot list the runner images")];
+            }
+        };
+        let present = |image: &str| images.iter().any(|i| i.id == image || i.repo_tags.iter().any(|t| t == image));
+        let missing: Vec<&str> =
+            self.runners.iter().filter(|r| !present(&r.image)).map(|r| r.language.as_str()).collect();
+        let runners = if self.runners.is_empty() {
+            ReadinessCheck::failed("runners", "no runner image: no language can run")
+        } else if !missing.is_empty() {
+            ReadinessCheck::failed("runners", format!("the runner image is gone for: {}", missing.join(", ")))
+        } else {
+            ReadinessCheck::ok("runners", format!("{} languages", self.runners.len()))
+        };
+        vec![engine, runners]
     }
 
     /// Containers outlive this process: remove every container of this owner before it exits.

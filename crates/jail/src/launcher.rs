@@ -276,6 +276,16 @@ impl InitStarter {
         Self { program, zygote }
     }
 
+    /// Whether a zygote clones the inits: `None` without one (every init is exec'd), else whether it is alive.
+    pub fn zygote_alive(&self) -> Option<bool> {
+        self.zygote.as_ref().map(Zygote::is_alive)
+    }
+
+    /// The program exec'd for an init when no zygote clones it.
+    pub fn program(&self) -> &Path {
+        &self.program
+    }
+
     /// A new init, waiting for its spec.
     pub fn start(&self) -> Result<(InitProcess, InitPipes)> {
         if let Some(zygote) = &self.zygote {

@@ -53,7 +53,8 @@ impl RunnerOverrides {
     }
 }
 
-fn is_executable(path: &Path) -> bool {
+/// Whether `path` is a regular file with an execute bit (what the jail's exec needs, short of the bind).
+pub(crate) fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }

@@ -13,8 +13,8 @@ use async_trait::async_trait;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use sandlot_core::{
-    Backend, CapturedStream, Job, Language, OutputChunk, OutputSink, RunOutcome, RunnerInfo, Stop, Stream, Termination,
-    stop_reason,
+    Backend, CapturedStream, Job, Language, OutputChunk, OutputSink, ReadinessCheck, RunOutcome, RunnerInfo, Stop,
+    Stream, Termination, stop_reason,
 };
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 
@@ -275,6 +275,34 @@ impl Backend for JailBackend {
         if with_leftovers > 0 {
             tracing::warn!(slots = with_leftovers, "killed processes left in cgroups by an earlier sandlot");
         }
+    }
+
+    /// `jail`: an init can start (the zygote is alive, or the binary inits are exec'd from is there); `runners`:
+    /// there is at least one, and every runner's interpreter is still an executable file. A few `stat`s and a
+    /// `waitpid(WNOHANG)`: microseconds.
+    async fn readiness(&self) -> Vec<ReadinessCheck> {
+        let starter = self.warm.starter();
+        let exec_works = || crate::runners::is_executable(starter.program());
+        let jail = match starter.zygote_alive() {
+            Some(true) => ReadinessCheck::ok("jail", "the zygote is running"),
+            Some(false) if exec_works() => ReadinessCheck::ok("jail", "the zygote is gone; inits are exec'd (slower)"),
+            None if exec_works() => ReadinessCheck::ok("jail", "inits are exec'd"),
+            _ => ReadinessCheck::failed("jail", "no init can start: the zygote is gone and the binary is missing"),
+        };
+        let missing: Vec<&str> = self
+            .runners
+            .iter()
+            .filter(|r| !crate::runners::is_executable(&r.program))
+            .map(|r| r.language.as_str())
+            .collect();
+        let runners = if self.runners.is_empty() {
+            ReadinessCheck::failed("runners", "no runner: no language can run")
+        } else if !missing.is_empty() {
+            ReadinessCheck::failed("runners", format!("the interpreter is gone for: {}", missing.join(", ")))
+        } else {
+            ReadinessCheck::ok("runners", format!("{} languages", self.runners.len()))
+        };
+        vec![jail, runners]
     }
 
     fn runners(&self) -> Vec<RunnerInfo> {

@@ -63,6 +63,11 @@ impl WarmPool {
         });
     }
 
+    /// What starts the inits.
+    pub fn starter(&self) -> &InitStarter {
+        &self.starter
+    }
+
     /// Inits waiting now.
     pub fn len(&self) -> usize {
         self.ready().len()

@@ -85,6 +85,11 @@ impl Zygote {
         Ok(zygote)
     }
 
+    /// Whether the zygote process is still running (reaps it if it is not).
+    pub fn is_alive(&self) -> bool {
+        matches!(self.process.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).try_wait(), Ok(None))
+    }
+
     /// Has the zygote clone a new init, waiting for its spec on its standard input.
     pub fn clone_init(&self) -> Result<(InitProcess, InitPipes)> {
         let pipe = || std::io::pipe().map_err(|e| Error::io("create init pipes", e));

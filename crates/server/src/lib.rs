@@ -5,5 +5,6 @@
 pub mod http;
 pub mod mcp;
 mod state;
+pub mod telemetry;
 
 pub use state::{AppState, FileUrls};

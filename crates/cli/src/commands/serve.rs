@@ -4,8 +4,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use sandlot_server::http::{
-    AllowedHosts, Authenticator, ConnectionLimits, Credentials, HttpOptions, JwtSettings, app, raise_nofile_limit,
-    serve as serve_http,
+    AllowedHosts, Authenticator, ConnectionLimits, Credentials, HttpOptions, JwtSettings, app, ops_app,
+    raise_nofile_limit, serve as serve_http,
 };
 
 use crate::cli::ServeArgs;
@@ -39,6 +39,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         allowed_hosts.push(authority.to_owned());
     }
     allowed_hosts.extend(args.allowed_hosts.iter().map(|h| h.trim().to_owned()).filter(|h| !h.is_empty()));
+    let metrics = match args.metrics_addr {
+        Some(addr) => Some(metrics_listener(addr, &state, allowed_hosts.clone())?),
+        None => None,
+    };
     let options = HttpOptions {
         allowed_hosts: AllowedHosts::new(allowed_hosts),
         session_idle: std::time::Duration::from_secs(args.session_idle_secs),
@@ -51,6 +55,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         eprintln!("sandlot: Authorization: Bearer {token}");
     }
     let (shutdown, engine) = (state.shutdown.clone(), state.engine.clone());
+    if let Some(serve_metrics) = metrics {
+        tokio::spawn(serve_metrics);
+    }
     let router = app(state, authenticator, options);
     let stop = async move {
         shutdown_signal().await;
@@ -73,6 +80,29 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     serve_http(listener, router, limits, stop).await.context("HTTP server failed")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The metrics listener (`SANDLOT_METRICS_ADDR`): installs the Prometheus recorder, binds `addr` and returns the
+/// future that serves `/metrics`, `/healthz` and `/readyz` there until shutdown. Its own connection limits: a scraper
+/// and a few probes need few connections.
+fn metrics_listener(
+    addr: std::net::SocketAddr,
+    state: &sandlot_server::AppState,
+    mut allowed_hosts: Vec<String>,
+) -> anyhow::Result<impl Future<Output = ()> + Send + 'static> {
+    let listener = listen(addr).with_context(|| format!("cannot listen on {addr} (SANDLOT_METRICS_ADDR)"))?;
+    let handle = sandlot_server::telemetry::install_prometheus(state.engine.backend_name())
+        .context("cannot install the metrics recorder")?;
+    allowed_hosts.push(addr.ip().to_string());
+    let router = ops_app(state.clone(), handle, AllowedHosts::new(allowed_hosts));
+    let limits = ConnectionLimits { idle_timeout: std::time::Duration::from_secs(30), max_connections: 64 };
+    let shutdown = state.shutdown.clone();
+    eprintln!("sandlot: metrics at http://{addr}/metrics");
+    Ok(async move {
+        if let Err(e) = serve_http(listener, router, limits, shutdown.cancelled_owned()).await {
+            tracing::error!("the metrics listener failed: {e}");
+        }
+    })
 }
 
 /// A listening socket with a queue of 1024 connections (the runtime's default is 128, which a burst of

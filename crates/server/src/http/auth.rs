@@ -95,6 +95,7 @@ fn too_many(retry_after: u64) -> Response {
 pub async fn require_bearer(State(token): State<Authenticator>, mut request: Request, next: Next) -> Response {
     let ip = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
     if let Some(retry_after) = ip.and_then(|ip| token.blocked_for(ip)) {
+        crate::telemetry::auth_failed("rate_limited");
         return too_many(retry_after);
     }
     let presented = request.headers().get(header::AUTHORIZATION).map(|value| {
@@ -103,17 +104,18 @@ pub async fn require_bearer(State(token): State<Authenticator>, mut request: Req
             scheme.eq_ignore_ascii_case("bearer").then(|| token.trim().to_owned())
         })
     });
-    let failure = match presented {
+    let (reason, failure) = match presented {
         Some(Some(presented)) => match token.credentials.verify(&presented) {
             Ok(caller) => {
                 request.extensions_mut().insert(Caller(caller));
                 return next.run(request).await;
             }
-            Err(why) => why,
+            Err(why) => ("rejected", why),
         },
-        None => "missing Authorization header (expected: Bearer <token>)".to_owned(),
-        Some(None) => "Authorization must be: Bearer <token>".to_owned(),
+        None => ("missing", "missing Authorization header (expected: Bearer <token>)".to_owned()),
+        Some(None) => ("malformed", "Authorization must be: Bearer <token>".to_owned()),
     };
+    crate::telemetry::auth_failed(reason);
     if let Some(ip) = ip {
         token.record_failure(ip);
         tracing::info!(%ip, failure, "authentication failed");

@@ -17,7 +17,9 @@ use crate::AppState;
 /// Streams run events as they happen.
 pub async fn stream(State(state): State<AppState>, Query(query): Query<HashMap<String, String>>) -> Response {
     let conversation = query.get("conversationId").cloned();
+    let open = crate::telemetry::event_stream_opened(); // counted until the stream is dropped
     let events = BroadcastStream::new(state.engine.subscribe()).filter_map(move |event| {
+        let _open = &open;
         let conversation = conversation.clone();
         async move {
             let event = event.ok()?; // a lagging listener skips what it missed

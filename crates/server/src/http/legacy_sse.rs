@@ -53,6 +53,8 @@ struct SessionGuard {
     id: String,
     sessions: LegacySessions,
     closed: tokio_util::sync::CancellationToken,
+    /// Counts the session in `sandlot_mcp_sessions_open` while its stream lives.
+    _open: crate::telemetry::GaugeGuard,
 }
 
 impl Drop for SessionGuard {
@@ -91,7 +93,8 @@ pub async fn open(State(sessions): State<LegacySessions>, request: Request) -> R
         }
     });
     let shutdown = sessions.shutdown.clone();
-    let guard = SessionGuard { id: id.clone(), sessions, closed };
+    let _open = crate::telemetry::session_opened("legacy_sse");
+    let guard = SessionGuard { id: id.clone(), sessions, closed, _open };
     let endpoint = Event::default().event("endpoint").data(format!("{message_path}?sessionId={id}"));
     let messages = ReceiverStream::new(from_server).map(move |message| {
         let _alive = &guard; // the session lives as long as its stream

@@ -1,5 +1,5 @@
 //! The HTTP face: `fn app(state) -> Router` with `/mcp` (Streamable HTTP), the legacy SSE pair, `/mcp/events`,
-//! the run history at `/v1/runs`, the playground at `/`, signed `/files` downloads and `/healthz`, behind
+//! the run history at `/v1/runs`, the playground at `/`, signed `/files` downloads, `/healthz` and `/readyz`, behind
 //! bearer-token authentication
 //! where the contract asks for it.
 
@@ -11,6 +11,7 @@ mod files;
 mod jsonrpc;
 mod legacy_sse;
 mod mcp_endpoint;
+mod ops;
 mod origin;
 mod playground;
 mod request_log;
@@ -28,6 +29,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 pub use auth::{Authenticator, Caller};
 pub use connections::{ConnectionLimits, raise_nofile_limit, serve};
 pub use credentials::{Credentials, JwtSettings};
+pub use ops::ops_app;
 pub use origin::AllowedHosts;
 
 use crate::AppState;
@@ -52,7 +54,7 @@ impl HttpOptions {
 }
 
 /// The whole HTTP app. The MCP endpoints and `/v1/runs` need the bearer token; the playground page, `/files`
-/// (signed URLs), `/healthz` and the OAuth discovery probes (answered 404 at once: sandlot does not do OAuth) do
+/// (signed URLs), `/healthz`, `/readyz` and the OAuth discovery probes (answered 404 at once: sandlot does not do OAuth) do
 /// not. Every route checks `Host` and
 /// `Origin`; CORS lets browser clients on allowed origins call the MCP endpoints.
 pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Router {
@@ -69,7 +71,13 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
         config.allowed_hosts = allowed_hosts.to_vec();
         config.legacy_session_mode = legacy_session_mode;
         config.json_response = json_response;
-        StreamableHttpService::new(move || Ok(handler.for_session()), manager, config)
+        // Only the session-keeping service makes sessions; the stateless ones make a handler per request.
+        let counted = legacy_session_mode.then_some("streamable_http");
+        StreamableHttpService::new(
+            move || Ok(counted.map_or_else(|| handler.for_session(), |t| handler.for_session().counted(t))),
+            manager,
+            config,
+        )
     };
     let sessions = session_manager(session_idle);
     let services = mcp_endpoint::McpServices {
@@ -105,6 +113,7 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
         .route("/assets/playground.css", get(playground::css))
         .route("/assets/playground.js", get(playground::js))
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ops::readyz))
         .route("/files/{conversation_id}/{*path}", get(files::download))
         .route("/.well-known/{*probe}", any(not_found))
         .with_state(state)

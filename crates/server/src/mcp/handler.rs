@@ -17,6 +17,7 @@ use super::live_output::{self, Listeners};
 use super::{history, tools};
 use crate::AppState;
 use crate::http::Caller;
+use crate::telemetry::GaugeGuard;
 
 /// What a model is told about the server at initialize.
 const INSTRUCTIONS: &str = "sandlot runs code in an isolated Linux sandbox with no network access. \
@@ -37,12 +38,26 @@ pub struct SandlotMcp {
     log_level: Arc<Mutex<Option<LoggingLevel>>>,
     /// Cancelled when the session's client went away (stdin closed, legacy SSE stream closed): its runs stop.
     session_end: CancellationToken,
+    /// Counts the session in `sandlot_mcp_sessions_open` until its handler (every clone) is dropped.
+    _open: Option<Arc<GaugeGuard>>,
 }
 
 impl SandlotMcp {
     /// A handler over `state` whose calls come from `caller` unless an HTTP request names its own.
     pub fn new(state: AppState, caller: impl Into<String>) -> Self {
-        Self { state, caller: caller.into(), log_level: Arc::default(), session_end: CancellationToken::new() }
+        Self {
+            state,
+            caller: caller.into(),
+            log_level: Arc::default(),
+            session_end: CancellationToken::new(),
+            _open: None,
+        }
+    }
+
+    /// The same handler, counted as an open session of `transport` (see [`crate::telemetry::TRANSPORTS`]) while it
+    /// lives.
+    pub fn counted(self, transport: &'static str) -> Self {
+        Self { _open: Some(Arc::new(crate::telemetry::session_opened(transport))), ..self }
     }
 
     /// A handler for a new session: the same server, no logging level yet.
