@@ -40,7 +40,7 @@ pub struct Workspaces {
 }
 
 impl Workspaces {
-    /// Workspaces under `root` (created on first use). A relative `root` (the CLI's default is `./sandlot-data`) is
+    /// Workspaces under `root` (created on first use). A relative `root` (`--root ./data`) is
     /// made absolute against the current directory now, because the sandbox's init and Docker resolve paths from
     /// elsewhere.
     pub fn new(root: impl Into<PathBuf>) -> Self {
