@@ -21,10 +21,20 @@ struct Server {
 
 impl Server {
     fn start(root: &Path, env: &[(&str, &str)]) -> Server {
+        Self::start_as(None, root, env)
+    }
+
+    /// The server as the host user `uid` (its own group too) when given, else as root.
+    fn start_as(uid: Option<u32>, root: &Path, env: &[(&str, &str)]) -> Server {
+        use std::os::unix::process::CommandExt;
         assert!(nix::unistd::geteuid().is_root(), "these tests start sandboxes and need root");
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_sandlot"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sandlot"));
+        if let Some(uid) = uid {
+            command.uid(uid).gid(uid);
+        }
+        let child = command
             .arg("serve")
             .env("SANDBOX_ROOT", root)
             .env("MCP_HTTP_ADDR", addr.to_string())
@@ -239,6 +249,35 @@ for _ in range(2000):
     assert_eq!(std::fs::read_to_string(root.path().join("other/files/keep.txt")).unwrap(), "keep\n");
     assert_eq!(std::fs::read_to_string(outside.path().join("host.txt")).unwrap(), "host");
     assert_eq!(server.runs_of("other").len(), 1);
+}
+
+/// The same attack on a server that is not root, which has no power over permissions but its own: directories
+/// of mode 000, nested under one another, in a chain as deep as a run can make before the quota watchdog stops it.
+/// (`std::fs::remove_dir_all` gives up on them with "Permission denied".)
+#[test]
+fn a_run_cannot_make_its_conversation_undeletable_on_a_server_that_is_not_root() {
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(dir.path(), Some(65534), Some(65534)).unwrap();
+    let root = dir.path().join("root");
+    let server = Server::start_as(Some(65534), &root, &[]);
+    let code = r#"import os
+os.makedirs('/data/a/b/c')
+open('/data/a/b/c/f', 'w').write('x')
+for path in ('/data/a/b/c', '/data/a/b', '/data/a'):
+    os.chmod(path, 0)
+print('planted', flush=True)
+os.chdir('/data')
+for _ in range(1500):
+    os.mkdir('d')
+    os.chdir('d')
+os.chmod('.', 0)
+"#;
+    let result = server.run("attacker", "python", code);
+    assert_eq!(result["stdout"], "planted\n", "{result}");
+    let (status, body) = server.delete("attacker");
+    assert_eq!((status, &body["filesRemoved"]), (200, &serde_json::json!(true)), "{body}");
+    assert!(!root.join("attacker").exists());
+    assert!(root.join(".sandlot/history.db").is_file());
 }
 
 /// A deletion while a run of the conversation goes on is refused (409) and does not disturb the run; once it
