@@ -301,6 +301,36 @@ fn deletion_is_refused_while_a_run_goes_and_never_breaks_it() {
     assert_eq!(server.delete("busy").0, 200);
 }
 
+/// Another process's run on the same root (`sandlot run`, which keeps no history) holds its conversation too: a
+/// deletion through the server is refused while it goes, and the sweeper leaves it alone, however long it lasts.
+#[test]
+fn a_run_of_another_process_on_the_root_is_never_removed_under_it() {
+    let root = tempfile::tempdir().unwrap();
+    let server = Server::start(root.path(), &[("SANDLOT_CONVERSATION_TTL", "1s")]);
+    let mut run = Command::new(env!("CARGO_BIN_EXE_sandlot"))
+        .args(["run", "-l", "bash", "-c", "shared"])
+        .env("SANDBOX_ROOT", root.path())
+        .env("SANDLOT_SANDBOX_UID", (950_000 + std::process::id() % 40_000).to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    run.stdin.take().unwrap().write_all(b"echo mine > /data/f; sleep 5; cat /data/f").unwrap();
+    assert!(eventually(Duration::from_secs(30), || root.path().join("shared/files/f").is_file()), "no run");
+    std::thread::sleep(Duration::from_secs(2)); // idle for the sweeper: the run started more than a TTL ago
+    let (status, body) = server.delete("shared");
+    assert_eq!((status, &body["error"]), (409, &serde_json::json!("conflict")), "{body}");
+    let out = run.wait_with_output().unwrap();
+    assert_eq!(
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned()),
+        (Some(0), "mine\n".to_owned()),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(eventually(Duration::from_secs(30), || !root.path().join("shared").exists()), "not removed once idle");
+}
+
 /// `SANDLOT_CONVERSATION_TTL`: an idle conversation goes (files and history) after its time to live; one whose
 /// run lasts longer than that is never removed under it; and runs that start while the sweeper removes their
 /// conversation always find a whole `/data` (new and empty, or the old one).
