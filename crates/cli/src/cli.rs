@@ -27,6 +27,45 @@ pub enum Command {
     Serve(Box<ServeArgs>),
     /// Serve MCP over stdin and stdout (for clients that start the server themselves).
     Stdio(StdioArgs),
+    /// Print a ready configuration for an MCP client (Claude Code, Claude Desktop, Cursor, VS Code) that connects
+    /// to a running `sandlot serve`.
+    McpConfig(McpConfigArgs),
+}
+
+/// The MCP clients `mcp-config` writes a configuration for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum McpClient {
+    /// The command line that adds the server: `claude mcp add --transport http ...`.
+    ClaudeCode,
+    /// `claude_desktop_config.json`, through the `mcp-remote` bridge (Claude Desktop's file names only local
+    /// commands).
+    ClaudeDesktop,
+    /// `.cursor/mcp.json` (or `~/.cursor/mcp.json`).
+    Cursor,
+    /// `.vscode/mcp.json`, the token asked for once and kept by VS Code.
+    Vscode,
+}
+
+#[derive(Debug, Args)]
+pub struct McpConfigArgs {
+    /// The client.
+    #[arg(value_enum)]
+    pub client: McpClient,
+    /// The server's MCP endpoint, as the client reaches it (default: http://<MCP_HTTP_ADDR>/mcp).
+    #[arg(long)]
+    pub url: Option<String>,
+    /// The address `sandlot serve` listens on, used when there is no --url.
+    #[arg(long = "addr", env = "MCP_HTTP_ADDR", default_value = "127.0.0.1:8080")]
+    pub addr: std::net::SocketAddr,
+    /// The server's name in the client's configuration.
+    #[arg(long, default_value = "sandlot")]
+    pub name: String,
+    /// Write the value of MCP_API_TOKEN into the configuration instead of a placeholder (the file then holds a
+    /// secret).
+    #[arg(long)]
+    pub with_token: bool,
+    #[arg(long, env = "MCP_API_TOKEN", hide = true, hide_env_values = true)]
+    pub api_token: Option<String>,
 }
 
 /// How file download URLs are made.
@@ -124,6 +163,34 @@ pub struct ServiceArgs {
     /// Keep each run's code in the history (<root>/.sandlot/history.db); its size and SHA-256 are always kept.
     #[arg(long, env = "SANDLOT_STORE_CODE", default_value_t = false, action = clap::ArgAction::Set)]
     pub store_code: bool,
+    /// Remove a conversation (its files and its runs in the history) once unused for this long, e.g. `30d`,
+    /// `12h`; `off` (the default) keeps conversations until deleted (DELETE /v1/conversations/{id}).
+    #[arg(long, env = "SANDLOT_CONVERSATION_TTL", default_value = "off", value_parser = parse_ttl)]
+    pub conversation_ttl: Ttl,
+    /// Days finished runs stay in the history; 0 keeps them forever.
+    #[arg(long, env = "SANDLOT_HISTORY_DAYS", default_value_t = 90, value_parser = clap::value_parser!(u64).range(0..=36_500))]
+    pub history_days: u64,
+    /// Most finished runs the history keeps (the newest); 0: no limit.
+    #[arg(long, env = "SANDLOT_HISTORY_MAX_RUNS", default_value_t = 1_000_000)]
+    pub history_max_runs: u64,
+}
+
+/// A time to live; `None` is "off".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ttl(pub Option<Duration>);
+
+/// `off` (or `0`), or a duration of at least a second and at most ten years: `90s`, `12h`, `30d`, `1w 2d`.
+fn parse_ttl(text: &str) -> Result<Ttl, String> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("off") || text == "0" {
+        return Ok(Ttl(None));
+    }
+    let ttl = humantime::parse_duration(text)
+        .map_err(|e| format!("{e}: expected off or a duration such as 90s, 12h, 30d"))?;
+    if !(Duration::from_secs(1)..=Duration::from_secs(10 * 365 * 24 * 3600)).contains(&ttl) {
+        return Err("must be from 1s to 10 years, or off".into());
+    }
+    Ok(Ttl(Some(ttl)))
 }
 
 impl ServiceArgs {
@@ -135,6 +202,15 @@ impl ServiceArgs {
         config.max_queued = self.max_queued;
         config.queue_wait_limit = Duration::from_secs(self.queue_wait_secs);
         config
+    }
+
+    /// What the server keeps, and for how long.
+    pub fn retention(&self) -> sandlot_core::Retention {
+        sandlot_core::Retention {
+            conversation_ttl: self.conversation_ttl.0,
+            history_max_age: (self.history_days > 0).then(|| Duration::from_secs(self.history_days * 24 * 3600)),
+            history_max_runs: (self.history_max_runs > 0).then_some(self.history_max_runs),
+        }
     }
 }
 
@@ -153,8 +229,13 @@ pub struct SandboxArgs {
     /// The backend: native (the built-in jail) or docker.
     #[arg(long, env = "SANDLOT_BACKEND", value_enum, default_value_t = BackendKind::Native)]
     pub backend: BackendKind,
-    /// Directory holding the conversations (`<root>/<id>/files` is `/data`); relative to where sandlot starts.
-    #[arg(long = "root", env = "SANDBOX_ROOT", default_value = "./sandlot-data", value_parser = absolute_path)]
+    /// Directory holding the conversations (`<root>/<id>/files` is `/data`) and the server's state
+    /// (`<root>/.sandlot`) [default: /var/lib/sandlot as root, else $XDG_DATA_HOME/sandlot or
+    /// ~/.local/share/sandlot].
+    #[arg(long = "root", value_name = "ROOT", env = "SANDBOX_ROOT", value_parser = absolute_path)]
+    pub root_option: Option<PathBuf>,
+    /// The data root: `--root`, or the default [`parse`] puts here.
+    #[arg(skip)]
     pub root: PathBuf,
     /// Default deadline of a run, in seconds.
     #[arg(long, env = "SANDLOT_TIMEOUT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_SECS))]
@@ -283,9 +364,55 @@ pub struct RunnersArgs {
     pub json: bool,
 }
 
-/// Parses the command line. A bad value stops the start with one line naming the variable (or flag) it came from,
-/// and exit code 2; other mistakes get clap's usual message.
+/// Parses the command line and fills in the default data root. A bad value stops the start with one line naming
+/// the variable (or flag) it came from, and exit code 2; other mistakes get clap's usual message.
 pub fn parse() -> Cli {
+    let mut cli = parse_arguments();
+    let sandbox = match &mut cli.command {
+        Command::Run(args) => &mut args.sandbox,
+        Command::Doctor(args) => args,
+        Command::Serve(args) => &mut args.sandbox,
+        Command::Stdio(args) => &mut args.sandbox,
+        Command::Runners(_) | Command::McpConfig(_) => return cli,
+    };
+    let is_root = rustix::process::geteuid().is_root();
+    let root = match sandbox.root_option.clone() {
+        Some(root) => Ok(root),
+        None => default_root(is_root, std::env::var_os("XDG_DATA_HOME"), std::env::var_os("HOME")),
+    };
+    match root {
+        Ok(root) => sandbox.root = root,
+        Err(message) => {
+            eprintln!("sandlot: {message}");
+            std::process::exit(2)
+        }
+    }
+    cli
+}
+
+/// The data root when none is given: `/var/lib/sandlot` for root (the Filesystem Hierarchy Standard's place for a
+/// service's state), else `$XDG_DATA_HOME/sandlot`, or `$HOME/.local/share/sandlot` when that is unset (the XDG Base
+/// Directory rules: a relative `XDG_DATA_HOME` is ignored). Never the current directory: a client that starts
+/// `sandlot stdio` starts it in the user's project, where the history and the file-URL secret do not belong.
+pub fn default_root(
+    is_root: bool,
+    xdg_data_home: Option<std::ffi::OsString>,
+    home: Option<std::ffi::OsString>,
+) -> Result<PathBuf, String> {
+    if is_root {
+        return Ok(PathBuf::from("/var/lib/sandlot"));
+    }
+    let absolute = |dir: Option<std::ffi::OsString>| dir.map(PathBuf::from).filter(|dir| dir.is_absolute());
+    if let Some(data_home) = absolute(xdg_data_home) {
+        return Ok(data_home.join("sandlot"));
+    }
+    match absolute(home) {
+        Some(home) => Ok(home.join(".local/share/sandlot")),
+        None => Err("no data root: HOME is not set (or not absolute); set SANDBOX_ROOT or --root".into()),
+    }
+}
+
+fn parse_arguments() -> Cli {
     if let Some(cli) = parse_run_only() {
         return cli;
     }
@@ -345,4 +472,35 @@ fn absolute_path(path: &str) -> Result<PathBuf, String> {
         return Err("must not be empty".into());
     }
     std::path::absolute(path).map_err(|e| format!("cannot resolve it against the current directory: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_root_is_the_system_one_for_root_and_the_users_data_directory_otherwise() {
+        let some = |s: &str| Some(std::ffi::OsString::from(s));
+        let root = |is_root, xdg: Option<std::ffi::OsString>, home| default_root(is_root, xdg, home);
+        assert_eq!(root(true, some("/x"), some("/root")), Ok(PathBuf::from("/var/lib/sandlot")));
+        assert_eq!(root(false, some("/data/me"), some("/home/me")), Ok(PathBuf::from("/data/me/sandlot")));
+        assert_eq!(root(false, None, some("/home/me")), Ok(PathBuf::from("/home/me/.local/share/sandlot")));
+        assert_eq!(root(false, some("relative"), some("/home/me")), Ok(PathBuf::from("/home/me/.local/share/sandlot")));
+        assert_eq!(root(false, some(""), some("/home/me")), Ok(PathBuf::from("/home/me/.local/share/sandlot")));
+        assert!(root(false, None, None).is_err());
+        assert!(root(false, None, some("")).is_err());
+    }
+
+    #[test]
+    fn a_ttl_is_off_or_a_duration_within_bounds() {
+        let ttl = |text: &str| parse_ttl(text).map(|ttl| ttl.0);
+        assert_eq!(ttl("off"), Ok(None));
+        assert_eq!(ttl("0"), Ok(None));
+        assert_eq!(ttl("90s"), Ok(Some(Duration::from_secs(90))));
+        assert_eq!(ttl("30d"), Ok(Some(Duration::from_secs(30 * 24 * 3600))));
+        assert_eq!(ttl("1w 2d"), Ok(Some(Duration::from_secs(9 * 24 * 3600))));
+        assert!(ttl("500ms").is_err());
+        assert!(ttl("20y").is_err());
+        assert!(ttl("soon").is_err());
+    }
 }

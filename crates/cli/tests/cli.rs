@@ -55,16 +55,108 @@ fn run_streams_output_and_passes_the_exit_code_on() {
     assert_eq!((out.status.code(), text(&out.stdout), text(&out.stderr)), (Some(5), "to stdout\n", "to stderr\n"));
 }
 
-/// Without `--root` or `SANDBOX_ROOT`, conversations live under `./sandlot-data` of the directory `run` starts in.
+/// `sandlot` as the unprivileged `nobody` (65534), in a directory of its own that is also its `HOME`, without
+/// `SANDBOX_ROOT`, with `env` added.
+fn unprivileged_without_root(args: &[&str], env: &[(&str, &str)], stdin: &str) -> (Output, tempfile::TempDir) {
+    use std::os::unix::process::CommandExt;
+    assert!(nix_is_root(), "the CLI tests need root to start a process as another user");
+    let home = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(home.path(), Some(65534), Some(65534)).unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sandlot"));
+    command
+        .args(args)
+        .env_remove("SANDBOX_ROOT")
+        .env_remove("XDG_DATA_HOME")
+        .env("HOME", home.path())
+        .envs(env.iter().copied())
+        .current_dir(home.path())
+        .uid(65534)
+        .gid(65534);
+    (output_with_stdin(command, stdin), home)
+}
+
+/// Without `--root` or `SANDBOX_ROOT`, an ordinary user's conversations live under `$XDG_DATA_HOME/sandlot`, or
+/// `~/.local/share/sandlot`; never in the directory sandlot starts in (an IDE starts `stdio` in the user's project).
 #[test]
-fn run_keeps_conversations_under_the_relative_default_root() {
-    let cwd = tempfile::tempdir().unwrap();
-    let mut command = command_for_runs(env!("CARGO_BIN_EXE_sandlot"), cwd.path());
-    command.env_remove("SANDBOX_ROOT").current_dir(cwd.path()).args(["run", "-l", "bash", "--conversation", "c1"]);
-    let out = output_with_stdin(command, "echo kept > /data/out.txt && cat /data/out.txt");
+fn run_keeps_conversations_under_the_users_data_directory_by_default() {
+    let code = "echo kept > /data/out.txt && cat /data/out.txt";
+    let (out, home) = unprivileged_without_root(&["run", "-l", "bash", "-c", "c1"], &[], code);
     assert_eq!((out.status.code(), text(&out.stdout), text(&out.stderr)), (Some(0), "kept\n", ""));
-    let kept = std::fs::read_to_string(cwd.path().join("sandlot-data/c1/files/out.txt")).unwrap();
+    let kept = std::fs::read_to_string(home.path().join(".local/share/sandlot/c1/files/out.txt")).unwrap();
     assert_eq!(kept, "kept\n");
+    assert!(!home.path().join("sandlot-data").exists());
+
+    let data_home = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(data_home.path(), Some(65534), Some(65534)).unwrap();
+    let xdg = data_home.path().to_str().unwrap();
+    let (out, home) = unprivileged_without_root(&["run", "-l", "bash", "-c", "c2"], &[("XDG_DATA_HOME", xdg)], code);
+    assert_eq!((out.status.code(), text(&out.stderr)), (Some(0), ""));
+    assert!(data_home.path().join("sandlot/c2/files/out.txt").is_file());
+    assert!(!home.path().join(".local").exists());
+
+    // A relative XDG_DATA_HOME is ignored (the XDG rules); no HOME at all is a usage error naming the fix.
+    let (out, home) = unprivileged_without_root(&["run", "-l", "bash", "-c", "c3"], &[("XDG_DATA_HOME", "rel")], code);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(home.path().join(".local/share/sandlot/c3/files/out.txt").is_file());
+    // No code on stdin: sandlot exits before it reads it, and writing it could fail with a broken pipe.
+    let (out, _home) = unprivileged_without_root(&["run", "-l", "bash"], &[("HOME", "")], "");
+    assert_eq!(
+        (out.status.code(), text(&out.stderr)),
+        (Some(2), "sandlot: no data root: HOME is not set (or not absolute); set SANDBOX_ROOT or --root\n")
+    );
+}
+
+/// `stdio` says where its data is on stderr, and writes nothing but protocol on stdout.
+#[test]
+fn stdio_prints_its_data_root_on_stderr_and_only_protocol_on_stdout() {
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let (out, home) = unprivileged_without_root(&["stdio"], &[("SANDLOT_WARM_INITS", "0")], &format!("{initialize}\n"));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let root = home.path().join(".local/share/sandlot");
+    let expected = format!("sandlot: data root {}\n", root.display());
+    assert!(text(&out.stderr).contains(&expected), "{}", text(&out.stderr));
+    let lines: Vec<&str> = text(&out.stdout).lines().collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let reply: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!((reply["id"].clone(), reply["result"]["serverInfo"].is_object()), (1.into(), true), "{reply}");
+    assert!(root.join(".sandlot/history.db").is_file());
+}
+
+/// A bad `--timeout` and a code file that cannot be read are usage errors: exit code 2 (README, "Exit codes of
+/// `sandlot run`"), one line on stderr, and nothing run.
+#[test]
+fn run_refuses_a_bad_timeout_and_an_unreadable_file_with_exit_code_2() {
+    let root = tempfile::tempdir().unwrap();
+    let missing = root.path().join("missing.py");
+    let cases: [(&[&str], String); 4] = [
+        (
+            &["run", "-l", "python", "-t", "0"],
+            "sandlot: invalid --timeout: must be a positive number of seconds\n".into(),
+        ),
+        (
+            &["run", "-l", "python", "-t", "0", missing.to_str().unwrap()],
+            format!("sandlot: cannot read {}: No such file or directory (os error 2)\n", missing.display()),
+        ),
+        (
+            &["run", "-l", "python", missing.to_str().unwrap()],
+            format!("sandlot: cannot read {}: No such file or directory (os error 2)\n", missing.display()),
+        ),
+        (
+            &["run", "-l", "python", root.path().to_str().unwrap()],
+            format!("sandlot: cannot read {}: Is a directory (os error 21)\n", root.path().display()),
+        ),
+    ];
+    for (args, expected) in cases {
+        // Code on stdin only where sandlot reads it: it exits without reading it when a FILE is given, and writing
+        // it could then fail with a broken pipe.
+        let stdin = if args.len() == 5 { "print('ran')" } else { "" };
+        let out = sandlot(args, stdin, root.path());
+        assert_eq!(
+            (out.status.code(), text(&out.stdout), text(&out.stderr)),
+            (Some(2), "", expected.as_str()),
+            "{args:?}"
+        );
+    }
 }
 
 /// The init that `run` forks assembles the read-only skeleton of the root before the run is known, read-only down to
@@ -384,7 +476,7 @@ fn serve_with(env: &[(&str, &str)]) -> Output {
 
 #[test]
 fn bad_configuration_stops_the_start_with_one_line_naming_the_variable() {
-    let cases: [(&[(&str, &str)], &str); 13] = [
+    let cases: [(&[(&str, &str)], &str); 14] = [
         (
             &[("SANDLOT_SANDBOX_UIDS", "0-999")],
             "sandlot: invalid SANDLOT_SANDBOX_UIDS=\"0-999\": the sandbox uids must not include 0 (root)\n",
@@ -415,6 +507,10 @@ fn bad_configuration_stops_the_start_with_one_line_naming_the_variable() {
         (
             &[("PUBLIC_BASE_URL", "ftp://x")],
             "sandlot: invalid PUBLIC_BASE_URL=\"ftp://x\": expected http(s)://host[:port][/path]\n",
+        ),
+        (
+            &[("SANDLOT_CONVERSATION_TTL", "soon")],
+            "sandlot: invalid SANDLOT_CONVERSATION_TTL=\"soon\": expected number at 0: expected off or a duration such as 90s, 12h, 30d\n",
         ),
         (&[("SANDLOT_LOG_FORMAT", "xml")], "sandlot: invalid SANDLOT_LOG_FORMAT=\"xml\": expected text or json\n"),
         (&[("SANDLOT_LOG", "info,=")], "sandlot: invalid SANDLOT_LOG=\"info,=\": invalid filter directive\n"),

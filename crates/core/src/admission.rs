@@ -110,6 +110,12 @@ impl Admission {
         }
     }
 
+    /// The conversation's turn, taken now if no run of it holds it or waits for a place in the pool (those hold
+    /// it); `None` otherwise. While held, no run of the conversation starts in this process.
+    pub fn try_hold(&self, conversation: &ConversationId) -> Option<OwnedMutexGuard<()>> {
+        self.conversation_lock(conversation).try_lock_owned().ok()
+    }
+
     /// Notes how long a run took, for later retry hints.
     pub fn record_duration(&self, duration: Duration) {
         let ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);

@@ -246,7 +246,8 @@ impl Engine {
                 return Ok(RunReport { run_id, conversation_id: conversation, language, limits, outcome, files });
             }
         };
-        let workspace = self.workspaces.prepare(&conversation)?;
+        // Held to the end of the run: the conversation cannot be removed meanwhile (see `delete_conversation`).
+        let (workspace, _claim) = self.claim(&conversation).await?;
         tracing::info!(run_id, conversation = %conversation, %language, "run started");
         entry.start();
         let job = Job {
@@ -281,6 +282,112 @@ impl Engine {
             "run finished"
         );
         Ok(RunReport { run_id, conversation_id: conversation, language, limits, outcome, files })
+    }
+}
+
+/// What [`Engine::delete_conversation`] removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deletion {
+    /// The conversation had a directory, now removed.
+    pub files_removed: bool,
+    /// Runs removed from the history.
+    pub runs_removed: usize,
+}
+
+impl Engine {
+    /// The conversation's directory, claimed for a run ([`Workspaces::try_claim`]); waits while it is being removed
+    /// (by another process on the same root: this one's removals hold the conversation's turn, which the run has).
+    async fn claim(&self, conversation: &ConversationId) -> Result<(std::path::PathBuf, crate::Claim)> {
+        loop {
+            if let Some(claimed) = self.workspaces.try_claim(conversation)? {
+                return Ok(claimed);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Removes a conversation: its directory (every file of its `/data`) and its runs in the history. Refused with
+    /// [`Error::ConversationBusy`] while a run of it is executing or waiting for its turn, in this process or in
+    /// another on the same root; [`Error::ConversationNotFound`] when there was nothing to remove. A run that
+    /// comes after gets a new, empty `/data`.
+    ///
+    /// Race-free with runs: this holds the conversation's turn (so no run of it starts here meanwhile) and an
+    /// exclusive lock on its directory (which every run holds shared from before its sandbox starts to after it
+    /// ended, see [`Workspaces::try_claim`]).
+    pub async fn delete_conversation(&self, conversation: &ConversationId) -> Result<Deletion> {
+        self.delete_unused_since(conversation, None).await
+    }
+
+    /// [`Engine::delete_conversation`]; with `unused_since`, only if the conversation was not used after it
+    /// (checked once nothing can use it any more), else [`Error::ConversationBusy`].
+    async fn delete_unused_since(
+        &self,
+        conversation: &ConversationId,
+        unused_since: Option<std::time::SystemTime>,
+    ) -> Result<Deletion> {
+        let busy = || Error::ConversationBusy { id: conversation.to_string() };
+        let Some(turn) = self.admission.try_hold(conversation) else { return Err(busy()) };
+        if let Some(history) = self.history() {
+            if history.has_live_runs(conversation)? {
+                return Err(busy());
+            }
+            if let Some(cutoff) = unused_since
+                && history.last_activity_of(conversation)?.is_some_and(|used| used >= cutoff)
+            {
+                return Err(busy());
+            }
+        }
+        let workspaces = self.workspaces.clone();
+        let id = conversation.clone();
+        let files_removed = tokio::task::spawn_blocking(move || {
+            let removed = workspaces.remove_unused_since(&id, unused_since);
+            drop(turn);
+            removed
+        })
+        .await
+        .map_err(|e| Error::io("remove conversation directory", self.workspaces.root(), std::io::Error::other(e)))??;
+        let runs_removed = match self.history() {
+            Some(history) => history.delete_conversation(conversation)?,
+            None => 0,
+        };
+        if !files_removed && runs_removed == 0 {
+            return Err(Error::ConversationNotFound { id: conversation.to_string() });
+        }
+        tracing::info!(conversation = %conversation, files_removed, runs_removed, "conversation deleted");
+        Ok(Deletion { files_removed, runs_removed })
+    }
+
+    /// Removes every conversation not used for `ttl` (its directory's last use and its latest run in the history
+    /// both older), skipping those with a run going or queued; returns the ids removed.
+    pub async fn remove_idle_conversations(&self, ttl: Duration) -> Result<Vec<ConversationId>> {
+        let workspaces = self.workspaces.clone();
+        let found = tokio::task::spawn_blocking(move || workspaces.conversations())
+            .await
+            .map_err(|e| Error::io("list conversations", self.workspaces.root(), std::io::Error::other(e)))??;
+        let history_activity = match self.history() {
+            Some(history) => history.last_activity()?,
+            None => Default::default(),
+        };
+        let now = std::time::SystemTime::now();
+        let Some(cutoff) = now.checked_sub(ttl) else { return Ok(Vec::new()) };
+        let mut removed = Vec::new();
+        for (conversation, used) in found {
+            let used = history_activity.get(conversation.as_str()).map_or(used, |&last_run| used.max(last_run));
+            if used >= cutoff {
+                continue;
+            }
+            match self.delete_unused_since(&conversation, Some(cutoff)).await {
+                Ok(_) => {
+                    tracing::info!(conversation = %conversation, ttl_secs = ttl.as_secs(), "idle conversation removed");
+                    removed.push(conversation);
+                }
+                Err(Error::ConversationBusy { .. } | Error::ConversationNotFound { .. }) => {}
+                Err(error) => {
+                    tracing::warn!(conversation = %conversation, %error, "cannot remove an idle conversation")
+                }
+            }
+        }
+        Ok(removed)
     }
 }
 

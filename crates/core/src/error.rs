@@ -36,6 +36,14 @@ pub enum Error {
     #[error("run history: {message}")]
     History { message: String },
 
+    /// The conversation has a run going or waiting for its turn, so it cannot be removed now.
+    #[error("conversation {id} has a run in progress or queued")]
+    ConversationBusy { id: String },
+
+    /// No such conversation: neither a directory nor a run in the history.
+    #[error("no conversation {id}")]
+    ConversationNotFound { id: String },
+
     /// The backend could not run the job (not the code failing: that is a normal outcome).
     #[error("backend {backend}: {message}")]
     Backend { backend: &'static str, message: String },

@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS runs (
     truncated INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_by_conversation ON runs (conversation_id, queued_at DESC);
+CREATE INDEX IF NOT EXISTS runs_by_time ON runs (queued_at);
 ";
 
 /// How a run ended, as the history records it.
@@ -320,6 +321,81 @@ impl History {
     }
 }
 
+impl History {
+    /// Whether a run of `conversation` is queued or running in a process that is still alive (this one, or
+    /// another server on the same root).
+    pub fn has_live_runs(&self, conversation: &ConversationId) -> Result<bool> {
+        let servers = self
+            .connection()
+            .prepare_cached("SELECT server FROM runs WHERE conversation_id = ?1 AND state != 'finished'")
+            .and_then(|mut statement| {
+                statement.query_map(params![conversation.as_str()], |row| row.get::<_, String>(0))?.collect()
+            })
+            .map_err(|e| database_error(&self.path, "read", e));
+        let servers: Vec<String> = servers?;
+        Ok(servers.iter().any(|server| process_alive(server)))
+    }
+
+    /// Removes the finished runs of `conversation`; returns how many. Runs not yet finished stay: they are of a
+    /// run that got in after the conversation was removed, and will use a new, empty one.
+    pub fn delete_conversation(&self, conversation: &ConversationId) -> Result<usize> {
+        self.write(
+            "delete from",
+            "DELETE FROM runs WHERE conversation_id = ?1 AND state = 'finished'",
+            params![conversation.as_str()],
+        )
+    }
+
+    /// When each conversation in the history was last used: its latest queue, start or end time.
+    pub fn last_activity(&self) -> Result<std::collections::HashMap<String, SystemTime>> {
+        let sql = "SELECT conversation_id, MAX(MAX(queued_at, COALESCE(started_at, 0), COALESCE(finished_at, 0))) \
+                   FROM runs GROUP BY conversation_id";
+        let rows = self
+            .connection()
+            .prepare_cached(sql)
+            .and_then(|mut statement| {
+                statement.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?)))?.collect()
+            })
+            .map_err(|e| database_error(&self.path, "read", e));
+        let rows: Vec<(String, i64)> = rows?;
+        Ok(rows.into_iter().map(|(id, ms)| (id, UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64))).collect())
+    }
+
+    /// When `conversation` was last used according to the history, if it has runs there.
+    pub fn last_activity_of(&self, conversation: &ConversationId) -> Result<Option<SystemTime>> {
+        let sql = "SELECT MAX(MAX(queued_at, COALESCE(started_at, 0), COALESCE(finished_at, 0))) \
+                   FROM runs WHERE conversation_id = ?1";
+        let ms: Option<i64> = self
+            .connection()
+            .prepare_cached(sql)
+            .and_then(|mut statement| statement.query_row(params![conversation.as_str()], |row| row.get(0)))
+            .map_err(|e| database_error(&self.path, "read", e))?;
+        Ok(ms.map(|ms| UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64)))
+    }
+
+    /// Removes finished runs queued before `older_than`, then the oldest finished runs beyond the newest
+    /// `max_runs`; returns how many went. Runs not yet finished are never removed.
+    pub fn prune(&self, older_than: Option<SystemTime>, max_runs: Option<u64>) -> Result<usize> {
+        let mut removed = 0;
+        if let Some(cutoff) = older_than {
+            removed += self.write(
+                "prune",
+                "DELETE FROM runs WHERE state = 'finished' AND queued_at < ?1",
+                params![unix_ms(cutoff)],
+            )?;
+        }
+        if let Some(max_runs) = max_runs {
+            removed += self.write(
+                "prune",
+                "DELETE FROM runs WHERE state = 'finished' AND rowid IN \
+                 (SELECT rowid FROM runs ORDER BY queued_at DESC, rowid DESC LIMIT -1 OFFSET ?1)",
+                params![i64::try_from(max_runs).unwrap_or(i64::MAX)],
+            )?;
+        }
+        Ok(removed)
+    }
+}
+
 const COLUMNS: &str = "id, conversation_id, caller, language, code_bytes, code_sha256, code, metadata, state, \
     outcome, exit_code, error, queued_at, started_at, finished_at, duration_ms, stdout_bytes, stderr_bytes, truncated";
 
@@ -500,6 +576,69 @@ mod tests {
         assert!(process_alive(&me));
         assert!(!process_alive(&format!("{}:0", std::process::id())), "a reused pid is another process");
         assert!(!process_alive("not a process"));
+    }
+
+    fn ids(records: Vec<RunRecord>) -> Vec<String> {
+        records.into_iter().map(|r| r.id).collect()
+    }
+
+    fn finish(history: &History, id: &str) {
+        let ending = Ending {
+            outcome: Outcome::Ok,
+            exit_code: Some(0),
+            error: None,
+            duration: None,
+            stdout_bytes: 0,
+            stderr_bytes: 0,
+            truncated: false,
+        };
+        history.finished(id, &ending).unwrap();
+    }
+
+    #[test]
+    fn pruning_removes_old_and_excess_finished_runs_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = History::open(dir.path().join("sandlot.db"), false).unwrap();
+        let c = ConversationId::parse("c").unwrap();
+        for id in ["old1", "old2", "new1", "new2", "new3", "running"] {
+            history.queued(&new_run(id, &c, "x")).unwrap();
+            if id != "running" {
+                finish(&history, id);
+            }
+        }
+        let day_ms = 24 * 3600 * 1000;
+        let now = unix_ms(SystemTime::now());
+        for (id, age_days) in [("old1", 40), ("old2", 31), ("running", 50)] {
+            let sql = "UPDATE runs SET queued_at = ?2 WHERE id = ?1";
+            history.connection().execute(sql, params![id, now - age_days * day_ms]).unwrap();
+        }
+        let cutoff = SystemTime::now() - Duration::from_secs(30 * 24 * 3600);
+        assert_eq!(history.prune(Some(cutoff), None).unwrap(), 2);
+        assert_eq!(ids(history.list(None, 10).unwrap()), ["new3", "new2", "new1", "running"]);
+        // At most two: the oldest finished beyond the newest two go, the unfinished one stays whatever its age.
+        assert_eq!(history.prune(None, Some(2)).unwrap(), 1);
+        assert_eq!(ids(history.list(None, 10).unwrap()), ["new3", "new2", "running"]);
+        assert_eq!(history.prune(Some(cutoff), Some(2)).unwrap(), 0);
+    }
+
+    #[test]
+    fn deleting_a_conversation_keeps_other_conversations_and_unfinished_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = History::open(dir.path().join("sandlot.db"), false).unwrap();
+        let (a, b) = (ConversationId::parse("a").unwrap(), ConversationId::parse("b").unwrap());
+        for (id, conversation) in [("a1", &a), ("a2", &a), ("b1", &b)] {
+            history.queued(&new_run(id, conversation, "x")).unwrap();
+            finish(&history, id);
+        }
+        history.queued(&new_run("a-queued", &a, "x")).unwrap();
+        assert!(history.has_live_runs(&a).unwrap());
+        assert!(!history.has_live_runs(&b).unwrap());
+        let activity = history.last_activity().unwrap();
+        assert_eq!(activity.keys().map(String::as_str).collect::<std::collections::BTreeSet<_>>(), ["a", "b"].into());
+        assert_eq!(history.last_activity_of(&b).unwrap(), Some(activity["b"]));
+        assert_eq!(history.last_activity_of(&ConversationId::parse("none").unwrap()).unwrap(), None);
+        assert_eq!(history.delete_conversation(&a).unwrap(), 2);
+        assert_eq!(ids(history.list(None, 10).unwrap()), ["a-queued", "b1"]);
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub struct Workspaces {
 }
 
 impl Workspaces {
-    /// Workspaces under `root` (created on first use). A relative `root` (the CLI's default is `./sandlot-data`) is
+    /// Workspaces under `root` (created on first use). A relative `root` (`--root ./data`) is
     /// made absolute against the current directory now, because the sandbox's init and Docker resolve paths from
     /// elsewhere.
     pub fn new(root: impl Into<PathBuf>) -> Self {
@@ -74,6 +74,125 @@ impl Workspaces {
             .or_else(|e| if e.kind() == std::io::ErrorKind::AlreadyExists { Ok(()) } else { Err(e) })
             .map_err(|e| Error::io("create conversation directory", &dir, e))?;
         Ok(dir)
+    }
+
+    /// Prepares the conversation's directory and claims it for one run: a shared `flock` on `<root>/<id>`, held
+    /// until the [`Claim`] is dropped, which also marks the conversation used then (its directory's mtime, which
+    /// [`Workspaces::conversations`] reads for idle expiry). `None` when the conversation is being removed (by
+    /// this process or another on the same root, which holds the lock exclusively): the caller tries again, and
+    /// then finds it gone and gets a new, empty one. Invariant: while a claim is held, [`Workspaces::remove`]
+    /// refuses the conversation, so a run never has its `/data` removed under it. Costs four system calls.
+    pub fn try_claim(&self, id: &ConversationId) -> Result<Option<(PathBuf, Claim)>> {
+        let files = self.prepare(id)?;
+        let conversation = self.root.join(id.as_str());
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let dir = match rustix::fs::open(&conversation, flags, Mode::empty()) {
+            Ok(dir) => dir,
+            // Removed between `prepare` and here: try again.
+            Err(rustix::io::Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(Error::io("open conversation directory", &conversation, e.into())),
+        };
+        match rustix::fs::flock(&dir, rustix::fs::FlockOperation::NonBlockingLockShared) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::WOULDBLOCK) => return Ok(None),
+            Err(e) => return Err(Error::io("lock conversation directory", &conversation, e.into())),
+        }
+        // The lock may be on a directory that was removed while this waited for it: it must still be the one at
+        // the path.
+        let held = rustix::fs::fstat(&dir).map_err(|e| Error::io("stat conversation", &conversation, e.into()))?;
+        match rustix::fs::stat(&conversation) {
+            Ok(now) if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino) => {}
+            Ok(_) | Err(rustix::io::Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(Error::io("stat conversation", &conversation, e.into())),
+        }
+        let claim = Claim { dir };
+        claim.touch();
+        Ok(Some((files, claim)))
+    }
+
+    /// Removes the conversation's directory and everything in it, unless a run holds it ([`Workspaces::try_claim`];
+    /// then [`Error::ConversationBusy`]). `false` when there was none. Nothing is followed out of it: symlinks are
+    /// removed, never resolved, and a tree the sandbox made hard to remove (directories without permissions,
+    /// nested thousands deep) is taken apart with a bounded number of open descriptors. Blocking; the caller also
+    /// holds the conversation's turn in this process, so none of its runs starts meanwhile.
+    pub fn remove(&self, id: &ConversationId) -> Result<bool> {
+        self.remove_unused_since(id, None)
+    }
+
+    /// [`Workspaces::remove`]; with `unused_since`, only if the conversation was not used after it (checked with the
+    /// lock held, so a run of another process that used it meanwhile is seen), else [`Error::ConversationBusy`].
+    pub fn remove_unused_since(
+        &self,
+        id: &ConversationId,
+        unused_since: Option<std::time::SystemTime>,
+    ) -> Result<bool> {
+        let conversation = self.root.join(id.as_str());
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let dir = match rustix::fs::open(&conversation, flags, Mode::empty()) {
+            Ok(dir) => dir,
+            Err(rustix::io::Errno::NOENT) => return Ok(false),
+            Err(e) => return Err(Error::io("open conversation directory", &conversation, e.into())),
+        };
+        match rustix::fs::flock(&dir, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::WOULDBLOCK) => return Err(Error::ConversationBusy { id: id.to_string() }),
+            Err(e) => return Err(Error::io("lock conversation directory", &conversation, e.into())),
+        }
+        if let Some(cutoff) = unused_since
+            && Self::last_use(&dir).is_none_or(|used| used >= cutoff)
+        {
+            return Err(Error::ConversationBusy { id: id.to_string() });
+        }
+        // A run of another process may make `files` again while this empties the directory (it then waits for
+        // the lock, and tries again once the directory is gone): empty it until it can be removed.
+        let mut attempts = 0;
+        loop {
+            crate::removal::empty_directory(dir.as_fd())
+                .map_err(|e| Error::io("remove conversation directory", &conversation, e))?;
+            match std::fs::remove_dir(&conversation) {
+                Ok(()) => return Ok(true),
+                Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOTEMPTY.raw_os_error()) && attempts < 10 => {
+                    attempts += 1;
+                }
+                Err(e) => return Err(Error::io("remove conversation directory", &conversation, e)),
+            }
+        }
+    }
+
+    /// Every conversation directory under the root, with when it was last used: the later of the mtimes of
+    /// `<root>/<id>` (set when a run's claim ends) and of `<root>/<id>/files` (an entry made or removed at its top).
+    /// Names that are not conversation ids (the server's `.sandlot`, the jail's template) are skipped.
+    pub fn conversations(&self) -> Result<Vec<(ConversationId, std::time::SystemTime)>> {
+        let mut found = Vec::new();
+        let entries = match std::fs::read_dir(&self.root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(found),
+            Err(e) => return Err(Error::io("list conversations", &self.root, e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io("list conversations", &self.root, e))?;
+            let Some(id) = entry.file_name().to_str().and_then(|name| ConversationId::parse(name).ok()) else {
+                continue;
+            };
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let Ok(dir) = rustix::fs::open(entry.path(), flags, Mode::empty()) else { continue };
+            if let Some(used) = Self::last_use(&dir) {
+                found.push((id, used));
+            }
+        }
+        Ok(found)
+    }
+
+    /// When the conversation whose directory `dir` is was last used (see [`Workspaces::conversations`]).
+    fn last_use(dir: &OwnedFd) -> Option<std::time::SystemTime> {
+        let mtime = |stat: &rustix::fs::Stat| {
+            std::time::UNIX_EPOCH + std::time::Duration::new(stat.st_mtime.max(0) as u64, stat.st_mtime_nsec as u32)
+        };
+        let used = mtime(&rustix::fs::fstat(dir).ok()?);
+        match rustix::fs::statat(dir, "files", AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(files) => Some(used.max(mtime(&files))),
+            Err(_) => Some(used),
+        }
     }
 
     fn open_files_dir(&self, id: &ConversationId) -> Result<Option<OwnedFd>> {
@@ -152,6 +271,30 @@ impl Workspaces {
             return Err(not_found());
         }
         Ok(File::from(fd))
+    }
+}
+
+/// A run's hold on its conversation ([`Workspaces::try_claim`]): a shared lock on `<root>/<id>`. Dropping it marks
+/// the conversation used now and releases the lock.
+#[derive(Debug)]
+pub struct Claim {
+    dir: OwnedFd,
+}
+
+impl Claim {
+    /// Sets the directory's mtime to now: the conversation's last use.
+    fn touch(&self) {
+        let now = rustix::fs::Timespec { tv_sec: 0, tv_nsec: rustix::fs::UTIME_NOW };
+        let times = rustix::fs::Timestamps { last_access: now, last_modification: now };
+        if let Err(error) = rustix::fs::futimens(&self.dir, &times) {
+            tracing::warn!(%error, "cannot mark a conversation used");
+        }
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.touch();
     }
 }
 

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 mod doctor;
+mod mcp_config;
 mod run;
 mod runners;
 mod serve;
@@ -21,6 +22,7 @@ pub async fn dispatch(cli: Cli, prefork: Option<sandlot_jail::Prefork>) -> ExitC
         Command::Doctor(args) => doctor::doctor(args).await,
         Command::Serve(args) => serve::serve(*args).await,
         Command::Stdio(args) => stdio::stdio(args).await,
+        Command::McpConfig(args) => mcp_config::mcp_config(args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("sandlot: {e:#}");
@@ -98,6 +100,7 @@ pub async fn backend(sandbox: &SandboxArgs, warm_inits: usize) -> anyhow::Result
 
 /// The state every server face shares: an engine over the chosen backend, with its queue and its history
 /// (`<root>/.sandlot/history.db`), and the file-URL signer. What a crashed predecessor left behind is cleaned up first.
+/// Starts the retention task ([`sandlot_core::keep_tidy`]), which ends with the state's shutdown token.
 pub async fn app_state(
     sandbox: &SandboxArgs,
     service: &ServiceArgs,
@@ -109,6 +112,8 @@ pub async fn app_state(
     let workspaces = sandlot_core::Workspaces::new(&sandbox.root);
     std::fs::create_dir_all(&sandbox.root)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", sandbox.root.display()))?;
+    // On stderr, for `stdio` too (its stdout is the protocol).
+    eprintln!("sandlot: data root {}", sandbox.root.display());
     let state = sandlot_core::StateDir::prepare(&sandbox.root)?;
     let secret = match &files.file_secret {
         Some(secret) => secret.clone().into_bytes(),
@@ -122,7 +127,7 @@ pub async fn app_state(
     for run_id in &interrupted {
         tracing::warn!(run_id, "run interrupted: it was in flight when the previous server stopped");
     }
-    Ok(sandlot_server::AppState {
+    let app = sandlot_server::AppState {
         engine: Arc::new(engine),
         files: sandlot_server::FileUrls {
             signer: sandlot_core::Signer::new(secret),
@@ -130,7 +135,9 @@ pub async fn app_state(
             ttl: (files.file_url_ttl_secs > 0).then(|| std::time::Duration::from_secs(files.file_url_ttl_secs)),
         },
         shutdown: Default::default(),
-    })
+    };
+    tokio::spawn(sandlot_core::keep_tidy(app.engine.clone(), service.retention(), app.shutdown.clone()));
+    Ok(app)
 }
 
 /// The file-URL secret kept at `path` (`<root>/.sandlot/file-secret`; created, mode 0600, on first use).

@@ -9,7 +9,7 @@ use sandlot_core::{ConversationId, Engine, Error, Language, OutputChunk, RunRepo
 
 use crate::cli::RunArgs;
 
-/// Exit code for a request sandlot refused (bad argument, no runner).
+/// Exit code for a request sandlot refused (bad argument, unreadable code file, no runner).
 const EXIT_USAGE: u8 = 2;
 
 pub async fn run(args: RunArgs, mut prefork: Option<sandlot_jail::Prefork>) -> anyhow::Result<ExitCode> {
@@ -26,7 +26,14 @@ pub async fn run(args: RunArgs, mut prefork: Option<sandlot_jail::Prefork>) -> a
     let code = match args.file.as_deref() {
         None => read_stdin()?,
         Some(path) if path.as_os_str() == "-" => read_stdin()?,
-        Some(path) => std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?,
+        // A file that cannot be read (missing, a directory, not UTF-8) is a bad argument: exit 2, like `-t 0`.
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("sandlot: cannot read {}: {e}", path.display());
+                return Ok(ExitCode::from(EXIT_USAGE));
+            }
+        },
     };
     let max_timeout = Duration::from_secs(args.sandbox.max_timeout_secs);
     let timeout = match args.timeout.map(|secs| sandlot_core::timeout_from_secs("--timeout", secs, max_timeout)) {

@@ -5,6 +5,7 @@
 
 mod auth;
 mod connections;
+mod conversations;
 mod credentials;
 mod events;
 mod files;
@@ -22,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::{any, get, post};
+use axum::routing::{any, delete, get, post};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
@@ -101,6 +102,7 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
     let rest = Router::new()
         .route("/v1/runs", get(runs::list))
         .route("/v1/runs/{run_id}", get(runs::get))
+        .route("/v1/conversations/{conversation_id}", delete(conversations::delete))
         .with_state(state.clone());
     let protected = streamable
         .merge(legacy)
