@@ -4,7 +4,7 @@
 # - The base is the runner images' (scripts/build-runners.sh, run first: it makes the local debootstrap base
 #   `sandlot-base:bookworm` when SANDLOT_RUNNER_BASE names no registry image, installs tsx from npm into
 #   runners/.build/tsx, and builds the runner images the Docker-socket variant of the container uses).
-# - The binary is built on the host and copied in: $SANDLOT_IMAGE_BINARY if set (scripts/test-image.sh passes the
+# - The binary is built on the host and copied in: $SANDLOT_IMAGE_BINARY if set (tests/image/test-image.sh passes the
 #   debug build), else the static release build of scripts/release-build.sh.
 # The build context is staged in deploy/.build/ (ignored by git), so the image build sends a few MB, not target/.
 # Needs a running Docker engine.  Usage: scripts/build-image.sh

@@ -3,7 +3,8 @@ tests/image/test-image.sh, once per phase.
 
     client.py URL TOKEN write    initialize, list the tools and runners; run Python that writes /data/persist.txt
                                  and Bash that reads it back in a second call (/data persists between runs of a
-                                 conversation); download the file by its signed URL; check that a run has no network
+                                 conversation); download the file by its signed URL; TypeScript; a deadline kills
+                                 the run; the token and the container's paths are out of a run's reach; a run has no network
     client.py URL TOKEN read     after the container was restarted: the file is still in /data (the volume)
 
 Exits non-zero with the failed assertion on any failure."""
@@ -35,15 +36,30 @@ for address in [("1.1.1.1", 53), ("172.17.0.1", 80)]:
         s.close()
 """
 
+# Reads every environment a run can reach, then looks for the container's paths.
+LOOK_AROUND = """
+env
+for f in /proc/*/environ; do tr '\\0' '\\n' < "$f"; done 2>/dev/null
+for p in /run/sandlot-proc /var/run/docker.sock /var/lib/sandlot; do
+    if [ -e "$p" ]; then echo "$p: present"; else echo "$p: absent"; fi
+done
+if mkdir /sys/fs/cgroup/escape 2>/dev/null || mkdir /sys/fs/cgroup/memory/escape 2>/dev/null; then
+    echo "cgroup: made"
+else
+    echo "cgroup: refused"
+fi
+"""
 
-async def run(session, language, code):
-    result = await session.call_tool("sandbox_run_code", {"conversationId": CONVERSATION, "language": language, "code": code})
+
+async def run(session, language, code, **extra):
+    arguments = {"conversationId": CONVERSATION, "language": language, "code": code, **extra}
+    result = await session.call_tool("sandbox_run_code", arguments)
     data = result.structuredContent
     assert json.loads(result.content[0].text) == data, result
     return result.isError, data
 
 
-async def write_phase(session):
+async def write_phase(session, token):
     tools = await session.list_tools()
     assert "sandbox_run_code" in [t.name for t in tools.tools], tools
     runners = await session.call_tool("sandbox_list_runners", {})
@@ -63,6 +79,21 @@ async def write_phase(session):
     is_error, data = await run(session, "typescript", "const n: number = 6 * 7;\nconsole.log(`typescript ${n}`)")
     assert (is_error, data["stdout"]) == (False, "typescript 42\n"), data
 
+    # The deadline kills the whole tree (a background child included) promptly: the container lets sandlot signal
+    # processes of other uids.
+    is_error, data = await run(session, "bash", "sleep 120 & sleep 120; echo never", timeoutSeconds=2)
+    assert (is_error, data["timedOut"], data["stdout"]) == (True, True, ""), data
+    assert data["durationMs"] < 30_000, data
+
+    # What the container holds for sandlot stays out of reach of a run: the server's environment (the token), the
+    # spare procfs and the writable cgroups the entrypoint made, the Docker socket of the socket variant.
+    is_error, data = await run(session, "bash", LOOK_AROUND)
+    assert not is_error, data
+    assert token not in data["stdout"] + data["stderr"], data
+    assert data["stdout"].splitlines()[-4:] == [
+        "/run/sandlot-proc: absent", "/var/run/docker.sock: absent", "/var/lib/sandlot: absent", "cgroup: refused",
+    ], data
+
     is_error, data = await run(session, "python", NETWORK_PROBE)
     assert (is_error, data["stdout"]) == (
         False,
@@ -70,7 +101,7 @@ async def write_phase(session):
     ), data
 
 
-async def read_phase(session):
+async def read_phase(session, token):
     is_error, data = await run(session, "bash", "cat /data/persist.txt")
     assert (is_error, data["stdout"]) == (False, CONTENT), data
 
@@ -80,7 +111,7 @@ async def main(url, token, phase):
         async with ClientSession(read, write) as session:
             init = await session.initialize()
             assert init.serverInfo.name == "sandlot", init
-            await {"write": write_phase, "read": read_phase}[phase](session)
+            await {"write": write_phase, "read": read_phase}[phase](session, token)
     print(f"client.py {phase}: ok")
 
 
