@@ -36,6 +36,10 @@ step "staging $context (binary $binary)"
 rm -rf "$context"
 mkdir -p "$context"
 cp "$binary" "$context/sandlot"
+# The release profile keeps debug info (82 MB); the image needs the symbols for backtraces only (18 MB).
+if command -v strip >/dev/null; then
+    strip --strip-debug "$context/sandlot"
+fi
 cp -r runners/.build/tsx "$context/tsx"
 cp deploy/entrypoint.sh "$context/entrypoint.sh"
 step "docker build $tag (base $base)"

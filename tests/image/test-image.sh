@@ -97,9 +97,18 @@ $report"
 exercise deploy/compose.yaml '^ok +cgroups '
 
 host_root="$(mktemp -d /var/tmp/sandlot-image-test.XXXXXX)"
+# A mount of its own, first with setuid and devices allowed whatever the filesystem it lies on, so the refusal below
+# is certain to be tested.
+mount --bind "$host_root" "$host_root"
+mount -o remount,bind,suid,dev "$host_root"
+step "docker-socket: a data root that is not a nosuid,nodev mount is refused, not used"
+refused="$(docker run -i --rm -v /var/run/docker.sock:/var/run/docker.sock -v "$host_root:$host_root" \
+    -e SANDBOX_ROOT="$host_root" -e SANDLOT_CONTAINER_SETUP=0 "$SANDLOT_IMAGE" run --backend docker --language bash \
+    <<<'echo ran' 2>&1)" && die "a run went ahead on a data root without nosuid,nodev: $refused"
+grep -q "mount $host_root nosuid,nodev: Operation not permitted" <<<"$refused" \
+    || die "the refusal does not name the nosuid,nodev mount: $refused"
 # The path the Docker backend gives the engine is the host's: make it a nosuid,nodev mount there, as
 # deploy/compose.docker-socket.yaml tells operators to.
-mount --bind "$host_root" "$host_root"
 mount -o remount,bind,nosuid,nodev "$host_root"
 export SANDLOT_HOST_ROOT="$host_root"
 exercise deploy/compose.docker-socket.yaml '^ok +docker +engine .*python=' --backend docker
