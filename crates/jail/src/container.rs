@@ -13,16 +13,17 @@ const CAP_NET_ADMIN: u32 = 12;
 /// `CAP_SYS_ADMIN`: mounts, idmapped `/data`, pinned network namespaces.
 const CAP_SYS_ADMIN: u32 = 21;
 
-/// The container engine sandlot runs in, from the marks engines leave: `None` on a host.
-fn engine() -> Option<&'static str> {
+/// The mark a container engine left, if any: `None` on a host (or a host made from a container image, which keeps
+/// `/.dockerenv`: the marks only decide whether to say that all is well, never what is lacking).
+fn container_mark() -> Option<&'static str> {
     if std::path::Path::new("/.dockerenv").exists() {
-        Some("docker")
+        Some("/.dockerenv")
     } else if std::path::Path::new("/run/.containerenv").exists() {
-        Some("podman")
+        Some("/run/.containerenv")
     } else if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
-        Some("kubernetes")
+        Some("KUBERNETES_SERVICE_HOST")
     } else if std::env::var_os("container").is_some_and(|v| !v.is_empty()) {
-        Some("a container")
+        Some("container=")
     } else {
         None
     }
@@ -77,28 +78,34 @@ fn lacking(status: &str, mountinfo: &str) -> Vec<&'static str> {
     lacks
 }
 
-/// The `container` line of `doctor`: `None` outside a container. `jail_ok` is whether the probe run worked.
+/// The `container` line of `doctor`, for sandlot as root (the unprivileged mode needs none of these): what the
+/// jail needs and this process lacks, a failure when the probe run failed too (`jail_ok` false); when nothing is
+/// lacking, a line only in a container, to say so. A host's root lacks none of them.
 pub fn container_check(jail_ok: bool) -> Option<Check> {
-    let engine = engine()?;
+    if !nix::unistd::geteuid().is_root() {
+        return None;
+    }
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let lacks = lacking(&status, &mountinfo);
-    let check = |status, detail| Check { layer: "container", status, detail };
-    Some(match (lacks.is_empty(), jail_ok) {
-        (true, _) => check(
-            CheckStatus::Ok,
-            format!(
-                "in {engine}, with what the jail needs (CAP_SYS_ADMIN, CAP_NET_ADMIN, no seccomp filter, a whole /proc)"
-            ),
-        ),
+    let mark = container_mark();
+    let check = |status, detail| Some(Check { layer: "container", status, detail });
+    let place = mark.map(|m| format!("in a container ({m} found)")).unwrap_or_else(|| "this process".to_owned());
+    match (lacks.is_empty(), jail_ok) {
+        (true, _) => mark.and_then(|_| {
+            check(
+                CheckStatus::Ok,
+                format!(
+                    "{place}: has what the jail needs (CAP_SYS_ADMIN, CAP_NET_ADMIN, no seccomp filter, a whole /proc)"
+                ),
+            )
+        }),
         (false, false) => check(
             CheckStatus::Failed,
-            format!("in {engine}, without what the jail needs: {}; see docs/container.md", lacks.join("; ")),
+            format!("{place} lacks what the jail needs: {}; see docs/container.md", lacks.join("; ")),
         ),
-        (false, true) => {
-            check(CheckStatus::Ok, format!("in {engine}; the probe run worked without: {}", lacks.join("; ")))
-        }
-    })
+        (false, true) => check(CheckStatus::Ok, format!("{place}: the probe run worked without: {}", lacks.join("; "))),
+    }
 }
 
 #[cfg(test)]
