@@ -1,11 +1,13 @@
 """A real MCP client (the official Python SDK, mcp 1.x) against sandlot running in its container image; called by
 tests/image/test-image.sh, once per phase.
 
-    client.py URL TOKEN write    initialize, list the tools and runners; run Python that writes /data/persist.txt
+    client.py URL TOKEN write STATE    initialize, list the tools and runners; run Python that writes /data/persist.txt
                                  and Bash that reads it back in a second call (/data persists between runs of a
                                  conversation); download the file by its signed URL; TypeScript; a deadline kills
                                  the run; the token and the container's paths are out of a run's reach; a run has no network
-    client.py URL TOKEN read     after the container was restarted: the file is still in /data (the volume)
+    client.py URL TOKEN read STATE     in a new container on the same volume: the file is still in /data, and
+                                       its URL from the write phase (kept in the file STATE) still downloads it: the
+                                       file secret was kept on the volume too
 
 Exits non-zero with the failed assertion on any failure."""
 
@@ -59,7 +61,7 @@ async def run(session, language, code, **extra):
     return result.isError, data
 
 
-async def write_phase(session, token):
+async def write_phase(session, token, state):
     tools = await session.list_tools()
     assert "sandbox_run_code" in [t.name for t in tools.tools], tools
     runners = await session.call_tool("sandbox_list_runners", {})
@@ -72,6 +74,8 @@ async def write_phase(session, token):
     async with httpx.AsyncClient() as client:
         response = await client.get(url, timeout=30)
         assert (response.status_code, response.text) == (200, CONTENT), (url, response.status_code, response.text)
+    with open(state, "w") as f:
+        f.write(url)
 
     is_error, data = await run(session, "bash", "cat /data/persist.txt; echo bash ok")
     assert (is_error, data["stdout"]) == (False, CONTENT + "bash ok\n"), data
@@ -101,19 +105,24 @@ async def write_phase(session, token):
     ), data
 
 
-async def read_phase(session, token):
+async def read_phase(session, token, state):
     is_error, data = await run(session, "bash", "cat /data/persist.txt")
     assert (is_error, data["stdout"]) == (False, CONTENT), data
+    with open(state) as f:
+        url = f.read()
+    async with httpx.AsyncClient() as client:
+        response = await client.get(url, timeout=30)
+        assert (response.status_code, response.text) == (200, CONTENT), (url, response.status_code, response.text)
 
 
-async def main(url, token, phase):
+async def main(url, token, phase, state):
     async with streamablehttp_client(f"{url}/mcp", headers={"Authorization": f"Bearer {token}"}) as (read, write, _):
         async with ClientSession(read, write) as session:
             init = await session.initialize()
             assert init.serverInfo.name == "sandlot", init
-            await {"write": write_phase, "read": read_phase}[phase](session, token)
+            await {"write": write_phase, "read": read_phase}[phase](session, token, state)
     print(f"client.py {phase}: ok")
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:4]))
+    asyncio.run(main(*sys.argv[1:5]))

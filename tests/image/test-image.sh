@@ -6,7 +6,8 @@
 #      a nosuid,nodev bind of a temporary host directory at the same path);
 # starts it with docker-compose, waits for /healthz, checks `sandlot doctor` inside, runs a real MCP client
 # (tests/image/client.py: Python, Bash and TypeScript runs, /data kept between runs, downloads, no network),
-# restarts the container and checks /data survived it, then removes the container, its volume and the directory.
+# removes the container and makes a new one on the same volume, checks /data survived, then removes the container,
+# its volume and the directory.
 # Also checks that without those privileges the image refuses honestly: `sandlot doctor` exits 1 and names them.
 # Needs root, a running Docker engine, docker-compose (or the compose plugin) and the end-to-end venv (.venv-e2e,
 # made by scripts/test.sh; or SANDLOT_E2E_PYTHON).  Usage: tests/image/test-image.sh
@@ -39,7 +40,9 @@ scripts/build-image.sh >/dev/null 2>/tmp/sandlot-build-image.log || { cat /tmp/s
 
 project="sandlot-image-test-$$"
 host_root=""
+state="$(mktemp)" # the download URL the client's write phase got, for its read phase
 cleanup() {
+    rm -f "$state"
     "${compose[@]}" -p "$project" -f deploy/compose.yaml down -v --timeout 20 >/dev/null 2>&1 || true
     "${compose[@]}" -p "$project" -f deploy/compose.docker-socket.yaml down -v --timeout 20 >/dev/null 2>&1 || true
     if [[ -n "$host_root" ]]; then
@@ -65,7 +68,7 @@ wait_healthy() { # wait_healthy COMPOSE_FILE: /healthz answers 200 within 60 s (
     die "$1: /healthz did not answer 200 within 60 s"
 }
 
-exercise() { # exercise COMPOSE_FILE REQUIRED_LINE [DOCTOR_ARGS...]: start, doctor, client, restart, client, remove
+exercise() { # exercise COMPOSE_FILE REQUIRED_LINE [DOCTOR_ARGS...]: start, doctor, client, re-create, client, remove
     local file="$1" required="$2"
     step "$file: up"
     "${compose[@]}" -p "$project" -f "$file" up -d --quiet-pull 2>/dev/null || "${compose[@]}" -p "$project" -f "$file" up -d
@@ -77,11 +80,15 @@ exercise() { # exercise COMPOSE_FILE REQUIRED_LINE [DOCTOR_ARGS...]: start, doct
     printf '%s\n' "$report" | sed 's/^/    /'
     grep -Eq "$required" <<<"$report" || die "$file: doctor's report has no line matching $required"
     step "$file: MCP client (python, bash, typescript; /data between runs; downloads; no network)"
-    "$python" tests/image/client.py "$url" "$MCP_API_TOKEN" write
-    step "$file: restart; /data is still there"
-    "${compose[@]}" -p "$project" -f "$file" restart --timeout 20 >/dev/null 2>&1
+    "$python" tests/image/client.py "$url" "$MCP_API_TOKEN" write "$state"
+    step "$file: a new container on the same volume; /data is still there"
+    local before
+    before="$("${compose[@]}" -p "$project" -f "$file" ps -q sandlot)"
+    "${compose[@]}" -p "$project" -f "$file" down --timeout 20 >/dev/null 2>&1
+    "${compose[@]}" -p "$project" -f "$file" up -d >/dev/null 2>&1
+    [[ "$("${compose[@]}" -p "$project" -f "$file" ps -q sandlot)" != "$before" ]] || die "$file: the container was not re-created"
     wait_healthy "$file"
-    "$python" tests/image/client.py "$url" "$MCP_API_TOKEN" read
+    "$python" tests/image/client.py "$url" "$MCP_API_TOKEN" read "$state"
     "${compose[@]}" -p "$project" -f "$file" down -v --timeout 20 >/dev/null 2>&1
 }
 
