@@ -71,7 +71,7 @@ wait_healthy() { # wait_healthy COMPOSE_FILE: /healthz answers 200 within 60 s (
 exercise() { # exercise COMPOSE_FILE REQUIRED_LINE [DOCTOR_ARGS...]: start, doctor, client, re-create, client, remove
     local file="$1" required="$2"
     step "$file: up"
-    "${compose[@]}" -p "$project" -f "$file" up -d --quiet-pull 2>/dev/null || "${compose[@]}" -p "$project" -f "$file" up -d
+    "${compose[@]}" -p "$project" -f "$file" up -d
     wait_healthy "$file"
     step "$file: sandlot doctor inside the container"
     local report
