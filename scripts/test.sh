@@ -116,7 +116,7 @@ step "browser for the playground test (Debian's chromium, driven by playwright-c
 
 step "Docker engine and runner images (the Docker backend's tests)"
 missing=()
-for package in docker.io debootstrap; do
+for package in docker.io debootstrap docker-compose; do
     if ! grep -qx 'Status: install ok installed' <<<"$(dpkg -s "$package" 2>/dev/null || true)"; then
         missing+=("$package")
     fi
@@ -155,6 +155,8 @@ cargo build --quiet --bin sandlot
 export SANDLOT_BIN="$PWD/target/$target/debug/sandlot"
 .venv-e2e/bin/python -m pytest -q tests/e2e/python_v1
 .venv-e2e2/bin/python -m pytest -q tests/e2e/python_v2
+step "sandlot's container image: both compose files against a real MCP client (tests/image/test-image.sh)"
+tests/image/test-image.sh
 (cd tests/e2e/ts && node --test)
 step "the playground in headless Chromium (screenshots: tests/e2e/browser/artifacts/)"
 (cd tests/e2e/browser && node --test)

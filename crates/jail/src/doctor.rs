@@ -139,6 +139,8 @@ pub async fn diagnose(backend: &JailBackend) -> Vec<Check> {
     if let Some(runner) = runners.first() {
         checks.push(probe_run(backend, runner.language).await);
     }
+    let jail_ok = checks.iter().any(|c| c.layer == "jail" && c.status == CheckStatus::Ok);
+    checks.extend(crate::container::container_check(jail_ok));
     checks
 }
 

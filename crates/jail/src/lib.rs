@@ -14,6 +14,7 @@
 
 mod capabilities;
 mod cgroup;
+mod container;
 mod cpu_placement;
 mod doctor;
 mod error;
