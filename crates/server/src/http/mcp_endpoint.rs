@@ -70,6 +70,15 @@ pub async fn endpoint(State(services): State<McpServices>, request: Request) -> 
         let message = "Not Acceptable: accept application/json or text/event-stream";
         return (StatusCode::NOT_ACCEPTABLE, message).into_response();
     }
+    if parts.method == Method::DELETE {
+        // rmcp answers a session's end with 202; the official SDKs' clients (Python, TypeScript) take only 200 or
+        // 204 as success and log a failed termination otherwise. Nothing is pending after a DELETE: 200.
+        let mut response = forward(services.sessions, Request::from_parts(parts, body)).await;
+        if response.status() == StatusCode::ACCEPTED {
+            *response.status_mut() = StatusCode::OK;
+        }
+        return response;
+    }
     if parts.method != Method::POST {
         let request = Request::from_parts(parts, body);
         return forward(services.sessions, request).await;
