@@ -4,8 +4,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use sandlot_server::http::{
-    AllowedHosts, Authenticator, ConnectionLimits, Credentials, HttpOptions, JwtSettings, app, raise_nofile_limit,
-    serve as serve_http,
+    AllowedHosts, AuthLimits, Authenticator, ConnectionLimits, Credentials, HttpOptions, JwtSettings, app,
+    raise_nofile_limit, serve as serve_http,
 };
 
 use crate::cli::ServeArgs;
@@ -85,8 +85,20 @@ fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener
     socket.listen(1024)
 }
 
-/// The credential check, and the token when one was generated (to print); an error names the bad setting.
+/// The credential check with its failure limit, and the token when one was generated (to print); an error names
+/// the bad setting.
 fn authenticator(args: &ServeArgs) -> Result<(Authenticator, Option<String>), String> {
+    let limits = AuthLimits {
+        failures_per_minute: args.auth_failures_per_minute,
+        trusted_proxies: args.trusted_proxies.clone(),
+        client_ip_header: args.client_ip_header,
+    };
+    let (authenticator, generated) = credentials(args)?;
+    Ok((authenticator.with_limits(limits), generated))
+}
+
+/// The credential check the settings ask for.
+fn credentials(args: &ServeArgs) -> Result<(Authenticator, Option<String>), String> {
     if args.auth_enabled {
         if args.api_token.is_some() {
             return Err("MCP_API_TOKEN is not used when MCP_AUTH_ENABLED is true (JWTs only): unset one of them".into());

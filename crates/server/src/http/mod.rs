@@ -4,6 +4,7 @@
 //! where the contract asks for it.
 
 mod auth;
+mod client_addr;
 mod connections;
 mod credentials;
 mod events;
@@ -25,7 +26,8 @@ use axum::routing::{any, get, post};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
-pub use auth::{Authenticator, Caller};
+pub use auth::{AuthLimits, Authenticator, Caller, MAX_TRACKED as MAX_TRACKED_CLIENTS};
+pub use client_addr::{ClientIpHeader, TrustedProxy};
 pub use connections::{ConnectionLimits, raise_nofile_limit, serve};
 pub use credentials::{Credentials, JwtSettings};
 pub use origin::AllowedHosts;
@@ -53,7 +55,7 @@ impl HttpOptions {
 
 /// The whole HTTP app. The MCP endpoints and `/v1/runs` need the bearer token; the playground page, `/files`
 /// (signed URLs), `/healthz` and the OAuth discovery probes (answered 404 at once: sandlot does not do OAuth) do
-/// not. Every route checks `Host` and
+/// not; any other path is 404 without asking for a credential. Every route checks `Host` and
 /// `Origin`; CORS lets browser clients on allowed origins call the MCP endpoints.
 pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Router {
     let HttpOptions { allowed_hosts, session_idle, max_sessions } = options;
@@ -98,7 +100,9 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
         .merge(legacy)
         .merge(run_events)
         .merge(rest)
-        .layer(axum::middleware::from_fn_with_state(token, auth::require_bearer));
+        // A route layer: only the routes above need the token; an unknown path falls through to 404 below, with or
+        // without a credential, and is never counted as a failed authentication.
+        .route_layer(axum::middleware::from_fn_with_state(token, auth::require_bearer));
     Router::new()
         .merge(protected)
         .route("/", get(playground::index))
@@ -107,6 +111,7 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/files/{conversation_id}/{*path}", get(files::download))
         .route("/.well-known/{*probe}", any(not_found))
+        .fallback(not_found)
         .with_state(state)
         .layer(axum::middleware::from_fn_with_state(allowed_hosts.clone(), origin::check))
         .layer(cors(allowed_hosts))
