@@ -23,7 +23,7 @@ pub async fn dispatch(cli: Cli, prefork: Option<sandlot_jail::Prefork>) -> ExitC
         Command::Stdio(args) => stdio::stdio(args).await,
     };
     result.unwrap_or_else(|e| {
-        eprintln!("sandlot: {e:#}");
+        crate::logs::fail(&format!("{e:#}"));
         ExitCode::from(1)
     })
 }

@@ -31,6 +31,7 @@ pub use client_addr::{ClientIpHeader, TrustedProxy};
 pub use connections::{ConnectionLimits, raise_nofile_limit, serve};
 pub use credentials::{Credentials, JwtSettings};
 pub use origin::AllowedHosts;
+pub use request_log::{REQUEST_ID, RequestSpan};
 
 use crate::AppState;
 use crate::mcp::SandlotMcp;
@@ -103,7 +104,7 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
         // A route layer: only the routes above need the token; an unknown path falls through to 404 below, with or
         // without a credential, and is never counted as a failed authentication.
         .route_layer(axum::middleware::from_fn_with_state(token, auth::require_bearer));
-    Router::new()
+    let router = Router::new()
         .merge(protected)
         .route("/", get(playground::index))
         .route("/assets/playground.css", get(playground::css))
@@ -114,8 +115,8 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
         .fallback(not_found)
         .with_state(state)
         .layer(axum::middleware::from_fn_with_state(allowed_hosts.clone(), origin::check))
-        .layer(cors(allowed_hosts))
-        .layer(axum::middleware::from_fn(request_log::log))
+        .layer(cors(allowed_hosts));
+    request_log::around(router)
 }
 
 async fn not_found() -> axum::response::Response {
