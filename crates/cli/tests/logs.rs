@@ -249,9 +249,11 @@ fn json_logs_are_json_lines_with_the_request_id_on_the_request_and_its_run() {
     );
     assert_eq!(request_line["fields"]["status"], 200);
     assert!(with_id("caller-id-42").iter().any(|m| m == "run started"), "{lines:#?}");
-    // Every request has its line, with an id.
-    let requests: Vec<_> = events.iter().filter(|e| message(e) == "request").collect();
-    assert_eq!(requests.len(), 6, "healthz (at least once) is not counted here: {lines:#?}",);
+    // Every request has its line, with an id (the /healthz polls of the start are left out).
+    let requests: Vec<_> =
+        events.iter().filter(|e| message(e) == "request" && e["span"]["path"] != "/healthz").collect();
+    assert_eq!(requests.len(), 5, "{lines:#?}");
+    assert!(requests.iter().all(|e| e["span"]["request_id"].as_str().is_some_and(|id| !id.is_empty())), "{lines:#?}");
 }
 
 /// The address the start event names, checked to be a socket address.
@@ -277,4 +279,63 @@ fn text_logs_have_no_colour_codes_when_stderr_is_not_a_terminal() {
         .filter_map(|l| ["run started", "run finished", "request"].into_iter().find(|m| l.contains(m)))
         .collect();
     assert_eq!(seen, HashSet::from(["run started", "run finished", "request"]), "{text}");
+}
+
+/// Reads `stream` until what was read contains `needle` (within 60 s); everything read so far.
+fn read_until(stream: &mut TcpStream, seen: &mut String, needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut buffer = [0u8; 4096];
+    while !seen.contains(needle) {
+        assert!(Instant::now() < deadline, "no {needle:?} in {seen}");
+        let read = stream.read(&mut buffer).expect("read the SSE stream");
+        assert!(read > 0, "the SSE stream ended before {needle:?}: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buffer[..read]));
+    }
+}
+
+/// Over the legacy HTTP+SSE transport the run is started by a `POST /message`, and its lines carry that POST's
+/// request id too.
+#[test]
+fn legacy_sse_runs_carry_the_request_id_of_their_post() {
+    let server = Server::start(&[("SANDLOT_LOG_FORMAT", "json"), ("MCP_API_TOKEN", "legacy-token")]);
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    stream
+        .write_all(b"GET /sse HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer legacy-token\r\nAccept: text/event-stream\r\n\r\n")
+        .unwrap();
+    let mut seen = String::new();
+    read_until(&mut stream, &mut seen, "sessionId=");
+    let start = seen.find("/message?sessionId=").unwrap();
+    let path: String = seen[start..].chars().take_while(|c| !c.is_whitespace()).collect();
+    let post = |body: serde_json::Value, request_id: &str| {
+        let body = body.to_string();
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer legacy-token\r\nX-Request-Id: {request_id}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let (head, _) = http(server.addr, &request).unwrap();
+        assert!(head.starts_with("HTTP/1.1 202"), "{head}");
+    };
+    let initialize = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "logs-test", "version": "0"}}});
+    post(initialize, "legacy-init");
+    read_until(&mut stream, &mut seen, "\"id\":1");
+    post(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}), "legacy-initialized");
+    let call = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "sandbox_run_code", "arguments": {"conversationId": "legacy", "language": "bash", "code": "echo old"}}});
+    post(call, "legacy-run-7");
+    read_until(&mut stream, &mut seen, "\"id\":2");
+    assert!(seen.contains("old\\n"), "{seen}");
+    drop(stream);
+    let lines = server.stop();
+    let messages: Vec<String> = lines
+        .iter()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .filter(|event| event["span"]["request_id"] == "legacy-run-7")
+        .map(|event| event["fields"]["message"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    for expected in ["run started", "run finished", "tool call", "request"] {
+        assert!(messages.iter().any(|m| m == expected), "no {expected:?} line with the POST's id: {lines:#?}");
+    }
 }

@@ -305,7 +305,7 @@ async fn a_foreign_origin_is_403_and_an_allowed_one_gets_cors() {
     request.headers_mut().insert(header::ORIGIN, "http://localhost:5173".parse().unwrap());
     let response = router.clone().oneshot(request).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
-    assert_eq!(response.headers()[header::ACCESS_CONTROL_EXPOSE_HEADERS], "mcp-session-id");
+    assert_eq!(response.headers()[header::ACCESS_CONTROL_EXPOSE_HEADERS], "mcp-session-id,x-request-id");
 }
 
 #[tokio::test]

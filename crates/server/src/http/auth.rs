@@ -153,15 +153,15 @@ pub async fn require_bearer(State(auth): State<Authenticator>, mut request: Requ
         Err(why) => why,
     };
     let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
-    if let (Some(limiter), Some(peer)) = (&auth.limiter, peer) {
-        let client = auth.clients.key(peer, request.headers());
-        if let Err(wait) = limiter.count(client) {
-            // Rounded up: a client that waits as told is let through.
-            let retry_after = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-            tracing::info!(client = %client, retry_after, "wrong credential refused: over the limit");
-            return too_many(retry_after.max(1));
-        }
-        tracing::info!(client = %client, reason = failure, "authentication failed");
+    let client = peer.map(|peer| auth.clients.key(peer, request.headers()));
+    if let (Some(limiter), Some(client)) = (&auth.limiter, client)
+        && let Err(wait) = limiter.count(client)
+    {
+        // Rounded up: a client that waits as told is let through.
+        let retry_after = (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1);
+        tracing::info!(client = client.to_string(), retry_after, "wrong credential refused: over the limit");
+        return too_many(retry_after);
     }
+    tracing::info!(client = client.map(|c| c.to_string()), reason = failure, "authentication failed");
     unauthorized(&failure)
 }

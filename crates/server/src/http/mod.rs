@@ -136,10 +136,11 @@ fn cors(allowed: AllowedHosts) -> tower_http::cors::CorsLayer {
         "last-event-id",
         "mcp-method",
         "mcp-name",
+        "x-request-id",
     ];
     CorsLayer::new()
         .allow_origin(AllowOrigin::predicate(move |origin, _| origin.to_str().is_ok_and(|o| allowed.allows_origin(o))))
         .allow_methods([Method::GET, Method::POST, Method::DELETE, Method::OPTIONS])
         .allow_headers(headers.map(HeaderName::from_static))
-        .expose_headers([HeaderName::from_static("mcp-session-id")])
+        .expose_headers([HeaderName::from_static("mcp-session-id"), request_log::REQUEST_ID])
 }

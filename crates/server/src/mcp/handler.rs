@@ -141,7 +141,7 @@ impl ServerHandler for SandlotMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         // rmcp runs the call in a task of its own: its lines (the run's included) go in the span of the HTTP request
-        // that carried it, with the request id. Over stdio and legacy SSE there is none.
+        // that carried it, with the request id (a legacy SSE POST's parts are carried too). Over stdio there is none.
         let span = context
             .extensions
             .get::<axum::http::request::Parts>()
