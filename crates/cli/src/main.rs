@@ -28,9 +28,11 @@ fn main() -> ExitCode {
         _ => None,
     };
     // Logs go to stderr (stdout is the wire for `stdio` and the program's output for `run`); SANDLOT_LOG sets the
-    // filter (default: info for the servers, warn otherwise), SANDLOT_LOG_FORMAT=json makes them JSON lines.
+    // filter (default: info for the servers, warn otherwise), SANDLOT_LOG_FORMAT=json makes them JSON lines. rmcp
+    // only from errors: its warnings are the errors it answers a client with (which sandlot logs itself, with a
+    // trace id), written as Rust debug text and with a second `message` key.
     let default_filter = match &cli.command {
-        cli::Command::Serve(_) | cli::Command::Stdio(_) => "info,rmcp=warn",
+        cli::Command::Serve(_) | cli::Command::Stdio(_) => "info,rmcp=error",
         _ => "warn",
     };
     if let Err(message) = logs::init(default_filter) {

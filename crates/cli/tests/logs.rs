@@ -61,10 +61,14 @@ impl Server {
     /// A stateless `tools/call` running bash `code`, with `token` and maybe an `x-request-id`: the response's head
     /// and body.
     fn run_bash(&self, token: &str, code: &str, request_id: Option<&str>) -> (String, String) {
+        self.call(token, serde_json::json!({ "conversationId": "logs", "language": "bash", "code": code }), request_id)
+    }
+
+    /// A stateless `tools/call` of `sandbox_run_code` with `arguments`.
+    fn call(&self, token: &str, arguments: serde_json::Value, request_id: Option<&str>) -> (String, String) {
         let body = serde_json::json!({
             "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": { "name": "sandbox_run_code",
-                        "arguments": { "conversationId": "logs", "language": "bash", "code": code } }
+            "params": { "name": "sandbox_run_code", "arguments": arguments }
         })
         .to_string();
         let id = request_id.map(|id| format!("X-Request-Id: {id}\r\n")).unwrap_or_default();
@@ -178,7 +182,7 @@ fn looks_like_debug(text: &str) -> bool {
 /// caller's own id is kept; the generated token is in no line, but in the token file the start event names.
 #[test]
 fn json_logs_are_json_lines_with_the_request_id_on_the_request_and_its_run() {
-    let server = Server::start(&[("SANDLOT_LOG_FORMAT", "json"), ("SANDLOT_LOG", "info,rmcp=warn")]);
+    let server = Server::start(&[("SANDLOT_LOG_FORMAT", "json")]);
     let token_file = server.root.path().join("data/.sandlot/api-token");
     let token = std::fs::read_to_string(&token_file).expect("the generated token's file").trim().to_owned();
     assert_eq!(token.len(), 64, "{token}");
@@ -194,6 +198,10 @@ fn json_logs_are_json_lines_with_the_request_id_on_the_request_and_its_run() {
     assert_eq!(header(&head, "x-request-id"), Some("caller-id-42"));
     let (head, _) = server.run_bash(&token, "true", Some(&"x".repeat(200)));
     assert_ne!(header(&head, "x-request-id"), Some("x".repeat(200).as_str()), "an overlong id is replaced");
+    // A bad argument is logged with its field and reason (its `message` key used to be written twice).
+    let bad = serde_json::json!({ "conversationId": "../up", "language": "bash", "code": "true" });
+    let (head, body) = server.call(&token, bad, Some("bad-argument"));
+    assert!(head.starts_with("HTTP/1.1 200") && body.contains("-32602"), "{head}\n{body}");
     let (head, _) = server.run_bash("wrong", "true", None);
     assert!(head.starts_with("HTTP/1.1 401"), "{head}");
     let (head, _) =
@@ -252,7 +260,8 @@ fn json_logs_are_json_lines_with_the_request_id_on_the_request_and_its_run() {
     // Every request has its line, with an id (the /healthz polls of the start are left out).
     let requests: Vec<_> =
         events.iter().filter(|e| message(e) == "request" && e["span"]["path"] != "/healthz").collect();
-    assert_eq!(requests.len(), 5, "{lines:#?}");
+    assert_eq!(requests.len(), 6, "{lines:#?}");
+    assert!(with_id("bad-argument").iter().any(|m| m == "invalid tool arguments"), "{lines:#?}");
     assert!(requests.iter().all(|e| e["span"]["request_id"].as_str().is_some_and(|id| !id.is_empty())), "{lines:#?}");
 }
 
