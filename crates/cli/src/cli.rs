@@ -105,6 +105,18 @@ pub struct ServeArgs {
     /// Required `iss` of the JWTs.
     #[arg(long, env = "MCP_AUTH_ISSUER")]
     pub jwt_issuer: Option<String>,
+    /// Wrong bearer credentials one client address may send per minute (a burst, refilled evenly over the minute);
+    /// past it a wrong credential gets 429. A valid credential is never refused, and a request without one never
+    /// counts. 0 turns the limit off.
+    #[arg(long, env = "SANDLOT_AUTH_FAILURES_PER_MINUTE", default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    pub auth_failures_per_minute: u32,
+    /// Reverse proxies (addresses or CIDR networks, comma-separated) whose forwarded-for header names the client;
+    /// from any other peer that header is ignored. Default: none (the TCP peer is the client).
+    #[arg(long, env = "SANDLOT_TRUSTED_PROXIES", value_delimiter = ',')]
+    pub trusted_proxies: Vec<sandlot_server::http::TrustedProxy>,
+    /// The header those proxies name the client in: x-forwarded-for or forwarded (RFC 7239).
+    #[arg(long, env = "SANDLOT_CLIENT_IP_HEADER", default_value = "x-forwarded-for")]
+    pub client_ip_header: sandlot_server::http::ClientIpHeader,
     /// More host names requests may address (comma-separated), besides localhost, the loopback addresses, the
     /// listen address and PUBLIC_BASE_URL's host.
     #[arg(long, env = "SANDLOT_ALLOWED_HOSTS", value_delimiter = ',')]
@@ -433,7 +445,7 @@ fn parse_arguments() -> Cli {
         _ => String::new(),
     };
     let env = env_of_flag(&Cli::command(), flag.trim_start_matches('-'))
-        .filter(|env| std::env::var(env).is_ok_and(|v| v == value));
+        .filter(|env| std::env::var(env).is_ok_and(|v| v == value || v.split(',').any(|item| item == value)));
     let reason = std::error::Error::source(&error).map(|s| s.to_string()).unwrap_or_else(|| "invalid value".into());
     match env {
         Some(env) => eprintln!("sandlot: invalid {env}={value:?}: {reason}"),

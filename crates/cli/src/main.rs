@@ -3,6 +3,7 @@
 
 mod cli;
 mod commands;
+mod logs;
 
 use std::process::ExitCode;
 
@@ -27,29 +28,16 @@ fn main() -> ExitCode {
         _ => None,
     };
     // Logs go to stderr (stdout is the wire for `stdio` and the program's output for `run`); SANDLOT_LOG sets the
-    // filter (default: info for the servers, warn otherwise), SANDLOT_LOG_FORMAT=json makes them JSON lines.
+    // filter (default: info for the servers, warn otherwise), SANDLOT_LOG_FORMAT=json makes them JSON lines. rmcp
+    // only from errors: its warnings are the errors it answers a client with (which sandlot logs itself, with a
+    // trace id), written as Rust debug text and with a second `message` key.
     let default_filter = match &cli.command {
-        cli::Command::Serve(_) | cli::Command::Stdio(_) => "info,rmcp=warn",
+        cli::Command::Serve(_) | cli::Command::Stdio(_) => "info,rmcp=error",
         _ => "warn",
     };
-    let filter = match std::env::var("SANDLOT_LOG") {
-        Err(_) => tracing_subscriber::EnvFilter::new(default_filter),
-        Ok(directives) => match tracing_subscriber::EnvFilter::try_new(&directives) {
-            Ok(filter) => filter,
-            Err(e) => {
-                eprintln!("sandlot: invalid SANDLOT_LOG={directives:?}: {e}");
-                return ExitCode::from(2);
-            }
-        },
-    };
-    let logs = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter);
-    match std::env::var("SANDLOT_LOG_FORMAT").as_deref() {
-        Err(_) | Ok("text") => logs.init(),
-        Ok("json") => logs.json().init(),
-        Ok(other) => {
-            eprintln!("sandlot: invalid SANDLOT_LOG_FORMAT={other:?}: expected text or json");
-            return ExitCode::from(2);
-        }
+    if let Err(message) = logs::init(default_filter) {
+        eprintln!("sandlot: {message}");
+        return ExitCode::from(2);
     }
     // `run` drives one sandbox: a single-threaded runtime starts faster; the other commands get the usual one.
     let mut builder = match &cli.command {
@@ -59,7 +47,7 @@ fn main() -> ExitCode {
     let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("sandlot: cannot start the async runtime: {e}");
+            logs::fail(&format!("cannot start the async runtime: {e}"));
             return ExitCode::from(1);
         }
     };

@@ -476,7 +476,7 @@ fn serve_with(env: &[(&str, &str)]) -> Output {
 
 #[test]
 fn bad_configuration_stops_the_start_with_one_line_naming_the_variable() {
-    let cases: [(&[(&str, &str)], &str); 14] = [
+    let cases: [(&[(&str, &str)], &str); 17] = [
         (
             &[("SANDLOT_SANDBOX_UIDS", "0-999")],
             "sandlot: invalid SANDLOT_SANDBOX_UIDS=\"0-999\": the sandbox uids must not include 0 (root)\n",
@@ -511,6 +511,19 @@ fn bad_configuration_stops_the_start_with_one_line_naming_the_variable() {
         (
             &[("SANDLOT_CONVERSATION_TTL", "soon")],
             "sandlot: invalid SANDLOT_CONVERSATION_TTL=\"soon\": expected number at 0: expected off or a duration such as 90s, 12h, 30d\n",
+        ),
+        (
+            &[("SANDLOT_TRUSTED_PROXIES", "10.0.0.0/8,proxy.example")],
+            "sandlot: invalid SANDLOT_TRUSTED_PROXIES=\"proxy.example\": \"proxy.example\" is not an IP address or a \
+             network in CIDR notation (10.0.0.0/8)\n",
+        ),
+        (
+            &[("SANDLOT_CLIENT_IP_HEADER", "x-real-ip")],
+            "sandlot: invalid SANDLOT_CLIENT_IP_HEADER=\"x-real-ip\": \"x-real-ip\" is neither x-forwarded-for nor forwarded\n",
+        ),
+        (
+            &[("SANDLOT_AUTH_FAILURES_PER_MINUTE", "-1")],
+            "sandlot: invalid SANDLOT_AUTH_FAILURES_PER_MINUTE=\"-1\": -1 is not in 0..=1000000\n",
         ),
         (&[("SANDLOT_LOG_FORMAT", "xml")], "sandlot: invalid SANDLOT_LOG_FORMAT=\"xml\": expected text or json\n"),
         (&[("SANDLOT_LOG", "info,=")], "sandlot: invalid SANDLOT_LOG=\"info,=\": invalid filter directive\n"),

@@ -276,7 +276,7 @@ impl Engine {
         tracing::info!(
             run_id,
             exit_code = outcome.exit_code(),
-            termination = ?outcome.termination,
+            termination = outcome.termination.kind(),
             duration_ms = outcome.duration.as_millis() as u64,
             files = files.files.len(),
             "run finished"

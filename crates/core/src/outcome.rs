@@ -34,6 +34,18 @@ impl Termination {
         }
     }
 
+    /// The kind's name, as serialized (`exited`, `signaled`, `timed_out`, ...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Termination::Exited { .. } => "exited",
+            Termination::Signaled { .. } => "signaled",
+            Termination::TimedOut => "timed_out",
+            Termination::OutOfMemory => "out_of_memory",
+            Termination::DiskQuotaExceeded => "disk_quota_exceeded",
+            Termination::Cancelled => "cancelled",
+        }
+    }
+
     /// A one-line explanation for anything but a normal exit, to append to the output.
     pub fn diagnostic(&self, timeout: Duration) -> Option<String> {
         match self {
@@ -113,5 +125,21 @@ mod tests {
         assert_eq!(Termination::Exited { code: 3 }.exit_code(), 3);
         assert_eq!(Termination::Signaled { signal: 9 }.exit_code(), 137);
         assert_eq!(Termination::TimedOut.exit_code(), 124);
+    }
+
+    #[test]
+    fn kinds_are_the_serialized_tags() {
+        let all = [
+            Termination::Exited { code: 0 },
+            Termination::Signaled { signal: 9 },
+            Termination::TimedOut,
+            Termination::OutOfMemory,
+            Termination::DiskQuotaExceeded,
+            Termination::Cancelled,
+        ];
+        for termination in all {
+            let serialized = serde_json::to_value(&termination).unwrap_or_default();
+            assert_eq!(serialized["kind"], termination.kind(), "{termination:?}");
+        }
     }
 }

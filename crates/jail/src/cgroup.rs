@@ -366,7 +366,8 @@ impl RunCgroup {
     /// Kills what is left, then frees the slot.
     pub async fn release(self) {
         if !self.drain(Duration::from_secs(1)).await {
-            tracing::warn!(dirs = ?self.dirs, "processes are still in a run's cgroup; its slot stays taken");
+            let dirs: Vec<String> = self.dirs.iter().map(|dir| dir.display().to_string()).collect();
+            tracing::warn!(dirs = dirs.join(","), "processes are still in a run's cgroup; its slot stays taken");
             std::mem::forget(self); // keep the lock: nobody may reuse a group that still has processes
         }
     }

@@ -53,6 +53,18 @@ impl Report {
     }
 }
 
+/// A report as a log field shows it: words, not Rust's debug text.
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Report::Started { init_pid } => write!(f, "started, init pid {init_pid}"),
+            Report::Exited { code } => write!(f, "exited with code {code}"),
+            Report::Signaled { signal } => write!(f, "killed by signal {signal}"),
+            Report::SetupFailed { step, error } => write!(f, "setup failed at {step}: {error}"),
+        }
+    }
+}
+
 /// Writes one report line to the report descriptor.
 fn write_line(line: &[u8]) {
     // SAFETY: writes a valid buffer to a descriptor; a closed or invalid fd only yields an error code.

@@ -449,7 +449,7 @@ impl JailBackend {
                     Ok(report) => {
                         tracing::debug!(
                             run_id = job.run_id,
-                            ?report,
+                            report = %report,
                             elapsed_us = started.elapsed().as_micros() as u64,
                             "jail report"
                         );

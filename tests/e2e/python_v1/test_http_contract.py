@@ -84,11 +84,14 @@ def test_authentication_failures(server):
     assert httpx.post(server.mcp_url, json={}).status_code == 401
     response = httpx.post(server.mcp_url, json={}, headers={"Authorization": "Bearer nope"})
     assert (response.status_code, response.json()) == (401, {"error": "unauthorized", "message": "invalid bearer token"})
-    for _ in range(2):
-        httpx.post(server.mcp_url, json={}, headers={"Authorization": "Bearer nope"})
-    blocked = rpc(server, "tools/list")
+    # Past the default limit (10 wrong credentials a minute) a wrong one gets 429; the right one is never refused.
+    statuses = [httpx.post(server.mcp_url, json={}, headers={"Authorization": "Bearer nope"}).status_code
+                for _ in range(11)]
+    assert statuses[-1] == 429, statuses
+    blocked = httpx.post(server.mcp_url, json={}, headers={"Authorization": "Bearer nope"})
     assert blocked.status_code == 429
     assert 1 <= int(blocked.headers["retry-after"]) <= 60
+    assert rpc(server, "tools/list").status_code == 200
 
 
 def test_run_events_stream_for_one_conversation(server):

@@ -25,7 +25,7 @@ pub async fn dispatch(cli: Cli, prefork: Option<sandlot_jail::Prefork>) -> ExitC
         Command::McpConfig(args) => mcp_config::mcp_config(args),
     };
     result.unwrap_or_else(|e| {
-        eprintln!("sandlot: {e:#}");
+        crate::logs::fail(&format!("{e:#}"));
         ExitCode::from(1)
     })
 }
@@ -112,8 +112,13 @@ pub async fn app_state(
     let workspaces = sandlot_core::Workspaces::new(&sandbox.root);
     std::fs::create_dir_all(&sandbox.root)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", sandbox.root.display()))?;
-    // On stderr, for `stdio` too (its stdout is the protocol).
-    eprintln!("sandlot: data root {}", sandbox.root.display());
+    // On stderr, for `stdio` too (its stdout is the protocol); in JSON mode as an event (every line is JSON; `serve`'s
+    // start event names the root again).
+    if crate::logs::json() {
+        tracing::info!(root = %sandbox.root.display(), "data root");
+    } else {
+        eprintln!("sandlot: data root {}", sandbox.root.display());
+    }
     let state = sandlot_core::StateDir::prepare(&sandbox.root)?;
     let secret = match &files.file_secret {
         Some(secret) => secret.clone().into_bytes(),

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use sandlot_server::http::{
-    AllowedHosts, Authenticator, ConnectionLimits, Credentials, HttpOptions, JwtSettings, app, ops_app,
+    AllowedHosts, AuthLimits, Authenticator, ConnectionLimits, Credentials, HttpOptions, JwtSettings, app, ops_app,
     raise_nofile_limit, serve as serve_http,
 };
 
@@ -17,7 +17,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let authenticator = match checked {
         Ok(authenticator) => authenticator,
         Err(message) => {
-            eprintln!("sandlot: {message}");
+            crate::logs::fail(&message);
             return Ok(ExitCode::from(2));
         }
     };
@@ -49,10 +49,26 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         max_sessions: usize::try_from(args.max_sessions).unwrap_or(usize::MAX),
     };
     let listener = listen(args.addr).with_context(|| format!("cannot listen on {}", args.addr))?;
-    eprintln!("sandlot: serving MCP at {base}/mcp (runners: {})", runner_names(&state));
     let (authenticator, generated) = authenticator;
-    if let Some(token) = generated {
-        eprintln!("sandlot: Authorization: Bearer {token}");
+    let token_file = keep_token(&args.sandbox.root, generated.as_deref())?;
+    if crate::logs::json() {
+        // One structured start event; the generated token stays out of the logs (which are often shipped
+        // elsewhere): it is in the token file, readable by the server's user only.
+        tracing::info!(
+            version = env!("CARGO_PKG_VERSION"),
+            address = %args.addr,
+            url = format!("{base}/mcp"),
+            backend = state.engine.backend_name(),
+            root = %args.sandbox.root.display(),
+            runners = runner_names(&state, ","),
+            token_file = token_file.as_ref().map(|path| path.display().to_string()),
+            "sandlot started"
+        );
+    } else {
+        eprintln!("sandlot: serving MCP at {base}/mcp (runners: {})", runner_names(&state, ", "));
+        if let Some(token) = generated {
+            eprintln!("sandlot: Authorization: Bearer {token}");
+        }
     }
     let (shutdown, engine) = (state.shutdown.clone(), state.engine.clone());
     if let Some(serve_metrics) = metrics {
@@ -66,14 +82,19 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         shutdown.cancel();
         let active = engine.active_runs();
         tracing::info!(active_runs = active, "shutting down");
-        eprintln!("sandlot: shutting down; {active} run(s) in flight, waiting up to {} s", SHUTDOWN_GRACE.as_secs());
+        if !crate::logs::json() {
+            eprintln!(
+                "sandlot: shutting down; {active} run(s) in flight, waiting up to {} s",
+                SHUTDOWN_GRACE.as_secs()
+            );
+        }
         tokio::spawn(async move {
             tokio::time::sleep(SHUTDOWN_GRACE).await;
             let in_flight = engine.in_flight();
             for (run_id, conversation, language) in &in_flight {
                 tracing::warn!(run_id, conversation = %conversation, %language, "run killed at shutdown");
             }
-            eprintln!("sandlot: grace period over; killing {} run(s)", in_flight.len());
+            crate::logs::say(&format!("grace period over; killing {} run(s)", in_flight.len()));
             engine.abort_all().await;
             std::process::exit(0);
         });
@@ -115,8 +136,20 @@ fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener
     socket.listen(1024)
 }
 
-/// The credential check, and the token when one was generated (to print); an error names the bad setting.
+/// The credential check with its failure limit, and the token when one was generated (to print); an error names
+/// the bad setting.
 fn authenticator(args: &ServeArgs) -> Result<(Authenticator, Option<String>), String> {
+    let limits = AuthLimits {
+        failures_per_minute: args.auth_failures_per_minute,
+        trusted_proxies: args.trusted_proxies.clone(),
+        client_ip_header: args.client_ip_header,
+    };
+    let (authenticator, generated) = credentials(args)?;
+    Ok((authenticator.with_limits(limits), generated))
+}
+
+/// The credential check the settings ask for.
+fn credentials(args: &ServeArgs) -> Result<(Authenticator, Option<String>), String> {
     if args.auth_enabled {
         if args.api_token.is_some() {
             return Err("MCP_API_TOKEN is not used when MCP_AUTH_ENABLED is true (JWTs only): unset one of them".into());
@@ -147,9 +180,28 @@ fn authenticator(args: &ServeArgs) -> Result<(Authenticator, Option<String>), St
     }
 }
 
-fn runner_names(state: &sandlot_server::AppState) -> String {
+/// Keeps a generated token in `<root>/.sandlot/api-token` (mode 0600, replaced at each start) and returns its path,
+/// so that an operator reading JSON logs, which never carry it, can find it; removes a file left by an earlier start
+/// when the token was not generated, so the file never holds a token the server does not take.
+fn keep_token(root: &std::path::Path, generated: Option<&str>) -> anyhow::Result<Option<std::path::PathBuf>> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = sandlot_core::StateDir::prepare(root)?.path().join("api-token");
+    let _ = std::fs::remove_file(&path);
+    let Some(token) = generated else { return Ok(None) };
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("cannot write the generated token to {}", path.display()))?;
+    writeln!(file, "{token}").with_context(|| format!("cannot write the generated token to {}", path.display()))?;
+    Ok(Some(path))
+}
+
+fn runner_names(state: &sandlot_server::AppState, separator: &str) -> String {
     let names: Vec<String> = state.engine.runners().iter().map(|r| r.language.to_string()).collect();
-    if names.is_empty() { "none".into() } else { names.join(", ") }
+    if names.is_empty() { "none".into() } else { names.join(separator) }
 }
 
 /// How long in-flight runs may go on after SIGINT or SIGTERM.

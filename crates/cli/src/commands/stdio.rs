@@ -6,7 +6,7 @@ use crate::cli::StdioArgs;
 
 pub async fn stdio(args: StdioArgs) -> anyhow::Result<ExitCode> {
     if let Err(message) = super::check_file_url_args(&args.files) {
-        eprintln!("sandlot: {message}");
+        crate::logs::fail(&message);
         return Ok(ExitCode::from(2));
     }
     let state = super::app_state(&args.sandbox, &args.service, &args.files, "http://127.0.0.1:8080", 1).await?;

@@ -1,10 +1,21 @@
 //! Bearer authentication: `Authorization: Bearer <credential>`, checked by [`Credentials`] (a static token or
-//! JWTs). A missing or wrong credential gets 401 with `{"error":"unauthorized","message":...}`; after 3 failures
-//! from one IP within 60 s, every request from that IP gets 429 with `Retry-After` for the rest of the window.
+//! JWTs), with a limit on wrong credentials per client address (governor's keyed GCRA limiter).
+//!
+//! Invariants, each tested by attack in `crates/server/tests/auth_limits.rs`:
+//! - The credential is checked first: a valid one is never refused, whatever the limiter says, so nobody sharing
+//!   an address with a client (a NAT, a proxy) can lock that client out.
+//! - Only a wrong bearer credential counts as a failure. A request without one (OAuth discovery, a header-less
+//!   `GET /mcp`, health probes) or with another scheme gets 401 and is not counted: it guesses nothing.
+//! - Past `failures_per_minute` wrong credentials from one address (burst, refilled evenly over the minute), a
+//!   wrong credential gets 429 with `Retry-After` instead of 401.
+//! - The address is the TCP peer, or the client a trusted proxy names ([`ClientAddress`]). At most
+//!   [`MAX_TRACKED`] addresses are remembered; past that, new addresses share one allowance, which only ever
+//!   refuses wrong credentials.
+//!
 //! An accepted request carries its [`Caller`] in its extensions.
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -12,65 +23,98 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
+use super::client_addr::{ClientAddress, ClientIpHeader, TrustedProxy};
 use super::credentials::Credentials;
 
 /// Who made an authenticated request (`api-token`, or the JWT's subject); the run history records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller(pub String);
 
-/// Failures allowed per IP and window before it is refused.
-const MAX_FAILURES: u32 = 3;
-/// The window in which failures are counted.
-const WINDOW: Duration = Duration::from_secs(60);
-/// Addresses remembered at most; beyond, the oldest entry is forgotten (so a flood of addresses cannot grow memory).
-const MAX_TRACKED: usize = 10_000;
+/// Addresses remembered at most (about 5 MB); past it, new addresses share [`OVERFLOW`]'s allowance.
+pub const MAX_TRACKED: usize = 65_536;
+/// The shared key of addresses beyond [`MAX_TRACKED`].
+const OVERFLOW: IpAddr = IpAddr::V6(Ipv6Addr::UNSPECIFIED);
+/// Forgotten addresses are swept at most this often (a sweep walks the whole map).
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
-/// What every protected request must present, and the failures seen per client IP.
+/// How wrong credentials are limited, and how the client's address is found.
+#[derive(Debug, Clone)]
+pub struct AuthLimits {
+    /// Wrong credentials one address may send per minute (as a burst, refilled evenly); 0 turns the limit off.
+    pub failures_per_minute: u32,
+    /// Peers whose forwarded-for header names the client (reverse proxies); empty: every peer is the client.
+    pub trusted_proxies: Vec<TrustedProxy>,
+    /// The header those proxies set.
+    pub client_ip_header: ClientIpHeader,
+}
+
+impl Default for AuthLimits {
+    /// 10 wrong credentials per minute per address, no trusted proxy.
+    fn default() -> Self {
+        Self { failures_per_minute: 10, trusted_proxies: Vec::new(), client_ip_header: ClientIpHeader::default() }
+    }
+}
+
+/// The wrong credentials seen per client address.
+struct FailureLimiter {
+    limiter: DefaultKeyedRateLimiter<IpAddr>,
+    clock: DefaultClock,
+    last_sweep: Mutex<Instant>,
+}
+
+impl FailureLimiter {
+    /// Counts one failure of `client`: `Err(retry after)` when it is past its allowance (the failure is then not
+    /// counted again: the allowance refills at its steady pace whatever the client sends).
+    fn count(&self, client: IpAddr) -> Result<(), Duration> {
+        let mut key = client;
+        if self.limiter.len() >= MAX_TRACKED {
+            let now = Instant::now();
+            let mut last = self.last_sweep.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if now.duration_since(*last) >= SWEEP_EVERY {
+                *last = now;
+                self.limiter.retain_recent();
+                self.limiter.shrink_to_fit();
+            }
+            if self.limiter.len() >= MAX_TRACKED {
+                key = OVERFLOW;
+            }
+        }
+        self.limiter.check_key(&key).map_err(|not_until| not_until.wait_time_from(self.clock.now()))
+    }
+}
+
+/// What every protected request must present, and the failures seen per client address.
 #[derive(Clone)]
 pub struct Authenticator {
     credentials: Arc<Credentials>,
-    failures: Arc<Mutex<HashMap<IpAddr, (Instant, u32)>>>,
+    limiter: Option<Arc<FailureLimiter>>,
+    clients: Arc<ClientAddress>,
 }
 
 impl Authenticator {
-    /// Requests must present this static token.
+    /// Requests must present this static token (default limits).
     pub fn token(token: impl Into<String>) -> Self {
         Self::new(Credentials::Token(token.into()))
     }
 
-    /// Requests must present a credential these accept.
+    /// Requests must present a credential these accept (default limits).
     pub fn new(credentials: Credentials) -> Self {
-        Self { credentials: Arc::new(credentials), failures: Arc::default() }
+        Self { credentials: Arc::new(credentials), limiter: None, clients: Arc::default() }
+            .with_limits(AuthLimits::default())
     }
 
-    fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, (Instant, u32)>> {
-        self.failures.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Seconds left in the window of an IP that already failed too often.
-    fn blocked_for(&self, ip: IpAddr) -> Option<u64> {
-        let mut failures = self.failures();
-        let (start, count) = *failures.get(&ip)?;
-        let elapsed = start.elapsed();
-        if elapsed >= WINDOW {
-            failures.remove(&ip);
-            return None;
-        }
-        (count >= MAX_FAILURES).then(|| (WINDOW - elapsed).as_secs().max(1))
-    }
-
-    fn record_failure(&self, ip: IpAddr) {
-        let mut failures = self.failures();
-        failures.retain(|_, (start, _)| start.elapsed() < WINDOW);
-        if failures.len() >= MAX_TRACKED
-            && !failures.contains_key(&ip)
-            && let Some(oldest) = failures.iter().min_by_key(|(_, (start, _))| *start).map(|(ip, _)| *ip)
-        {
-            failures.remove(&oldest);
-        }
-        let entry = failures.entry(ip).or_insert((Instant::now(), 0));
-        entry.1 += 1;
+    /// The same check with these limits (and a fresh count of failures).
+    pub fn with_limits(self, limits: AuthLimits) -> Self {
+        let limiter = NonZeroU32::new(limits.failures_per_minute).map(|per_minute| {
+            let clock = DefaultClock::default();
+            let limiter = RateLimiter::dashmap_with_clock(Quota::per_minute(per_minute), clock.clone());
+            Arc::new(FailureLimiter { limiter, clock, last_sweep: Mutex::new(Instant::now()) })
+        });
+        let clients = Arc::new(ClientAddress::new(limits.trusted_proxies, limits.client_ip_header));
+        Self { limiter, clients, ..self }
     }
 }
 
@@ -84,41 +128,48 @@ fn unauthorized(message: &str) -> Response {
 fn too_many(retry_after: u64) -> Response {
     let body = serde_json::json!({
         "error": "too_many_requests",
-        "message": format!("too many failed authentications from this address; retry in {retry_after} s"),
+        "message": format!("too many wrong credentials from this address; retry in {retry_after} s"),
     });
     let mut response = (StatusCode::TOO_MANY_REQUESTS, axum::Json(body)).into_response();
     response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
     response
 }
 
-/// Lets the request through only with the right bearer token.
-pub async fn require_bearer(State(token): State<Authenticator>, mut request: Request, next: Next) -> Response {
-    let ip = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
-    if let Some(retry_after) = ip.and_then(|ip| token.blocked_for(ip)) {
-        crate::telemetry::auth_failed("rate_limited");
-        return too_many(retry_after);
-    }
-    let presented = request.headers().get(header::AUTHORIZATION).map(|value| {
-        value.to_str().ok().and_then(|v| {
+/// Lets the request through only with a valid bearer credential; counts wrong ones per client address.
+pub async fn require_bearer(State(auth): State<Authenticator>, mut request: Request, next: Next) -> Response {
+    let presented = match request.headers().get(header::AUTHORIZATION) {
+        None => {
+            crate::telemetry::auth_failed("missing");
+            return unauthorized("missing Authorization header (expected: Bearer <token>)");
+        }
+        Some(value) => value.to_str().ok().and_then(|v| {
             let (scheme, token) = v.split_once(' ')?;
             scheme.eq_ignore_ascii_case("bearer").then(|| token.trim().to_owned())
-        })
-    });
-    let (reason, failure) = match presented {
-        Some(Some(presented)) => match token.credentials.verify(&presented) {
-            Ok(caller) => {
-                request.extensions_mut().insert(Caller(caller));
-                return next.run(request).await;
-            }
-            Err(why) => ("rejected", why),
-        },
-        None => ("missing", "missing Authorization header (expected: Bearer <token>)".to_owned()),
-        Some(None) => ("malformed", "Authorization must be: Bearer <token>".to_owned()),
+        }),
     };
-    crate::telemetry::auth_failed(reason);
-    if let Some(ip) = ip {
-        token.record_failure(ip);
-        tracing::info!(%ip, failure, "authentication failed");
+    let Some(presented) = presented else {
+        crate::telemetry::auth_failed("malformed");
+        return unauthorized("Authorization must be: Bearer <token>");
+    };
+    let failure = match auth.credentials.verify(&presented) {
+        Ok(caller) => {
+            request.extensions_mut().insert(Caller(caller));
+            return next.run(request).await;
+        }
+        Err(why) => why,
+    };
+    let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
+    let client = peer.map(|peer| auth.clients.key(peer, request.headers()));
+    if let (Some(limiter), Some(client)) = (&auth.limiter, client)
+        && let Err(wait) = limiter.count(client)
+    {
+        // Rounded up: a client that waits as told is let through.
+        let retry_after = (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1);
+        crate::telemetry::auth_failed("rate_limited");
+        tracing::info!(client = client.to_string(), retry_after, "wrong credential refused: over the limit");
+        return too_many(retry_after);
     }
+    crate::telemetry::auth_failed("rejected");
+    tracing::info!(client = client.map(|c| c.to_string()), reason = failure, "authentication failed");
     unauthorized(&failure)
 }

@@ -8,7 +8,6 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::body::Body;
 use axum::extract::{Query, Request, State};
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -108,11 +107,14 @@ pub async fn open(State(sessions): State<LegacySessions>, request: Request) -> R
 }
 
 /// `POST /message?sessionId=` (or `session_id`): hands the message to the session; the reply goes on its stream.
+/// The message carries this POST's request parts, as rmcp's Streamable HTTP service does: the handler finds the
+/// caller and the request's span (with its request id) there.
 pub async fn post(
     State(sessions): State<LegacySessions>,
     Query(query): Query<HashMap<String, String>>,
-    body: Body,
+    request: Request,
 ) -> Response {
+    let (parts, body) = request.into_parts();
     let Some(id) = query.get("sessionId").or_else(|| query.get("session_id")) else {
         return (StatusCode::BAD_REQUEST, "missing sessionId").into_response();
     };
@@ -124,12 +126,13 @@ pub async fn post(
         Err(response) => return response,
     };
     let id_value = object.get("id").cloned().unwrap_or(Value::Null);
-    let message: ClientJsonRpcMessage = match serde_json::from_value(Value::Object(object)) {
+    let mut message: ClientJsonRpcMessage = match serde_json::from_value(Value::Object(object)) {
         Ok(message) => message,
         Err(e) => {
             return error_response(StatusCode::BAD_REQUEST, id_value, -32600, &format!("invalid request: {e}"));
         }
     };
+    message.insert_extension(parts);
     if sender.send(message).await.is_err() {
         return (StatusCode::NOT_FOUND, "session closed").into_response();
     }

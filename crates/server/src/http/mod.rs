@@ -4,6 +4,7 @@
 //! where the contract asks for it.
 
 mod auth;
+mod client_addr;
 mod connections;
 mod conversations;
 mod credentials;
@@ -27,11 +28,13 @@ use axum::routing::{any, delete, get, post};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
-pub use auth::{Authenticator, Caller};
+pub use auth::{AuthLimits, Authenticator, Caller, MAX_TRACKED as MAX_TRACKED_CLIENTS};
+pub use client_addr::{ClientIpHeader, TrustedProxy};
 pub use connections::{ConnectionLimits, raise_nofile_limit, serve};
 pub use credentials::{Credentials, JwtSettings};
 pub use ops::ops_app;
 pub use origin::AllowedHosts;
+pub use request_log::{REQUEST_ID, RequestSpan};
 
 use crate::AppState;
 use crate::mcp::SandlotMcp;
@@ -55,8 +58,8 @@ impl HttpOptions {
 }
 
 /// The whole HTTP app. The MCP endpoints and `/v1/runs` need the bearer token; the playground page, `/files`
-/// (signed URLs), `/healthz`, `/readyz` and the OAuth discovery probes (answered 404 at once: sandlot does not do OAuth) do
-/// not. Every route checks `Host` and
+/// (signed URLs), `/healthz`, `/readyz` and the OAuth discovery probes (answered 404 at once: sandlot does not do
+/// OAuth) do not; any other path is 404 without asking for a credential. Every route checks `Host` and
 /// `Origin`; CORS lets browser clients on allowed origins call the MCP endpoints.
 pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Router {
     let HttpOptions { allowed_hosts, session_idle, max_sessions } = options;
@@ -108,8 +111,10 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
         .merge(legacy)
         .merge(run_events)
         .merge(rest)
-        .layer(axum::middleware::from_fn_with_state(token, auth::require_bearer));
-    Router::new()
+        // A route layer: only the routes above need the token; an unknown path falls through to 404 below, with or
+        // without a credential, and is never counted as a failed authentication.
+        .route_layer(axum::middleware::from_fn_with_state(token, auth::require_bearer));
+    let router = Router::new()
         .merge(protected)
         .route("/", get(playground::index))
         .route("/assets/playground.css", get(playground::css))
@@ -118,10 +123,11 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
         .route("/readyz", get(ops::readyz))
         .route("/files/{conversation_id}/{*path}", get(files::download))
         .route("/.well-known/{*probe}", any(not_found))
+        .fallback(not_found)
         .with_state(state)
         .layer(axum::middleware::from_fn_with_state(allowed_hosts.clone(), origin::check))
-        .layer(cors(allowed_hosts))
-        .layer(axum::middleware::from_fn(request_log::log))
+        .layer(cors(allowed_hosts));
+    request_log::around(router)
 }
 
 async fn not_found() -> axum::response::Response {
@@ -141,10 +147,11 @@ fn cors(allowed: AllowedHosts) -> tower_http::cors::CorsLayer {
         "last-event-id",
         "mcp-method",
         "mcp-name",
+        "x-request-id",
     ];
     CorsLayer::new()
         .allow_origin(AllowOrigin::predicate(move |origin, _| origin.to_str().is_ok_and(|o| allowed.allows_origin(o))))
         .allow_methods([Method::GET, Method::POST, Method::DELETE, Method::OPTIONS])
         .allow_headers(headers.map(HeaderName::from_static))
-        .expose_headers([HeaderName::from_static("mcp-session-id")])
+        .expose_headers([HeaderName::from_static("mcp-session-id"), request_log::REQUEST_ID])
 }

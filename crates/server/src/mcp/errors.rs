@@ -17,7 +17,8 @@ pub fn trace_id() -> String {
 pub fn invalid_argument(field: &str, message: impl Into<String>) -> McpError {
     let message = message.into();
     let trace_id = trace_id();
-    tracing::info!(trace_id, field, message, "invalid tool arguments");
+    // `reason`, not `message`: that key is the line's own text.
+    tracing::info!(trace_id, field, reason = message, "invalid tool arguments");
     McpError::invalid_params(message, Some(json!({ "kind": "invalid_argument", "trace_id": trace_id, "field": field })))
 }
 

@@ -16,8 +16,9 @@ use tokio_util::sync::CancellationToken;
 use super::live_output::{self, Listeners};
 use super::{history, tools};
 use crate::AppState;
-use crate::http::Caller;
+use crate::http::{Caller, RequestSpan};
 use crate::telemetry::GaugeGuard;
+use tracing::Instrument;
 
 /// What a model is told about the server at initialize.
 const INSTRUCTIONS: &str = "sandlot runs code in an isolated Linux sandbox with no network access. \
@@ -87,29 +88,9 @@ impl SandlotMcp {
     fn log_level(&self) -> Option<LoggingLevel> {
         *self.log_level.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
-}
 
-impl ServerHandler for SandlotMcp {
-    fn get_info(&self) -> InitializeResult {
-        let capabilities = ServerCapabilities::builder().enable_tools().enable_resources().enable_logging().build();
-        InitializeResult::new(capabilities)
-            .with_server_info(Implementation::new("sandlot", env!("CARGO_PKG_VERSION")))
-            .with_instructions(INSTRUCTIONS)
-    }
-
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(tools::catalogue().to_vec()))
-    }
-
-    fn get_tool(&self, name: &str) -> Option<Tool> {
-        tools::catalogue().iter().find(|t| t.name == name).cloned()
-    }
-
-    async fn call_tool(
+    /// `tools/call`: runs the tool with live output and logs the call.
+    async fn call(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
@@ -146,6 +127,42 @@ impl ServerHandler for SandlotMcp {
             "tool call"
         );
         result.map(CallToolResponse::Complete)
+    }
+}
+
+impl ServerHandler for SandlotMcp {
+    fn get_info(&self) -> InitializeResult {
+        let capabilities = ServerCapabilities::builder().enable_tools().enable_resources().enable_logging().build();
+        InitializeResult::new(capabilities)
+            .with_server_info(Implementation::new("sandlot", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(tools::catalogue().to_vec()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        tools::catalogue().iter().find(|t| t.name == name).cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        // rmcp runs the call in a task of its own: its lines (the run's included) go in the span of the HTTP request
+        // that carried it, with the request id (a legacy SSE POST's parts are carried too). Over stdio there is none.
+        let span = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<RequestSpan>())
+            .map_or_else(tracing::Span::none, |span| span.0.clone());
+        self.call(request, context).instrument(span).await
     }
 
     async fn set_level(
