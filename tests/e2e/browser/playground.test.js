@@ -1,6 +1,6 @@
 // The playground page (GET /) in a real browser: playwright-core drives Debian's Chromium ($CHROMIUM_BIN, default
 // /usr/bin/chromium; never a browser downloaded from npm) against a `sandlot serve` this test starts itself
-// ($SANDLOT_BIN, default target/*/debug/sandlot) on a free port with a temporary SANDBOX_ROOT. Needs root
+// ($SANDLOT_BIN, default target/debug/sandlot) on a free port with a temporary SANDBOX_ROOT. Needs root
 // (sandboxes) and Chromium (`apt-get install chromium`).
 //
 //   cd tests/e2e/browser && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci && node --test
