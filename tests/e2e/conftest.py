@@ -96,7 +96,11 @@ def start_server(root, extra_env):
         time.sleep(0.05)
     yield Server(base, token, secret, root, process)
     process.terminate()
-    process.wait(timeout=15)
+    # The grace period for runs still going (10 s), then the removal of containers (within 40 s).
+    process.wait(timeout=60)
+    if extra_env.get("SANDLOT_BACKEND") == "docker":
+        # The Docker backend mounts the root nosuid,nodev over itself; undo it so pytest can remove the directory.
+        subprocess.run(["umount", "--lazy", str(root)], capture_output=True)
 
 
 class RunEvents:
