@@ -25,5 +25,6 @@ until ready; do
     kill -0 "$server" 2>/dev/null || { echo "serve-ready.sh: $binary serve exited before it was ready" >&2; exit 1; }
     read -r -t 0.001 -u 9 || true
 done
+exec 2>/dev/null # no "Killed" notice from bash
 kill -KILL "$server"
 wait "$server" 2>/dev/null || true
