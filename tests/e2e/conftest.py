@@ -126,12 +126,13 @@ class RunEvents:
 
     def start(self):
         self._thread.start()
-        assert self._open.wait(10), "the event stream did not open"
+        assert self._open.wait(30), "the event stream did not open"
         assert self.content_type is not None and self.content_type.startswith("text/event-stream")
-        time.sleep(0.2)  # the subscription is taken as the response starts; give it a moment
+        # No pause needed: the handler subscribes before it returns the response, so once the headers are here no
+        # later event is missed.
         return self
 
-    def wait(self, timeout=20):
+    def wait(self, timeout=60):
         self._thread.join(timeout)
         return self.events
 
