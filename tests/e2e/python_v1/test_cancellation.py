@@ -15,8 +15,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 
-from conftest import RunEvents, sandlot_binary, wait_until
-from test_shutdown import sandbox_processes
+from conftest import RunEvents, sandbox_processes, sandlot_binary, wait_until
 
 # A run that leaves a child behind and sleeps: the whole tree must go.
 SLEEPER = "import subprocess, time\nsubprocess.Popen(['sleep', '300'])\ntime.sleep(60)"
@@ -47,7 +46,7 @@ async def test_a_cancelled_call_kills_its_run(server):
                     await anyio.sleep(0.02)
                 gone_after = time.monotonic() - cancelled_at
                 group.cancel_scope.cancel()
-    assert sandbox_processes() == []
+    assert sandbox_processes() == [], f"processes of the run left {gone_after:.1f} s after the cancellation"
     assert gone_after < CANCEL_BOUND, f"the run's processes were gone only after {gone_after:.2f} s"
     events = listener.wait()
     assert [e["method"] for e in events] == ["notifications/sandlot/run_started", "notifications/sandlot/run_finished"]

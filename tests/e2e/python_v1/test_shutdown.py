@@ -1,28 +1,13 @@
 """Shutdown on SIGTERM: event streams close at once, in-flight runs get a 10 s grace period, then the server exits
 and nothing of the sandboxes is left."""
 
-import os
 import signal
 import threading
 import time
 
 import httpx
 
-from conftest import call_in_background, wait_until
-
-
-def sandbox_processes():
-    """Processes running as a sandbox (host uids 900000-900999, the default range)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                uid = next(line.split()[1] for line in f if line.startswith("Uid:"))
-        except (OSError, StopIteration):
-            continue
-        if 900000 <= int(uid) <= 900999:
-            found.append(int(pid))
-    return found
+from conftest import call_in_background, sandbox_processes, wait_until
 
 
 def test_sigterm_closes_streams_and_kills_runs_after_the_grace_period(server):
