@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Start-up latency of the native jail against bare python3 and bubblewrap (issue 2's benchmark).
-# Builds sandlot in release mode (a static musl binary, see .cargo/config.toml), installs bubblewrap if missing, and prints
+# Builds sandlot in release mode (the static musl binary, scripts/release-build.sh), installs bubblewrap if missing, and prints
 # one table: p50/p95 of `python3 -c 'print(1)'` bare, through `sandlot run`, and through bwrap, with ratios.
 # Run as root (the jail's cgroups need it), on an otherwise idle machine.  Usage: scripts/bench-jail.sh [--runs N]
 set -euo pipefail

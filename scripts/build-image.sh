@@ -28,7 +28,7 @@ fi
 # A dynamically linked binary would need the host's C library in the image: refuse it rather than fail at start.
 if ! file -b "$binary" 2>/dev/null | grep -q 'static'; then
     command -v file >/dev/null || die "the file command is missing (apt-get install file)"
-    die "$binary is not statically linked (build for the musl target of .cargo/config.toml)"
+    die "$binary is not statically linked (scripts/release-build.sh builds the static musl one)"
 fi
 
 context=deploy/.build

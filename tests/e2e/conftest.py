@@ -17,6 +17,27 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
+# The host uids the sandboxes of this test session run as: 1000 of their own (SANDLOT_SANDBOX_UIDS), not the default
+# 900000-900999, so that a test looking for what is left of its runs never counts the sandboxes of another sandlot
+# on the machine (another test run, a developer's server, the Rust tests). Above the Rust jail tests' ranges
+# (1,100,000 to 7,500,000).
+SANDBOX_UIDS_FIRST = 8_000_000 + (os.getpid() % 1000) * 1000
+SANDBOX_UIDS = f"{SANDBOX_UIDS_FIRST}-{SANDBOX_UIDS_FIRST + 999}"
+
+
+def sandbox_processes():
+    """Processes running as a sandbox of this test session (host uids SANDBOX_UIDS)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                uid = next(line.split()[1] for line in f if line.startswith("Uid:"))
+        except (OSError, StopIteration):
+            continue
+        if SANDBOX_UIDS_FIRST <= int(uid) <= SANDBOX_UIDS_FIRST + 999:
+            found.append(int(pid))
+    return found
+
 
 def sandlot_binary():
     explicit = os.environ.get("SANDLOT_BIN")
@@ -61,7 +82,7 @@ class Server:
     def stdio_env(self):
         """The environment of a `sandlot stdio` sharing this server's root and secret, so its URLs download here."""
         return {"SANDBOX_ROOT": str(self.root), "FILE_SECRET": self.file_secret, "PUBLIC_BASE_URL": self.base_url,
-                "SANDLOT_LOG": "warn", "PATH": "/usr/local/bin:/usr/bin:/bin"}
+                "SANDLOT_LOG": "warn", "PATH": "/usr/local/bin:/usr/bin:/bin", "SANDLOT_SANDBOX_UIDS": SANDBOX_UIDS}
 
 
 @pytest.fixture
@@ -80,7 +101,7 @@ def start_server(root, extra_env):
     port = free_port()
     token, secret = "test-token-" + os.urandom(8).hex(), "test-secret-" + os.urandom(8).hex()
     env = dict(os.environ, MCP_API_TOKEN=token, FILE_SECRET=secret, SANDBOX_ROOT=str(root),
-               MCP_HTTP_ADDR=f"127.0.0.1:{port}", SANDLOT_LOG="warn", **extra_env)
+               MCP_HTTP_ADDR=f"127.0.0.1:{port}", SANDLOT_LOG="warn", SANDLOT_SANDBOX_UIDS=SANDBOX_UIDS, **extra_env)
     process = subprocess.Popen([sandlot_binary(), "serve"], env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
@@ -96,7 +117,11 @@ def start_server(root, extra_env):
         time.sleep(0.05)
     yield Server(base, token, secret, root, process)
     process.terminate()
-    process.wait(timeout=15)
+    # The grace period for runs still going (10 s), then the removal of containers (within 40 s).
+    process.wait(timeout=60)
+    if extra_env.get("SANDLOT_BACKEND") == "docker":
+        # The Docker backend mounts the root nosuid,nodev over itself; undo it so pytest can remove the directory.
+        subprocess.run(["umount", "--lazy", str(root)], capture_output=True)
 
 
 class RunEvents:
@@ -122,12 +147,13 @@ class RunEvents:
 
     def start(self):
         self._thread.start()
-        assert self._open.wait(10), "the event stream did not open"
+        assert self._open.wait(30), "the event stream did not open"
         assert self.content_type is not None and self.content_type.startswith("text/event-stream")
-        time.sleep(0.2)  # the subscription is taken as the response starts; give it a moment
+        # No pause needed: the handler subscribes before it returns the response, so once the headers are here no
+        # later event is missed.
         return self
 
-    def wait(self, timeout=20):
+    def wait(self, timeout=60):
         self._thread.join(timeout)
         return self.events
 

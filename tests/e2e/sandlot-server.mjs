@@ -1,5 +1,5 @@
 // `sandlot serve` for the Node end-to-end tests (the TypeScript SDK test and the browser test): the binary
-// ($SANDLOT_BIN, or the newest target/*/debug/sandlot) on a free port with a temporary SANDBOX_ROOT, ready once /healthz answers;
+// ($SANDLOT_BIN, or the newest target/debug/sandlot or target/*/debug/sandlot) on a free port with a temporary SANDBOX_ROOT, ready once /healthz answers;
 // `stopSandlot` ends it and removes that root.
 
 import { spawn } from "node:child_process";
@@ -12,9 +12,9 @@ const repo = resolve(import.meta.dirname, "../..");
 
 function binary() {
   if (process.env.SANDLOT_BIN) return process.env.SANDLOT_BIN;
-  // The most recently built one, should target/ hold builds for more than one target.
+  // The most recently built one: the host build (target/debug) or one for another target (target/<triple>/debug).
   const target = join(repo, "target");
-  const candidates = readdirSync(target)
+  const candidates = ["", ...readdirSync(target)]
     .map((dir) => join(target, dir, "debug", "sandlot"))
     .filter((candidate) => existsSync(candidate))
     .sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs);

@@ -1,7 +1,8 @@
 //! The Docker [`Backend`]: discovery of runner images, and one hardened container per run.
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bollard::Docker;
@@ -51,11 +52,29 @@ struct Runner {
     version: String,
 }
 
+/// How long [`DockerBackend::abort_all`] keeps removing and waiting for this sandlot's containers to be gone.
+const ABORT_BOUND: Duration = Duration::from_secs(30);
+/// Between two listings of the containers still there while aborting.
+const ABORT_POLL: Duration = Duration::from_millis(100);
+
 /// The Docker backend.
 pub struct DockerBackend {
     docker: Docker,
     config: DockerConfig,
     runners: Vec<Runner>,
+    /// Set by [`Backend::abort_all`]: no container is created after it (the process is about to exit).
+    closing: AtomicBool,
+    /// Container creations under way: their containers may not be listed yet, so `abort_all` waits for them.
+    creating: AtomicUsize,
+}
+
+/// Counts one container creation under way for as long as it lives (see [`DockerBackend::creating`]).
+struct Creating<'a>(&'a AtomicUsize);
+
+impl Drop for Creating<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl DockerBackend {
@@ -67,7 +86,13 @@ impl DockerBackend {
             .negotiate_version()
             .await
             .map_err(|e| Error::engine("negotiate the API version", e))?;
-        Ok(Self { runners: discover(&docker).await?, docker, config })
+        Ok(Self {
+            runners: discover(&docker).await?,
+            docker,
+            config,
+            closing: AtomicBool::new(false),
+            creating: AtomicUsize::new(0),
+        })
     }
 
     /// The engine's version, for `sandlot doctor`.
@@ -77,10 +102,17 @@ impl DockerBackend {
     }
 
     async fn remove(&self, id: &str) {
-        let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
-        if let Err(e) = self.docker.remove_container(id, Some(options)).await {
-            tracing::warn!(container = id, "cannot remove container: {e}");
-        }
+        remove_container(&self.docker, id).await;
+    }
+
+    /// The ids of every container of this sandlot (its owner label), whatever their state, "removing" included.
+    async fn owned_containers(&self) -> Result<Vec<String>> {
+        let owner = format!("{OWNER_LABEL}={}", self.config.owner);
+        let filters = HashMap::from([("label", vec![RUN_LABEL, owner.as_str()])]);
+        let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
+        let containers =
+            self.docker.list_containers(Some(options)).await.map_err(|e| Error::engine("list containers", e))?;
+        Ok(containers.into_iter().filter_map(|c| c.id).collect())
     }
 
     fn container_body(&self, job: &Job, image: &str) -> ContainerCreateBody {
@@ -157,6 +189,17 @@ async fn discover(docker: &Docker) -> Result<Vec<Runner>> {
     Ok(runners)
 }
 
+/// Force-removes a container (and its anonymous volumes). A container already gone, or whose removal another request
+/// has under way (409), is not an error here: whoever must know it is gone lists the containers afterwards.
+async fn remove_container(docker: &Docker, id: &str) {
+    let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
+    match docker.remove_container(id, Some(options)).await {
+        Ok(()) => {}
+        Err(bollard::errors::Error::DockerResponseServerError { status_code: 404 | 409, .. }) => {}
+        Err(e) => tracing::warn!(container = id, "cannot remove container: {e}"),
+    }
+}
+
 /// Removes a run's container if the run's future is dropped before it removed it (a cancelled run).
 struct ContainerGuard {
     docker: Docker,
@@ -171,12 +214,9 @@ impl Drop for ContainerGuard {
         }
         let (docker, id) = (self.docker.clone(), self.id.clone());
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
-                if let Err(e) = docker.remove_container(&id, Some(options)).await {
-                    tracing::warn!(container = id, "cannot remove a cancelled run's container: {e}");
-                }
-            });
+            // A server that exits waits for this removal in `abort_all` (which lists what is left), since the
+            // runtime drops this task when the process ends.
+            runtime.spawn(async move { remove_container(&docker, &id).await });
         }
     }
 }
@@ -200,18 +240,18 @@ impl Backend for DockerBackend {
             .collect()
     }
 
-    /// Removes every container of this owner: at a server's start, what a crashed predecessor left behind; at its
-    /// exit, the runs it is abandoning.
+    /// Removes every container of this owner that a crashed predecessor left behind, at a server's start.
     async fn remove_leftovers(&self) {
-        let owner = format!("{OWNER_LABEL}={}", self.config.owner);
-        let filters = HashMap::from([("label", vec![RUN_LABEL, owner.as_str()])]);
-        let options = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
-        let Ok(containers) = self.docker.list_containers(Some(options)).await else { return };
-        for container in containers {
-            if let Some(id) = container.id {
-                tracing::warn!(container = id, "removing a container of this sandlot");
-                self.remove(&id).await;
+        let containers = match self.owned_containers().await {
+            Ok(containers) => containers,
+            Err(e) => {
+                tracing::warn!("cannot look for containers left behind: {e}");
+                return;
             }
+        };
+        for id in containers {
+            tracing::warn!(container = id, "removing a container of this sandlot");
+            self.remove(&id).await;
         }
     }
 
@@ -249,9 +289,36 @@ impl Backend for DockerBackend {
         vec![engine, runners]
     }
 
-    /// Containers outlive this process: remove every container of this owner before it exits.
+    /// Containers outlive this process: before it exits, remove every container of this owner and wait until none
+    /// is listed any more (a removal that another request, such as a cancelled run's, has under way counts only once
+    /// it is done), within [`ABORT_BOUND`]. No container is created from the start of this on.
     async fn abort_all(&self) {
-        self.remove_leftovers().await;
+        // SeqCst pairs with `run`: it counts its creation, then reads `closing`; this sets `closing`, then reads the
+        // count. Either the run sees `closing` and creates nothing, or this sees the creation and waits for it.
+        self.closing.store(true, Ordering::SeqCst);
+        let deadline = Instant::now() + ABORT_BOUND;
+        let mut asked = std::collections::HashSet::new();
+        loop {
+            let creating = self.creating.load(Ordering::SeqCst);
+            match self.owned_containers().await {
+                Ok(containers) if containers.is_empty() && creating == 0 => return,
+                Ok(containers) => {
+                    for id in containers {
+                        // Ask once per container; after that, wait for the removal under way.
+                        if asked.insert(id.clone()) {
+                            tracing::warn!(container = id, "removing the container of a run still going");
+                            self.remove(&id).await;
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!("cannot list this sandlot's containers: {e}"),
+            }
+            if Instant::now() >= deadline {
+                tracing::error!(bound_secs = ABORT_BOUND.as_secs(), "containers of this sandlot are still there");
+                return;
+            }
+            tokio::time::sleep(ABORT_POLL).await;
+        }
     }
 
     async fn run(&self, job: Job, sink: &dyn OutputSink) -> sandlot_core::Result<RunOutcome> {
@@ -271,6 +338,11 @@ impl Backend for DockerBackend {
                 .map_err(|e| Error::Io { action: format!("mount {} nosuid,nodev", root.display()), source: e })?;
         }
         let started = Instant::now();
+        self.creating.fetch_add(1, Ordering::SeqCst);
+        let creating = Creating(&self.creating);
+        if self.closing.load(Ordering::SeqCst) {
+            return Err(Error::ShuttingDown.into());
+        }
         let created = self
             .docker
             .create_container(
@@ -281,6 +353,8 @@ impl Backend for DockerBackend {
             .map_err(|e| Error::engine("create container", e))?;
         let id = created.id;
         let mut guard = ContainerGuard { docker: self.docker.clone(), id: id.clone(), armed: true };
+        // From here the container is listed: `abort_all` finds it.
+        drop(creating);
         let result = self.execute(&id, &job, sink, started).await;
         let oom = match &result {
             Ok((Ending::Exited(_), ..)) => self

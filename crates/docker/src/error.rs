@@ -10,6 +10,10 @@ pub enum Error {
     #[error("docker: {action}: {source}")]
     Engine { action: String, source: bollard::errors::Error },
 
+    /// The server is exiting ([`sandlot_core::Backend::abort_all`] ran): no new container is made.
+    #[error("sandlot is shutting down")]
+    ShuttingDown,
+
     /// A host operation failed.
     #[error("{action}: {source}")]
     Io { action: String, source: std::io::Error },

@@ -34,9 +34,6 @@ pub const DEFAULT_DIR: &str = "/run/sandlot/netns";
 /// line works with.
 pub const CAPACITY: usize = 8;
 
-/// `statfs` type of a namespace file (`NSFS_MAGIC` in linux/magic.h).
-const NSFS_MAGIC: i64 = 0x6e73_6673;
-
 /// The directory of pinned namespaces.
 #[derive(Debug, Clone)]
 pub struct PinnedNetns {
@@ -134,7 +131,7 @@ impl PinnedNetns {
 
 /// Whether `path` is a namespace file (a pin), not the empty file under it.
 fn is_namespace_file(path: &Path) -> bool {
-    nix::sys::statfs::statfs(path).is_ok_and(|fs| fs.filesystem_type().0 as i64 == NSFS_MAGIC)
+    nix::sys::statfs::statfs(path).is_ok_and(|fs| fs.filesystem_type() == nix::sys::statfs::NSFS_MAGIC)
 }
 
 /// The unique id (never reused, increasing) of the mount at `path` when it is a pin.

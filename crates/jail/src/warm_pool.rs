@@ -14,23 +14,32 @@ use crate::launcher::{InitPipes, InitProcess, InitStarter};
 pub struct WarmPool {
     starter: InitStarter,
     size: usize,
-    ready: Mutex<VecDeque<(InitProcess, InitPipes)>>,
+    state: Mutex<State>,
+}
+
+/// The inits waiting, and how many are being started for the pool.
+#[derive(Default)]
+struct State {
+    ready: VecDeque<(InitProcess, InitPipes)>,
+    /// Invariant: `ready.len() + starting <= size`. Every take starts a refill task; on a loaded machine they
+    /// overlap, and a task that counted only the ready inits filled the pool past its size.
+    starting: usize,
 }
 
 impl WarmPool {
     /// A pool of `size` inits started by `starter` (0: no pool, every run starts its own).
     pub fn new(starter: InitStarter, size: usize) -> Arc<Self> {
-        Arc::new(Self { starter, size, ready: Mutex::new(VecDeque::new()) })
+        Arc::new(Self { starter, size, state: Mutex::default() })
     }
 
-    fn ready(&self) -> std::sync::MutexGuard<'_, VecDeque<(InitProcess, InitPipes)>> {
-        self.ready.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// A ready init if one is alive, else one started now; tops the pool up in the background.
     pub fn take(self: &Arc<Self>) -> Result<(InitProcess, InitPipes)> {
         let taken = loop {
-            let Some((mut init, pipes)) = self.ready().pop_front() else { break None };
+            let Some((mut init, pipes)) = self.state().ready.pop_front() else { break None };
             if init.is_alive() {
                 break Some((init, pipes));
             }
@@ -44,16 +53,27 @@ impl WarmPool {
     }
 
     /// Starts inits until the pool is full, in a task of the current runtime (whose worker threads outlive the
-    /// inits: an init's parent-death signal fires when the thread that started it exits).
+    /// inits: an init's parent-death signal fires when the thread that started it exits). Each start reserves its
+    /// place first, so refills running at once never start more than the pool lacks.
     pub fn refill(self: &Arc<Self>) {
-        if self.size == 0 || self.ready().len() >= self.size {
+        if self.size == 0 || self.lacking() == 0 {
             return;
         }
         let pool = Arc::clone(self);
         tokio::spawn(async move {
-            while pool.ready().len() < pool.size {
-                match pool.starter.start() {
-                    Ok(ready) => pool.ready().push_back(ready),
+            loop {
+                {
+                    let mut state = pool.state();
+                    if state.ready.len() + state.starting >= pool.size {
+                        return;
+                    }
+                    state.starting += 1;
+                }
+                let started = pool.starter.start();
+                let mut state = pool.state();
+                state.starting -= 1;
+                match started {
+                    Ok(ready) => state.ready.push_back(ready),
                     Err(e) => {
                         tracing::warn!("cannot start a warm jail init: {e}");
                         return;
@@ -68,8 +88,14 @@ impl WarmPool {
         &self.starter
     }
 
+    /// How many inits the pool lacks, counting those being started.
+    fn lacking(&self) -> usize {
+        let state = self.state();
+        self.size.saturating_sub(state.ready.len() + state.starting)
+    }
+
     /// Inits waiting now.
     pub fn len(&self) -> usize {
-        self.ready().len()
+        self.state().ready.len()
     }
 }

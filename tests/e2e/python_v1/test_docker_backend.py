@@ -59,8 +59,40 @@ def test_shutdown_removes_the_containers_of_runs_still_going(docker_server):
 
     call_in_background(docker_server, {"conversationId": "docker-shutdown", "language": "bash", "code": "sleep 300",
                                         "timeoutSeconds": 600})
-    wait_until(containers, 20, interval=0.1)
+    wait_until(containers, 60, interval=0.1)
     assert containers(), "the run's container did not start"
     docker_server.process.send_signal(signal.SIGTERM)
-    docker_server.process.wait(timeout=30)
+    # The grace period (10 s), then the removal, which the server waits for (within 40 s).
+    docker_server.process.wait(timeout=60)
     assert containers() == []
+
+
+def test_a_server_that_exits_has_removed_the_container_of_a_dropped_request(docker_server):
+    """The client goes away and SIGTERM comes at once: with no connection left the server exits without waiting
+    for the grace period, while the cancelled run's container is still being removed by a task of its own."""
+    import os
+    import signal
+    import socket
+    import subprocess
+
+    owner = os.path.realpath(docker_server.root)
+
+    def containers(*flags):
+        out = subprocess.run(["docker", "ps", *flags, "-q", "--filter", f"label=sandlot.owner={owner}"],
+                             capture_output=True, text=True, check=True).stdout
+        return out.split()
+
+    body = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "sandbox.run_code",
+                       "arguments": {"conversationId": "docker-dropped", "language": "bash", "code": "sleep 300",
+                                     "timeoutSeconds": 600}}}).encode()
+    host, port = docker_server.base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as connection:
+        connection.sendall(
+            f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {docker_server.token}\r\n"
+            f"Content-Type: application/json\r\nAccept: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            .encode() + body)
+        wait_until(containers, 60, interval=0.1)  # running (docker ps without -a)
+        assert containers(), "the run's container did not start"
+    docker_server.process.send_signal(signal.SIGTERM)
+    docker_server.process.wait(timeout=60)
+    assert containers("-a") == []

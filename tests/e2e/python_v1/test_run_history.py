@@ -65,7 +65,7 @@ async def test_a_warning_level_lets_only_stderr_through(server):
 def test_events_carry_the_output_between_start_and_finish(server):
     listener = RunEvents(server, "events-output").start()
     result = call(server, {"conversationId": "events-output", "language": "python", "code": CODE})
-    events = listener.wait(10)
+    events = listener.wait()
     methods = [e["method"] for e in events]
     assert methods[0] == "notifications/sandlot/run_started" and methods[-1] == "notifications/sandlot/run_finished"
     output = [e["params"] for e in events[1:-1]]

@@ -1,28 +1,13 @@
 """Shutdown on SIGTERM: event streams close at once, in-flight runs get a 10 s grace period, then the server exits
 and nothing of the sandboxes is left."""
 
-import os
 import signal
 import threading
 import time
 
 import httpx
 
-from conftest import call_in_background, wait_until
-
-
-def sandbox_processes():
-    """Processes running as a sandbox (host uids 900000-900999, the default range)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                uid = next(line.split()[1] for line in f if line.startswith("Uid:"))
-        except (OSError, StopIteration):
-            continue
-        if 900000 <= int(uid) <= 900999:
-            found.append(int(pid))
-    return found
+from conftest import call_in_background, sandbox_processes, wait_until
 
 
 def test_sigterm_closes_streams_and_kills_runs_after_the_grace_period(server):
@@ -39,14 +24,16 @@ def test_sigterm_closes_streams_and_kills_runs_after_the_grace_period(server):
     assert connected.wait(10), "the event stream did not open"
     call_in_background(server, {"conversationId": "shutdown", "language": "bash", "code": "sleep 300",
                                  "timeoutSeconds": 600})
-    wait_until(sandbox_processes, 10)
+    wait_until(sandbox_processes, 30)
     assert sandbox_processes(), "the run did not start"
 
     started = time.monotonic()
     server.process.send_signal(signal.SIGTERM)
-    assert ended.wait(3), "the event stream was not closed at shutdown"
-    server.process.wait(timeout=20)
+    # At once: well before the grace period ends (a stream left open would close only with the process, at 10 s).
+    assert ended.wait(6), "the event stream was not closed at shutdown"
+    server.process.wait(timeout=60)
     elapsed = time.monotonic() - started
-    assert 9 <= elapsed <= 15, f"exited after {elapsed:.1f} s; the grace period is 10 s"
-    wait_until(lambda: not sandbox_processes(), 5)
+    # Not before the grace period; after it, soon (generous for a loaded machine, far from "never").
+    assert 9 <= elapsed <= 30, f"exited after {elapsed:.1f} s; the grace period is 10 s"
+    wait_until(lambda: not sandbox_processes(), 20)
     assert sandbox_processes() == []

@@ -12,6 +12,10 @@ from mcp.client.streamable_http import streamable_http_client
 
 from conftest import sandlot_binary
 
+# A client whose discover probe goes unanswered waits 10 s for it; an answered one connects in milliseconds (seconds on a
+# loaded machine).
+PROBE_BOUND = 8
+
 CODE = "open('/data/v2.txt', 'w').write('made by mcp 2.x\\n')\nprint('ok')"
 
 
@@ -26,8 +30,9 @@ async def exercise(client, download):
     assert (data["success"], data["stdout"]) == (True, "ok\n")
     url = next(f["url"] for f in data["files"] if f["name"] == "v2.txt")
     assert await download(url) == b"made by mcp 2.x\n"
-    # The discover probe must be answered at once, not after the client's 10 s timeout.
-    assert time.monotonic() - started < 5
+    # The discover probe must be answered at once, not after the client's 10 s timeout (PROBE_BOUND: at once on a
+    # loaded machine, yet below that timeout).
+    assert time.monotonic() - started < PROBE_BOUND
 
 
 async def download(url):
@@ -42,7 +47,7 @@ async def test_streamable_http(server):
     started = time.monotonic()
     http = httpx2.AsyncClient(headers=server.auth, timeout=60)
     async with Client(streamable_http_client(server.mcp_url, http_client=http)) as client:
-        assert time.monotonic() - started < 5, "connecting took the discover probe's timeout"
+        assert time.monotonic() - started < PROBE_BOUND, "connecting took the discover probe's timeout"
         await exercise(client, download)
 
 
@@ -61,7 +66,7 @@ async def test_stdio(server):
     )
     started = time.monotonic()
     async with Client(params) as client:
-        assert time.monotonic() - started < 5, "connecting took the discover probe's timeout"
+        assert time.monotonic() - started < PROBE_BOUND, "connecting took the discover probe's timeout"
         await exercise(client, download)
 
 

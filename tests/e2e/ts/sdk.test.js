@@ -1,6 +1,6 @@
 // The official TypeScript MCP SDK (@modelcontextprotocol/sdk 1.x) against `sandlot serve`, over Streamable HTTP and
 // the legacy HTTP+SSE transport: initialize, list the tools, run Python that writes a file, download the file by its
-// signed URL, compare bytes. Needs root (sandboxes) and a built binary ($SANDLOT_BIN or target/*/debug/sandlot).
+// signed URL, compare bytes. Needs root (sandboxes) and a built binary ($SANDLOT_BIN or target/debug/sandlot).
 
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";

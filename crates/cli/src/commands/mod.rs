@@ -170,3 +170,15 @@ fn file_secret(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
 pub fn random_token() -> String {
     format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
 }
+
+/// How long a server that exits waits for its backend to remove what would outlive it (the Docker backend's
+/// containers; it bounds its own wait at 30 s, this is the bound should the engine stop answering at all).
+const ABORT_BOUND: std::time::Duration = std::time::Duration::from_secs(40);
+
+/// Before a server exits: removes the sandboxes of runs still going that would outlive this process, and waits for
+/// that within [`ABORT_BOUND`]. A server that exits has removed its containers.
+pub async fn abort_all(engine: &sandlot_core::Engine) {
+    if tokio::time::timeout(ABORT_BOUND, engine.abort_all()).await.is_err() {
+        tracing::error!(bound_secs = ABORT_BOUND.as_secs(), "the backend did not remove its sandboxes in time");
+    }
+}

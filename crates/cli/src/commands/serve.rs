@@ -74,11 +74,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(serve_metrics) = metrics {
         tokio::spawn(serve_metrics);
     }
+    let last_engine = state.engine.clone();
     let router = app(state, authenticator, options);
     let stop = async move {
         shutdown_signal().await;
-        // Stop accepting, end event streams and sessions, give in-flight runs the grace period, then exit: the
-        // sandboxes still running die with this process (their inits have a parent-death signal).
+        // Stop accepting, end event streams and sessions, give in-flight runs the grace period, then remove what
+        // outlives this process (the Docker backend's containers; the jail's sandboxes die with it: their inits
+        // have a parent-death signal) and exit.
         shutdown.cancel();
         let active = engine.active_runs();
         tracing::info!(active_runs = active, "shutting down");
@@ -95,11 +97,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 tracing::warn!(run_id, conversation = %conversation, %language, "run killed at shutdown");
             }
             crate::logs::say(&format!("grace period over; killing {} run(s)", in_flight.len()));
-            engine.abort_all().await;
+            super::abort_all(&engine).await;
             std::process::exit(0);
         });
     };
     serve_http(listener, router, limits, stop).await.context("HTTP server failed")?;
+    // Every connection ended within the grace period, but a run whose request went away may still be removing its
+    // sandbox in a task of its own, which the runtime drops when this returns.
+    super::abort_all(&last_engine).await;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -10,6 +10,10 @@ pub async fn stdio(args: StdioArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(2));
     }
     let state = super::app_state(&args.sandbox, &args.service, &args.files, "http://127.0.0.1:8080", 1).await?;
-    sandlot_server::mcp::serve_stdio(state).await?;
+    let engine = state.engine.clone();
+    let served = sandlot_server::mcp::serve_stdio(state).await;
+    // Runs still going when stdin closed are cancelled; what outlives this process (containers) goes first.
+    super::abort_all(&engine).await;
+    served?;
     Ok(ExitCode::SUCCESS)
 }

@@ -167,6 +167,17 @@ pub fn program_processes() -> Vec<i32> {
         .collect()
 }
 
+/// Waits until `path` exists on the host (a run signalling it got somewhere), for up to 60 s: a handshake instead
+/// of a guessed sleep, so a loaded machine only makes it slower.
+pub fn wait_for(path: &std::path::Path) -> Result<(), Failed> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !path.exists() {
+        check(std::time::Instant::now() < deadline, || format!("{} never appeared", path.display()))?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
 /// Fails the test with a message when `condition` is false.
 pub fn check(condition: bool, message: impl FnOnce() -> String) -> Result<(), Failed> {
     if condition { Ok(()) } else { Err(message().into()) }
