@@ -1,30 +1,8 @@
 #!/usr/bin/env bash
-# Builds sandlot in release mode as it ships: a static binary linked against musl (`--target <arch>-unknown-linux-musl`;
-# the default build is the host's, see .cargo/config.toml), and prints the binary's path. Installs what the musl
-# build needs when it is missing: the target's standard library (rustup target add) and musl-gcc for the C in ring,
-# SQLite and mimalloc (apt-get install musl-tools, as root). scripts/package.sh packs this binary; the benchmark
-# scripts (scripts/bench-*.sh) measure it, so their figures stay comparable with docs/benchmarks.md.
+# Builds sandlot in release mode as it ships: a static binary linked against musl (scripts/static-build.sh, which
+# installs the musl target and musl-tools when missing), and prints the binary's path. scripts/package.sh packs this
+# binary; the benchmark scripts (scripts/bench-*.sh) measure it, so their figures stay comparable with
+# docs/benchmarks.md.
 # Usage: scripts/release-build.sh   (progress on stderr, the path on stdout)
 set -euo pipefail
-cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
-
-target="$(uname -m)-unknown-linux-musl"
-# grep reads a captured string: a pipe could end in SIGPIPE and, with pipefail, a false "missing".
-if ! grep -qx "$target" <<<"$(rustup target list --installed 2>/dev/null || true)"; then
-    echo "==> rustup target add $target" >&2
-    rustup target add "$target" >&2
-fi
-if ! command -v musl-gcc >/dev/null; then
-    if [[ "$(id -u)" != 0 ]]; then
-        echo "release-build.sh: musl-gcc is missing: run \`apt-get install musl-tools\` as root" >&2
-        exit 1
-    fi
-    echo "==> apt-get install musl-tools" >&2
-    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends musl-tools >&2; then
-        apt-get update -qq >&2
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends musl-tools >&2
-    fi
-fi
-echo "==> cargo build --release --target $target" >&2
-cargo build --release --quiet --locked --bin sandlot --target "$target"
-echo "$PWD/target/$target/release/sandlot"
+exec "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/static-build.sh" release

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The container image of sandlot, tested for real (docs/container.md): builds it (scripts/build-image.sh, with the
-# debug binary unless SANDLOT_IMAGE_BINARY names one), then for each way of running it
+# debug binary of scripts/static-build.sh unless SANDLOT_IMAGE_BINARY names one), then for each way of running it
 #   1. native: deploy/compose.yaml (the jail inside the container, with the privileges that file grants);
 #   2. docker-socket: deploy/compose.docker-socket.yaml (the Docker backend through the host's socket, the data root
 #      a nosuid,nodev bind of a temporary host directory at the same path);
@@ -31,8 +31,7 @@ python="${SANDLOT_E2E_PYTHON:-$PWD/.venv-e2e/bin/python}"
 
 export SANDLOT_IMAGE="${SANDLOT_IMAGE:-sandlot:test}"
 if [[ -z "${SANDLOT_IMAGE_BINARY:-}" ]]; then
-    cargo build --quiet --bin sandlot
-    SANDLOT_IMAGE_BINARY="$PWD/target/$(scripts/build-target.sh)/debug/sandlot"
+    SANDLOT_IMAGE_BINARY="$(scripts/static-build.sh debug)"
 fi
 export SANDLOT_IMAGE_BINARY
 step "building $SANDLOT_IMAGE (binary $SANDLOT_IMAGE_BINARY)"
