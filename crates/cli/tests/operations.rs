@@ -6,12 +6,16 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod common;
+
 use std::io::{BufRead, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use prometheus_parse::{Sample, Scrape, Value};
+
+use common::{dechunk, eventually};
 
 const TOKEN: &str = "operations-test-token";
 
@@ -132,19 +136,6 @@ fn send(
     Ok((status, head, body))
 }
 
-fn dechunk(mut body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(line_end) = body.windows(2).position(|w| w == b"\r\n") {
-        let size = usize::from_str_radix(String::from_utf8_lossy(&body[..line_end]).trim(), 16).unwrap_or(0);
-        if size == 0 || body.len() < line_end + 2 + size {
-            break;
-        }
-        out.extend_from_slice(&body[line_end + 2..line_end + 2 + size]);
-        body = &body[(line_end + 2 + size + 2).min(body.len())..];
-    }
-    out
-}
-
 /// The samples of one scrape.
 struct Metrics(Vec<Sample>);
 
@@ -193,20 +184,6 @@ impl Metrics {
     }
 }
 
-/// Polls `condition` every 50 ms for up to `seconds`; returns whether it held.
-fn eventually(seconds: u64, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    loop {
-        if condition() {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn metrics_count_runs_the_queue_sessions_streams_and_refused_credentials() {
     // One run at a time and no queue: a run arriving while another executes is refused as busy at once.
@@ -232,7 +209,7 @@ fn metrics_count_runs_the_queue_sessions_streams_and_refused_credentials() {
             }))
         });
         assert!(
-            eventually(20, || server.scrape().value("sandlot_runs_in_flight", &[]) == 1.0),
+            eventually(Duration::from_secs(20), || server.scrape().value("sandlot_runs_in_flight", &[]) == 1.0),
             "the slow run never showed in sandlot_runs_in_flight"
         );
         let busy = server.run(serde_json::json!({"conversationId": "m4", "language": "bash", "code": "echo hi"}));
@@ -268,14 +245,14 @@ fn metrics_count_runs_the_queue_sessions_streams_and_refused_credentials() {
         .expect("an Mcp-Session-Id");
     let sessions =
         |server: &Server| server.scrape().value("sandlot_mcp_sessions_open", &[("transport", "streamable_http")]);
-    assert!(eventually(10, || sessions(&server) == 1.0), "the session was not counted");
+    assert!(eventually(Duration::from_secs(10), || sessions(&server) == 1.0), "the session was not counted");
     let delete = format!(
         "DELETE /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\nMcp-Session-Id: {session}\r\n\
          Connection: close\r\n\r\n"
     );
     let (status, _) = request_at(server.addr, &delete).unwrap();
     assert!(status < 300, "DELETE /mcp: {status}");
-    assert!(eventually(10, || sessions(&server) == 0.0), "the closed session is still counted");
+    assert!(eventually(Duration::from_secs(10), || sessions(&server) == 0.0), "the closed session is still counted");
 
     // An event stream, counted while its client holds it.
     let events = format!(
@@ -287,9 +264,12 @@ fn metrics_count_runs_the_queue_sessions_streams_and_refused_credentials() {
     stream.read_exact(&mut first).unwrap();
     assert_eq!(&first, b"HTTP/1.1 200");
     let streams = |server: &Server| server.scrape().value("sandlot_event_streams_open", &[]);
-    assert!(eventually(10, || streams(&server) == 1.0), "the event stream was not counted");
+    assert!(eventually(Duration::from_secs(10), || streams(&server) == 1.0), "the event stream was not counted");
     drop(stream);
-    assert!(eventually(10, || streams(&server) == 0.0), "the closed event stream is still counted");
+    assert!(
+        eventually(Duration::from_secs(10), || streams(&server) == 0.0),
+        "the closed event stream is still counted"
+    );
 
     let after = server.scrape();
     let expected: Vec<(String, f64)> = [
@@ -378,13 +358,13 @@ fn readyz_is_ready_then_names_the_runner_whose_interpreter_is_gone() {
     let zygote = zygote_of(server.child.id()).expect("the server's zygote");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(zygote), nix::sys::signal::Signal::SIGKILL).unwrap();
     let mut last = (0, String::new());
-    let exec = eventually(15, || {
+    let exec = eventually(Duration::from_secs(15), || {
         last = server.get(server.addr, "/readyz");
         last.1.contains("the zygote is gone; inits are exec'd (slower)")
     });
     assert!(exec && last.0 == 200, "after the zygote died: {} {}", last.0, last.1);
     std::fs::remove_file(&python).unwrap();
-    let gone = eventually(15, || {
+    let gone = eventually(Duration::from_secs(15), || {
         last = server.get(server.addr, "/readyz");
         last.0 == 503
     });
@@ -480,7 +460,7 @@ fn readyz_with_docker_names_the_engine_once_it_stops_answering() {
     assert_eq!(checks, [("engine", true, "the Docker engine answers"), ("runners", true, "4 languages")], "{body}");
     proxy.stop();
     let mut last = (0, String::new());
-    let stopped = eventually(15, || {
+    let stopped = eventually(Duration::from_secs(15), || {
         last = server.get(server.metrics, "/readyz");
         last.0 == 503
     });

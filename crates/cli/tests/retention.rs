@@ -5,11 +5,15 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use common::{dechunk, eventually};
 
 const TOKEN: &str = "retention-test-token";
 
@@ -117,36 +121,8 @@ impl Drop for Server {
     }
 }
 
-fn dechunk(mut body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(line_end) = body.windows(2).position(|w| w == b"\r\n") {
-        let size = usize::from_str_radix(String::from_utf8_lossy(&body[..line_end]).trim(), 16).unwrap_or(0);
-        if size == 0 {
-            break;
-        }
-        let start = line_end + 2;
-        out.extend_from_slice(&body[start..(start + size).min(body.len())]);
-        body = &body[(start + size + 2).min(body.len())..];
-    }
-    out
-}
-
 fn conversation_dir(root: &Path, id: &str) -> PathBuf {
     root.join(id)
-}
-
-/// Polls `done` every 100 ms for up to `limit`; whether it became true.
-fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    loop {
-        if done() {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 #[test]

@@ -4,10 +4,14 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use common::dechunk;
 
 const TOKEN: &str = "serve-test-token";
 
@@ -132,20 +136,6 @@ fn run_code_at(addr: SocketAddr, arguments: serde_json::Value, timeout: Duration
         );
         request_at(addr, &request, timeout)
     }
-}
-
-fn dechunk(mut body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(line_end) = body.windows(2).position(|w| w == b"\r\n") {
-        let size = usize::from_str_radix(String::from_utf8_lossy(&body[..line_end]).trim(), 16).unwrap_or(0);
-        if size == 0 {
-            break;
-        }
-        let start = line_end + 2;
-        out.extend_from_slice(&body[start..(start + size).min(body.len())]);
-        body = &body[(start + size + 2).min(body.len())..];
-    }
-    out
 }
 
 fn is_root() -> bool {
