@@ -185,6 +185,26 @@ pub struct ServiceArgs {
     /// Most finished runs the history keeps (the newest); 0: no limit.
     #[arg(long, env = "SANDLOT_HISTORY_MAX_RUNS", default_value_t = 1_000_000)]
     pub history_max_runs: u64,
+    /// Which names tools/list shows: `underscore` (sandbox_run_code, accepted by every model API) or `dotted`
+    /// (sandbox.run_code, the original spec's); the other form stays callable.
+    #[arg(long, env = "SANDLOT_TOOL_NAMES", value_enum, default_value_t = ToolNamesArg::Underscore)]
+    pub tool_names: ToolNamesArg,
+}
+
+/// `--tool-names`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ToolNamesArg {
+    Underscore,
+    Dotted,
+}
+
+impl From<ToolNamesArg> for sandlot_server::ToolNames {
+    fn from(names: ToolNamesArg) -> Self {
+        match names {
+            ToolNamesArg::Underscore => sandlot_server::ToolNames::Underscore,
+            ToolNamesArg::Dotted => sandlot_server::ToolNames::Dotted,
+        }
+    }
 }
 
 /// A time to live; `None` is "off".

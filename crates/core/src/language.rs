@@ -19,6 +19,23 @@ impl Language {
     /// Every language, in the order they are listed to users.
     pub const ALL: [Language; 4] = [Language::Python, Language::TypeScript, Language::JavaScript, Language::Bash];
 
+    /// Every name the parser accepts (compared after trimming and lowercasing), canonical names first. The MCP
+    /// tool's `language` schema lists exactly these, so schema and parser cannot drift.
+    pub const NAMES: [(&'static str, Language); 12] = [
+        ("python", Language::Python),
+        ("typescript", Language::TypeScript),
+        ("javascript", Language::JavaScript),
+        ("bash", Language::Bash),
+        ("python3", Language::Python),
+        ("py", Language::Python),
+        ("ts", Language::TypeScript),
+        ("js", Language::JavaScript),
+        ("node", Language::JavaScript),
+        ("nodejs", Language::JavaScript),
+        ("shell", Language::Bash),
+        ("sh", Language::Bash),
+    ];
+
     /// The canonical name (`python`, `typescript`, `javascript`, `bash`).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -49,15 +66,13 @@ impl fmt::Display for Language {
 impl FromStr for Language {
     type Err = Error;
 
-    /// Parses a name or alias, case-insensitively: `python`/`py`/`python3`, `typescript`/`ts`,
-    /// `javascript`/`js`/`node`, `bash`/`shell`/`sh`.
+    /// Parses a name or alias of [`Language::NAMES`], case-insensitively: `python`/`py`/`python3`,
+    /// `typescript`/`ts`, `javascript`/`js`/`node`/`nodejs`, `bash`/`shell`/`sh`.
     fn from_str(name: &str) -> Result<Self, Error> {
-        match name.trim().to_ascii_lowercase().as_str() {
-            "python" | "python3" | "py" => Ok(Language::Python),
-            "typescript" | "ts" => Ok(Language::TypeScript),
-            "javascript" | "js" | "node" | "nodejs" => Ok(Language::JavaScript),
-            "bash" | "shell" | "sh" => Ok(Language::Bash),
-            _ => Err(Error::invalid(
+        let lowered = name.trim().to_ascii_lowercase();
+        match Language::NAMES.iter().find(|(alias, _)| *alias == lowered) {
+            Some((_, language)) => Ok(*language),
+            None => Err(Error::invalid(
                 "language",
                 format!("unknown language {name:?}; expected one of python, typescript, javascript, bash"),
             )),

@@ -7,4 +7,5 @@ pub mod mcp;
 mod state;
 pub mod telemetry;
 
+pub use mcp::ToolNames;
 pub use state::{AppState, FileUrls};

@@ -35,4 +35,6 @@ pub struct AppState {
     pub files: FileUrls,
     /// Cancelled when the server shuts down: event streams and sessions end with it.
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// Which name of each tool `tools/list` shows (`SANDLOT_TOOL_NAMES`).
+    pub tool_names: crate::mcp::ToolNames,
 }

@@ -173,7 +173,7 @@ async fn requests_without_a_session_are_served_statelessly() {
     assert_eq!(status, StatusCode::OK);
     let names: Vec<&str> =
         value["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["sandbox.run_code", "sandbox_run_code", "sandbox.list_runners", "sandbox_list_runners"]);
+    assert_eq!(names, ["sandbox_run_code", "sandbox_list_runners"]);
     let (_, value) = rpc(&router, r#"{"jsonrpc":"2.0","id":8,"method":"no/such/method"}"#).await;
     assert_eq!(value["error"]["code"], -32601);
     let (_, value) = rpc(&router, r#"{"jsonrpc":"2.0","id":9,"method":"server/discover","params":{}}"#).await;
@@ -208,7 +208,7 @@ async fn each_bad_argument_gets_32602_naming_its_field() {
         (
             serde_json::json!({ "conversationId": "c", "language": 3, "code": "1" }),
             "language",
-            "language must be a string, not a number",
+            "language: invalid type: integer `3`, expected a string",
         ),
         (serde_json::json!({ "conversationId": "c", "language": "python" }), "code", "missing required argument code"),
         (
@@ -224,7 +224,7 @@ async fn each_bad_argument_gets_32602_naming_its_field() {
         (
             serde_json::json!({ "conversationId": "c", "language": "python", "code": "1", "env": { "A": 1 } }),
             "env",
-            "env.A must be a string, not a number",
+            "env.A: invalid type: integer `1`, expected a string",
         ),
     ];
     for (arguments, field, message) in cases {
@@ -438,7 +438,7 @@ async fn every_supported_protocol_version_is_negotiated_as_asked() {
         let (_, value) = initialize_with(&router, version).await;
         assert_eq!(value["result"]["protocolVersion"], version);
         assert_eq!(value["result"]["serverInfo"]["name"], "sandlot");
-        assert!(value["result"]["instructions"].as_str().unwrap().contains("sandbox.run_code"));
+        assert!(value["result"]["instructions"].as_str().unwrap().contains("sandbox_run_code"));
     }
 }
 
@@ -472,7 +472,7 @@ async fn stateless_replies_follow_accept() {
         request.headers_mut().insert(header::ACCEPT, accept.parse().unwrap());
         let (status, content_type, body) = send(&router, request).await;
         assert_eq!((status, content_type.as_deref()), (StatusCode::OK, Some(expected)), "{accept}");
-        assert!(String::from_utf8_lossy(&body).contains("sandbox.run_code"), "{accept}");
+        assert!(String::from_utf8_lossy(&body).contains("sandbox_run_code"), "{accept}");
     }
     let mut request = post_mcp(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
     request.headers_mut().insert(header::ACCEPT, "text/html".parse().unwrap());
@@ -545,7 +545,7 @@ async fn out_of_range_timeouts_are_refused_by_name_and_the_server_keeps_serving(
         assert_eq!((status, value["error"]["code"].as_i64()), (StatusCode::BAD_REQUEST, Some(-32700)), "{number}");
     }
     let (status, value) = rpc(&router, r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#).await;
-    assert_eq!((status, value["result"]["tools"].as_array().map(Vec::len)), (StatusCode::OK, Some(4)));
+    assert_eq!((status, value["result"]["tools"].as_array().map(Vec::len)), (StatusCode::OK, Some(2)));
 }
 
 /// Attack: the signature of an expiring URL covered `conversationId/path\nexp`, which is also the message of a

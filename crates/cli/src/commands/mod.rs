@@ -140,6 +140,7 @@ pub async fn app_state(
             ttl: (files.file_url_ttl_secs > 0).then(|| std::time::Duration::from_secs(files.file_url_ttl_secs)),
         },
         shutdown: Default::default(),
+        tool_names: service.tool_names.into(),
     };
     tokio::spawn(sandlot_core::keep_tidy(app.engine.clone(), service.retention(), app.shutdown.clone()));
     Ok(app)

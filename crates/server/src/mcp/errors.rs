@@ -2,9 +2,11 @@
 //!
 //! Bad arguments are JSON-RPC -32602 with `data {kind, trace_id, field}`; faults of sandlot are -32603 with a
 //! `trace_id` (details go to the log only). A program that fails, times out or has no runner is not an error here:
-//! the tool returns a result with `isError: true`.
+//! the tool returns a result with `isError: true`. From protocol 2025-11-25 on (SEP-1303), bad arguments are such a
+//! result too, so the model reads what to correct ([`arguments_errors_as_results`]).
 
 use rmcp::ErrorData as McpError;
+use rmcp::model::{CallToolResult, ContentBlock, ProtocolVersion};
 use sandlot_core::Error;
 use serde_json::json;
 
@@ -36,4 +38,30 @@ pub fn from_engine(error: &Error) -> McpError {
             )
         }
     }
+}
+
+/// The first protocol version whose clients get invalid tool arguments as a tool result (SEP-1303).
+const ARGUMENT_ERRORS_AS_RESULTS_SINCE: ProtocolVersion = ProtocolVersion::V_2025_11_25;
+
+/// Under `version` (the request's, else the session's; `None` for a client that never said, read as the oldest),
+/// 2025-11-25 and later: an invalid argument becomes a result with `isError: true` whose text names the field, so
+/// the model that sent it can correct itself. Every other error (an unknown tool, an internal fault) and every error
+/// under older versions stays a JSON-RPC error, as those clients expect.
+pub fn arguments_errors_as_results(
+    result: Result<CallToolResult, McpError>,
+    version: Option<&ProtocolVersion>,
+) -> Result<CallToolResult, McpError> {
+    // Versions are dates, `YYYY-MM-DD`: their text order is their order in time.
+    let new_enough = version.is_some_and(|v| v.as_str() >= ARGUMENT_ERRORS_AS_RESULTS_SINCE.as_str());
+    match result {
+        Err(error) if new_enough && is_invalid_argument(&error) => {
+            Ok(CallToolResult::error(vec![ContentBlock::text(format!("invalid arguments: {}", error.message))]))
+        }
+        other => other,
+    }
+}
+
+fn is_invalid_argument(error: &McpError) -> bool {
+    error.data.as_ref().and_then(|data| data.get("kind")).and_then(serde_json::Value::as_str)
+        == Some("invalid_argument")
 }

@@ -14,19 +14,25 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use tokio_util::sync::CancellationToken;
 
 use super::live_output::{self, Listeners};
-use super::{history, tools};
+use super::{errors, history, tools};
 use crate::AppState;
 use crate::http::{Caller, RequestSpan};
 use crate::telemetry::GaugeGuard;
 use tracing::Instrument;
 
-/// What a model is told about the server at initialize.
-const INSTRUCTIONS: &str = "sandlot runs code in an isolated Linux sandbox with no network access. \
-Call sandbox.run_code with a conversationId (reuse the same id for the whole conversation), a language \
+/// What a model is told about the server at initialize, naming the tools as `tools/list` does.
+fn instructions(names: tools::ToolNames) -> String {
+    let (run_code, list_runners) =
+        (tools::listed_name(tools::RUN_CODE, names), tools::listed_name(tools::LIST_RUNNERS, names));
+    format!(
+        "sandlot runs code in an isolated Linux sandbox with no network access. \
+Call {run_code} with a conversationId (reuse the same id for the whole conversation), a language \
 (python, typescript, javascript or bash) and the code. The code runs with /data as its working directory: files \
 written there persist across calls with the same conversationId, and every file in /data comes back with a \
 download URL. Each run has limits on time, memory, processes and output; print what you need to see. \
-sandbox.list_runners lists the available languages and their versions.";
+{list_runners} lists the available languages and their versions."
+    )
+}
 
 /// The MCP server: the default tool profile over the shared engine. One clone serves one session
 /// ([`SandlotMcp::for_session`]), which keeps that session's logging level.
@@ -110,6 +116,7 @@ impl SandlotMcp {
                 () = linked.cancelled() => {}
             }
         });
+        let version = context.protocol_version();
         let result = match live_output::forward(context.peer.clone(), listeners) {
             Some((sink, forwarder)) => {
                 let result = tools::call(&self.state, &request.name, arguments, caller, &sink, cancel).await;
@@ -119,6 +126,7 @@ impl SandlotMcp {
             }
             None => tools::call(&self.state, &request.name, arguments, caller, &(), cancel).await,
         };
+        let result = errors::arguments_errors_as_results(result, version.as_ref());
         tracing::info!(
             tool = %request.name,
             ok = result.is_ok(),
@@ -135,7 +143,7 @@ impl ServerHandler for SandlotMcp {
         let capabilities = ServerCapabilities::builder().enable_tools().enable_resources().enable_logging().build();
         InitializeResult::new(capabilities)
             .with_server_info(Implementation::new("sandlot", env!("CARGO_PKG_VERSION")))
-            .with_instructions(INSTRUCTIONS)
+            .with_instructions(instructions(self.state.tool_names))
     }
 
     async fn list_tools(
@@ -143,11 +151,12 @@ impl ServerHandler for SandlotMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(tools::catalogue().to_vec()))
+        Ok(ListToolsResult::with_all_items(tools::catalogue(self.state.tool_names).to_vec()))
     }
 
+    /// Either name of a tool finds it (the unlisted form is an alias).
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        tools::catalogue().iter().find(|t| t.name == name).cloned()
+        tools::find(name)
     }
 
     async fn call_tool(

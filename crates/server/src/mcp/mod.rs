@@ -10,3 +10,4 @@ mod tools;
 
 pub use handler::SandlotMcp;
 pub use stdio::serve_stdio;
+pub use tools::ToolNames;

@@ -1,30 +1,71 @@
-//! The tool catalogue of the default profile (the names of the original spec), one file per tool family.
-//! Every tool can also be called by its underscore name (`sandbox_run_code`) for clients whose model APIs refuse
-//! dots in tool names.
+//! The tool catalogue of the default profile, one file per tool family.
+//!
+//! Each tool has two names: the underscore one (`sandbox_run_code`), which every model API accepts (OpenAI's and
+//! Anthropic's require `^[a-zA-Z0-9_-]{1,64}$` and refuse the whole request otherwise), and the original spec's
+//! dotted one (`sandbox.run_code`). `tools/list` lists each tool once, under the form [`ToolNames`] chooses
+//! (underscore by default); both forms are always callable.
 
-mod arguments;
 mod list_runners;
 mod run_code;
+mod run_code_args;
 
 use rmcp::ErrorData as McpError;
 use rmcp::model::{CallToolResult, JsonObject, Tool};
 
 use crate::AppState;
 
-/// The tools, each under its dotted and its underscore name; built once (their schemas never change).
-pub fn catalogue() -> &'static [Tool] {
-    static CATALOGUE: std::sync::OnceLock<Vec<Tool>> = std::sync::OnceLock::new();
-    CATALOGUE.get_or_init(|| {
-        let mut tools = Vec::new();
-        for tool in [run_code::definition(), list_runners::definition()] {
-            let mut alias = tool.clone();
-            alias.name = underscore_name(&tool.name).into();
-            tools.push(tool);
-            tools.push(alias);
-        }
-        tools
-    })
+/// Which name of each tool `tools/list` shows (`SANDLOT_TOOL_NAMES`); the other stays callable.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ToolNames {
+    /// `sandbox_run_code`: accepted by every model API.
+    #[default]
+    Underscore,
+    /// `sandbox.run_code`: the original spec's names, for clients that look for them.
+    Dotted,
 }
+
+/// The tools under the names `names` chooses; built once per form (their schemas never change).
+pub fn catalogue(names: ToolNames) -> &'static [Tool] {
+    static CATALOGUES: std::sync::OnceLock<[Vec<Tool>; 2]> = std::sync::OnceLock::new();
+    let [underscore, dotted] = CATALOGUES.get_or_init(|| {
+        let dotted = vec![run_code::definition(), list_runners::definition()];
+        let underscore = dotted
+            .iter()
+            .map(|tool| {
+                let mut tool = tool.clone();
+                tool.name = underscore_name(&tool.name).into();
+                // A description names the other tool as it is listed.
+                tool.description = tool
+                    .description
+                    .as_ref()
+                    .map(|d| d.replace(run_code::NAME, &underscore_name(run_code::NAME)).into());
+                tool
+            })
+            .collect();
+        [underscore, dotted]
+    });
+    match names {
+        ToolNames::Underscore => underscore,
+        ToolNames::Dotted => dotted,
+    }
+}
+
+/// The tool called `name` in either form, under that name.
+pub fn find(name: &str) -> Option<Tool> {
+    [ToolNames::Underscore, ToolNames::Dotted].into_iter().flat_map(catalogue).find(|t| t.name == name).cloned()
+}
+
+/// The name `tools/list` shows for the tool whose dotted name is `dotted`.
+pub fn listed_name(dotted: &str, names: ToolNames) -> String {
+    match names {
+        ToolNames::Underscore => underscore_name(dotted),
+        ToolNames::Dotted => dotted.to_owned(),
+    }
+}
+
+/// The dotted names of the tools named in the server's instructions.
+pub const RUN_CODE: &str = run_code::NAME;
+pub const LIST_RUNNERS: &str = list_runners::NAME;
 
 /// `sandbox.run_code` → `sandbox_run_code`.
 fn underscore_name(name: &str) -> String {
@@ -49,9 +90,14 @@ pub async fn call(
     match canonical_name(name) {
         run_code::NAME => run_code::call(state, arguments, caller, sink, cancel).await,
         list_runners::NAME => list_runners::call(state, arguments),
-        _ => Err(McpError::invalid_params(
-            format!("unknown tool {name:?}; available: {}, {}", run_code::NAME, list_runners::NAME),
-            Some(serde_json::json!({ "kind": "unknown_tool", "trace_id": super::errors::trace_id(), "field": "name" })),
-        )),
+        _ => {
+            let available: Vec<&str> = catalogue(state.tool_names).iter().map(|t| t.name.as_ref()).collect();
+            Err(McpError::invalid_params(
+                format!("unknown tool {name:?}; available: {}", available.join(", ")),
+                Some(
+                    serde_json::json!({ "kind": "unknown_tool", "trace_id": super::errors::trace_id(), "field": "name" }),
+                ),
+            ))
+        }
     }
 }

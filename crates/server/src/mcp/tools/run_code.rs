@@ -12,7 +12,6 @@ use rmcp::model::{CallToolResult, JsonObject, Tool, ToolAnnotations};
 use sandlot_core::{Error, Outcome, RunReport, RunRequest, Termination, json_prefix, timeout_from_secs};
 use serde_json::{Value, json};
 
-use super::arguments::{optional_object, optional_seconds, optional_string, optional_string_map, required_string};
 use super::list_runners::object;
 use crate::AppState;
 use crate::mcp::errors;
@@ -20,27 +19,6 @@ use crate::mcp::errors;
 pub const NAME: &str = "sandbox.run_code";
 
 pub fn definition() -> Tool {
-    let input = json!({
-        "type": "object",
-        "properties": {
-            "conversationId": {
-                "type": "string",
-                "description": "Names the conversation whose /data directory the code sees; files persist across calls with the same id.",
-                "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
-            },
-            "language": {
-                "type": "string",
-                "description": "python, typescript, javascript (or node) or bash (or shell).",
-                "enum": ["python", "typescript", "javascript", "node", "bash", "shell"]
-            },
-            "code": { "type": "string", "description": "The program's source code (at most 1 MiB)." },
-            "timeoutSeconds": { "type": "number", "exclusiveMinimum": 0, "description": "Deadline of the run." },
-            "env": { "type": "object", "additionalProperties": { "type": "string" }, "description": "Extra environment variables." },
-            "stdin": { "type": "string", "description": "Text fed to the program's standard input." },
-            "metadata": { "type": "object", "description": "Your own JSON object about the run (at most 16 KiB), kept in the run history." }
-        },
-        "required": ["conversationId", "language", "code"]
-    });
     let output = json!({
         "type": "object",
         "properties": {
@@ -76,7 +54,7 @@ pub fn definition() -> Tool {
         NAME,
         "Run Python, TypeScript, JavaScript or Bash in an isolated sandbox with no network. /data is a directory \
          private to the conversation that persists across calls; every file in it is returned with a download URL.",
-        Arc::new(object(input)),
+        super::run_code_args::input_schema(),
     )
     .with_title("Run code in a sandbox")
     .with_raw_output_schema(Arc::new(object(output)))
@@ -89,19 +67,21 @@ fn parse(
     caller: String,
     cancel: tokio_util::sync::CancellationToken,
 ) -> Result<RunRequest, McpError> {
+    let args = super::run_code_args::parse(arguments)?;
     let max_timeout = state.engine.config().max_timeout;
-    let timeout = optional_seconds(arguments, "timeoutSeconds")?
+    let timeout = args
+        .timeout_seconds
         .map(|secs| timeout_from_secs("timeoutSeconds", secs, max_timeout))
         .transpose()
         .map_err(|e| errors::from_engine(&e))?;
     Ok(RunRequest {
-        conversation_id: required_string(arguments, "conversationId")?,
-        language: required_string(arguments, "language")?,
-        code: required_string(arguments, "code")?,
+        conversation_id: args.conversation_id,
+        language: args.language,
+        code: args.code,
         timeout,
-        env: optional_string_map(arguments, "env")?,
-        stdin: optional_string(arguments, "stdin")?.unwrap_or_default().into_bytes(),
-        metadata: optional_object(arguments, "metadata")?,
+        env: args.env.unwrap_or_default(),
+        stdin: args.stdin.unwrap_or_default().into_bytes(),
+        metadata: args.metadata.map(Value::Object),
         caller,
         cancel,
     })
