@@ -41,7 +41,7 @@ after(async () => {
   if (configDir) rmSync(configDir, { recursive: true, force: true });
 });
 
-const tools = ["sandbox.list_runners", "sandbox.run_code", "sandbox_list_runners", "sandbox_run_code"];
+const tools = ["sandbox_list_runners", "sandbox_run_code"];
 
 /** A stateless tools/list over plain HTTP with `authorization` (or none): the response's status. */
 async function toolsList(authorization) {

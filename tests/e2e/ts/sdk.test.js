@@ -32,8 +32,8 @@ async function exercise(transport) {
   await client.connect(transport);
   assert.equal(client.getServerVersion().name, "sandlot");
   const tools = await client.listTools();
-  assert.deepEqual(tools.tools.map((t) => t.name).sort(), ["sandbox.list_runners", "sandbox.run_code", "sandbox_list_runners", "sandbox_run_code"]);
-  const result = await client.callTool({ name: "sandbox.run_code", arguments: { conversationId: "ts-e2e", language: "python", code } });
+  assert.deepEqual(tools.tools.map((t) => t.name).sort(), ["sandbox_list_runners", "sandbox_run_code"]);
+  const result = await client.callTool({ name: "sandbox_run_code", arguments: { conversationId: "ts-e2e", language: "python", code } });
   assert.equal(result.isError, false);
   const data = result.structuredContent;
   assert.deepEqual(JSON.parse(result.content[0].text), data);
