@@ -63,6 +63,7 @@ check "cargo nextest run --workspace --profile ci" cargo nextest run --workspace
 check "build the sandlot binary (cargo build --bin sandlot)" build_binary
 check "end-to-end: Python MCP SDK 1.x (tests/e2e/python_v1)" with_binary .venv-e2e/bin/python -m pytest -q tests/e2e/python_v1
 check "end-to-end: Python MCP SDK 2.x (tests/e2e/python_v2)" with_binary .venv-e2e2/bin/python -m pytest -q tests/e2e/python_v2
+check "end-to-end: openai-agents' MCP client (tests/e2e/agents)" with_binary .venv-agents/bin/python -m pytest -q tests/e2e/agents
 check "sandlot's container image: both compose files against a real MCP client (tests/image/test-image.sh)" \
     tests/image/test-image.sh
 check "end-to-end: TypeScript MCP SDK (tests/e2e/ts)" with_binary in_dir tests/e2e/ts node --test
