@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::mcp::errors::invalid_argument;
 
-/// What a model sends to run code. Unknown fields are ignored (clients add their own).
+/// What a model sends to run code. Unknown fields are ignored (clients add their own); `null` is read as absent.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunCodeArgs {
@@ -44,13 +44,25 @@ fn language_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 }
 
 /// The tool's `inputSchema`, derived once from [`RunCodeArgs`] (draft 2020-12, the MCP default), without the
-/// wrapper type's title.
+/// wrapper type's title and doc. An optional argument's type is its plain type, not schemars' `[T, "null"]`: model
+/// APIs that take an OpenAPI subset (Gemini's) refuse type arrays, and the parser reads `null` as absent anyway.
 pub fn input_schema() -> Arc<JsonObject> {
     static SCHEMA: OnceLock<Arc<JsonObject>> = OnceLock::new();
     SCHEMA
         .get_or_init(|| {
             let mut schema = (*rmcp::handler::server::common::schema_for_type::<RunCodeArgs>()).clone();
             schema.remove("title");
+            schema.remove("description");
+            if let Some(Value::Object(properties)) = schema.get_mut("properties") {
+                for property in properties.values_mut() {
+                    if let Some(Value::Array(types)) = property.get("type") {
+                        let types: Vec<&Value> = types.iter().filter(|t| t.as_str() != Some("null")).collect();
+                        if let [single] = types.as_slice() {
+                            property["type"] = (*single).clone();
+                        }
+                    }
+                }
+            }
             Arc::new(schema)
         })
         .clone()
@@ -126,7 +138,12 @@ mod tests {
         );
         assert_eq!(required(), ["conversationId", "language", "code"]);
         assert_eq!(schema["type"], "object");
-        assert!(!schema.contains_key("title"));
+        assert!(!schema.contains_key("title") && !schema.contains_key("description"));
+        // Plain types only: no `["string", "null"]` for a model API to choke on.
+        for (name, property) in schema["properties"].as_object().unwrap() {
+            assert!(property["type"].is_string(), "{name}: {property}");
+        }
+        assert_eq!(schema["properties"]["timeoutSeconds"]["exclusiveMinimum"], 0);
     }
 
     #[test]
