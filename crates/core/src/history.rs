@@ -4,6 +4,9 @@
 //! Each row names the process that owns it (pid and start time), so servers sharing a root (`serve` and `stdio`)
 //! never mark each other's live runs.
 //! Code is kept only when asked (`SANDLOT_STORE_CODE`); its size and SHA-256 always are.
+//! What a run printed is kept beside its row (table `run_outputs`), as the run's outcome holds it: at most
+//! `SANDLOT_MAX_OUTPUT_BYTES` per stream, so a result can show a model only a head and a tail and still point at the
+//! whole. It goes when its run goes (pruning, a conversation's removal).
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -43,6 +46,13 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS runs_by_conversation ON runs (conversation_id, queued_at DESC);
 CREATE INDEX IF NOT EXISTS runs_by_time ON runs (queued_at);
+CREATE TABLE IF NOT EXISTS run_outputs (
+    run_id TEXT PRIMARY KEY,
+    stdout TEXT NOT NULL,
+    stderr TEXT NOT NULL,
+    stdout_truncated INTEGER NOT NULL,
+    stderr_truncated INTEGER NOT NULL
+);
 ";
 
 /// How a run ended, as the history records it.
@@ -160,6 +170,17 @@ pub struct Ending {
     pub stdout_bytes: u64,
     pub stderr_bytes: u64,
     pub truncated: bool,
+}
+
+/// What a finished run printed, as kept: each stream up to the output cap, and whether it was cut there.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunOutput {
+    pub run_id: String,
+    pub stdout: String,
+    pub stderr: String,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
 }
 
 /// The history database. Writes are short (a row each, WAL, no fsync per commit), so they are done in place.
@@ -294,6 +315,43 @@ impl History {
         .map(drop)
     }
 
+    /// Keeps what run `id` printed (nothing for a run that printed nothing: reading gives empty streams).
+    pub fn store_output(&self, id: &str, outcome: &crate::RunOutcome) -> Result<()> {
+        if outcome.stdout.is_empty() && outcome.stderr.is_empty() {
+            return Ok(());
+        }
+        self.write(
+            "insert into",
+            "INSERT OR REPLACE INTO run_outputs (run_id, stdout, stderr, stdout_truncated, stderr_truncated) \
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![id, outcome.stdout, outcome.stderr, outcome.stdout_truncated, outcome.stderr_truncated],
+        )
+        .map(drop)
+    }
+
+    /// What run `id` printed, if the history has the run.
+    pub fn output(&self, id: &str) -> Result<Option<RunOutput>> {
+        let sql = "SELECT o.stdout, o.stderr, o.stdout_truncated, o.stderr_truncated \
+                   FROM runs r LEFT JOIN run_outputs o ON o.run_id = r.id WHERE r.id = ?1";
+        self.connection()
+            .query_row(sql, params![id], |row| {
+                Ok(RunOutput {
+                    run_id: id.to_owned(),
+                    stdout: row.get::<_, Option<String>>(0)?.unwrap_or_default(),
+                    stderr: row.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                    stdout_truncated: row.get::<_, Option<bool>>(2)?.unwrap_or(false),
+                    stderr_truncated: row.get::<_, Option<bool>>(3)?.unwrap_or(false),
+                })
+            })
+            .optional()
+            .map_err(|e| database_error(&self.path, "read", e))
+    }
+
+    /// Removes the outputs whose run is gone.
+    fn drop_orphan_outputs(&self) -> Result<()> {
+        self.write("prune", "DELETE FROM run_outputs WHERE run_id NOT IN (SELECT id FROM runs)", []).map(drop)
+    }
+
     /// One run, if the history has it.
     pub fn get(&self, id: &str) -> Result<Option<RunRecord>> {
         let sql = format!("SELECT {COLUMNS} FROM runs WHERE id = ?1");
@@ -339,11 +397,13 @@ impl History {
     /// Removes the finished runs of `conversation`; returns how many. Runs not yet finished stay: they are of a
     /// run that got in after the conversation was removed, and will use a new, empty one.
     pub fn delete_conversation(&self, conversation: &ConversationId) -> Result<usize> {
-        self.write(
+        let removed = self.write(
             "delete from",
             "DELETE FROM runs WHERE conversation_id = ?1 AND state = 'finished'",
             params![conversation.as_str()],
-        )
+        )?;
+        self.drop_orphan_outputs()?;
+        Ok(removed)
     }
 
     /// When each conversation in the history was last used: its latest queue, start or end time.
@@ -391,6 +451,9 @@ impl History {
                  (SELECT rowid FROM runs ORDER BY queued_at DESC, rowid DESC LIMIT -1 OFFSET ?1)",
                 params![i64::try_from(max_runs).unwrap_or(i64::MAX)],
             )?;
+        }
+        if removed > 0 {
+            self.drop_orphan_outputs()?;
         }
         Ok(removed)
     }
@@ -655,5 +718,49 @@ mod tests {
         assert_eq!(ids(history.list(Some(&a), 2).unwrap()), ["a3", "a2"]);
         assert_eq!(ids(history.list(None, 10).unwrap()), ["b1", "a3", "a2", "a1"]);
         assert_eq!(history.get("missing").unwrap(), None);
+    }
+
+    #[test]
+    fn output_is_kept_with_its_run_and_goes_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = History::open(dir.path().join("sandlot.db"), false).unwrap();
+        let c = ConversationId::parse("c").unwrap();
+        for id in ["printed", "silent", "pruned"] {
+            history.queued(&new_run(id, &c, "x")).unwrap();
+            finish(&history, id);
+        }
+        let outcome = |stdout: &str| crate::RunOutcome {
+            stdout: stdout.into(),
+            stderr: "warn\n".into(),
+            stdout_truncated: true,
+            ..crate::RunOutcome::empty(Termination::Exited { code: 0 }, Duration::ZERO)
+        };
+        history.store_output("printed", &outcome("out\n")).unwrap();
+        history.store_output("pruned", &outcome("old\n")).unwrap();
+        history.store_output("silent", &crate::RunOutcome::empty(Termination::Cancelled, Duration::ZERO)).unwrap();
+        let printed = RunOutput {
+            run_id: "printed".into(),
+            stdout: "out\n".into(),
+            stderr: "warn\n".into(),
+            stdout_truncated: true,
+            stderr_truncated: false,
+        };
+        assert_eq!(history.output("printed").unwrap(), Some(printed.clone()));
+        let silent = RunOutput {
+            run_id: "silent".into(),
+            stdout: String::new(),
+            stderr: String::new(),
+            stdout_truncated: false,
+            stderr_truncated: false,
+        };
+        assert_eq!(history.output("silent").unwrap(), Some(silent));
+        assert_eq!(history.output("missing").unwrap(), None);
+        history.connection().execute("UPDATE runs SET queued_at = 0 WHERE id = 'pruned'", []).unwrap();
+        assert_eq!(history.prune(Some(UNIX_EPOCH + Duration::from_secs(1)), None).unwrap(), 1);
+        let left: i64 = history.connection().query_row("SELECT COUNT(*) FROM run_outputs", [], |r| r.get(0)).unwrap();
+        assert_eq!(left, 1, "the pruned run's output went with it");
+        assert_eq!(history.delete_conversation(&c).unwrap(), 2);
+        let left: i64 = history.connection().query_row("SELECT COUNT(*) FROM run_outputs", [], |r| r.get(0)).unwrap();
+        assert_eq!(left, 0);
     }
 }

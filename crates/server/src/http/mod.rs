@@ -105,6 +105,7 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
     let rest = Router::new()
         .route("/v1/runs", get(runs::list))
         .route("/v1/runs/{run_id}", get(runs::get))
+        .route("/v1/runs/{run_id}/output", get(runs::output))
         .route("/v1/conversations/{conversation_id}", delete(conversations::delete))
         .with_state(state.clone());
     let protected = streamable

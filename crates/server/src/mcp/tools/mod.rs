@@ -5,6 +5,7 @@
 mod arguments;
 mod list_runners;
 mod run_code;
+mod run_result;
 
 use rmcp::ErrorData as McpError;
 use rmcp::model::{CallToolResult, JsonObject, Tool};
