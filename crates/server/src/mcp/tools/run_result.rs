@@ -40,11 +40,11 @@ pub fn model_text(value: &Value) -> String {
     if let Some(outcome) = value.get("outcome").and_then(Value::as_str) {
         header.push(format!("outcome: {outcome}"));
     }
-    if let Some(code) = value.get("exitCode").and_then(Value::as_i64).filter(|_| value.get("runId").is_some()) {
-        header.push(format!("exit code {code}"));
-    }
-    if let Some(ms) = value.get("durationMs").and_then(Value::as_u64).filter(|&ms| ms > 0) {
-        header.push(format!("{ms} ms"));
+    // Exit code and duration only for a run that ran (a refused one has neither).
+    if value.get("runId").is_some() {
+        let field = |name: &str| value.get(name).and_then(Value::as_i64).unwrap_or_default();
+        header.push(format!("exit code {}", field("exitCode")));
+        header.push(format!("{} ms", field("durationMs")));
     }
     let output = value.get("output").and_then(Value::as_str).unwrap_or_default();
     match (header.is_empty(), output.is_empty()) {
@@ -79,7 +79,9 @@ mod tests {
                             "stdout": "out\n", "stderr": "err\n" });
         assert_eq!(model_text(&value), "outcome: error, exit code 3, 12 ms\nout\nerr\n");
         let silent = json!({ "outcome": "ok", "exitCode": 0, "durationMs": 0, "runId": "r", "output": "" });
-        assert_eq!(model_text(&silent), "outcome: ok, exit code 0\n(no output)");
+        assert_eq!(model_text(&silent), "outcome: ok, exit code 0, 0 ms\n(no output)");
+        let busy = json!({ "outcome": "busy", "exitCode": -1, "output": "server busy" });
+        assert_eq!(model_text(&busy), "outcome: busy\nserver busy");
         let no_run = json!({ "success": false, "exitCode": -1, "output": "no runner for language ruby" });
         assert_eq!(model_text(&no_run), "no runner for language ruby");
     }
