@@ -90,6 +90,7 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
         stateless_sse: service(false, false, session_manager(session_idle)),
         session_manager: sessions,
         max_sessions,
+        session_runs: handler.session_runs(),
     };
     let streamable = Router::new()
         .route("/mcp", any(mcp_endpoint::endpoint))

@@ -5,8 +5,10 @@ mod errors;
 mod handler;
 mod history;
 mod live_output;
+mod session_runs;
 mod stdio;
 mod tools;
 
 pub use handler::SandlotMcp;
+pub use session_runs::SessionRuns;
 pub use stdio::serve_stdio;
