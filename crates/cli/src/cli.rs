@@ -186,6 +186,10 @@ pub struct ServiceArgs {
     /// stays readable as `sandlot://runs/{runId}/output` and `GET /v1/runs/{runId}/output`.
     #[arg(long, env = "SANDLOT_RESULT_TEXT_BYTES", default_value_t = sandlot_core::DEFAULT_RESULT_TEXT_BYTES as u64, value_parser = clap::value_parser!(u64).range(1024..=16 * 1024 * 1024))]
     pub result_text_bytes: u64,
+    /// MiB of run output the history keeps, all runs together (the newest; each run's up to
+    /// SANDLOT_MAX_OUTPUT_BYTES per stream), for `sandlot://runs/{runId}/output`; 0 keeps none.
+    #[arg(long, env = "SANDLOT_HISTORY_OUTPUT_MB", default_value_t = sandlot_core::DEFAULT_OUTPUT_BUDGET / (1024 * 1024), value_parser = clap::value_parser!(u64).range(0..=1024 * 1024))]
+    pub history_output_mb: u64,
     /// Most finished runs the history keeps (the newest); 0: no limit.
     #[arg(long, env = "SANDLOT_HISTORY_MAX_RUNS", default_value_t = 1_000_000)]
     pub history_max_runs: u64,

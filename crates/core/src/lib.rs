@@ -35,7 +35,7 @@ pub use conversation_id::ConversationId;
 pub use engine::{DEFAULT_RESULT_TEXT_BYTES, Deletion, Engine, EngineConfig, MAX_METADATA_BYTES, RunReport};
 pub use error::{Error, Result};
 pub use events::{EVENT_BUFFER, RunEvent};
-pub use history::{History, MAX_LISTED_RUNS, Outcome, RunOutput, RunRecord};
+pub use history::{DEFAULT_OUTPUT_BUDGET, History, MAX_LISTED_RUNS, Outcome, OutputLookup, RunOutput, RunRecord};
 pub use language::Language;
 pub use limits::{Limits, MIN_TIMEOUT, timeout_from_secs};
 pub use outcome::{RunOutcome, Termination};

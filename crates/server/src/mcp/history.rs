@@ -6,7 +6,7 @@
 
 use rmcp::ErrorData as McpError;
 use rmcp::model::{ListResourcesResult, ReadResourceResult, Resource, ResourceContents, ResourceTemplate};
-use sandlot_core::{ConversationId, History, RunOutput, RunRecord};
+use sandlot_core::{ConversationId, History, OutputLookup, RunRecord};
 use serde_json::json;
 
 use super::errors;
@@ -18,6 +18,14 @@ const CONVERSATION_SUFFIX: &str = "/runs";
 const OUTPUT_SUFFIX: &str = "/output";
 /// Runs in `resources/list` and in a conversation's resource.
 const LISTED_RUNS: usize = 50;
+
+/// Why a known run's output cannot be read.
+pub fn not_kept(run_id: &str) -> String {
+    format!(
+        "the output of run {run_id:?} is not kept: the run is still going or was cancelled, or its output was \
+         dropped to keep the history within SANDLOT_HISTORY_OUTPUT_MB"
+    )
+}
 
 /// The three templates.
 pub fn templates() -> Vec<ResourceTemplate> {
@@ -63,11 +71,11 @@ pub fn list(state: &AppState) -> Result<ListResourcesResult, McpError> {
 pub fn read(state: &AppState, uri: &str) -> Result<ReadResourceResult, McpError> {
     let not_found = |what: String| McpError::resource_not_found(what, Some(json!({ "uri": uri })));
     let body = if let Some(run_id) = uri.strip_prefix(RUN_PREFIX).and_then(|rest| rest.strip_suffix(OUTPUT_SUFFIX)) {
-        let output: RunOutput = history(state)?
-            .output(run_id)
-            .map_err(|e| errors::from_engine(&e))?
-            .ok_or_else(|| not_found(format!("no run {run_id:?} in the history")))?;
-        json!(output)
+        match history(state)?.output(run_id).map_err(|e| errors::from_engine(&e))? {
+            OutputLookup::Kept(output) => json!(output),
+            OutputLookup::UnknownRun => return Err(not_found(format!("no run {run_id:?} in the history"))),
+            OutputLookup::NotKept => return Err(not_found(not_kept(run_id))),
+        }
     } else if let Some(run_id) = uri.strip_prefix(RUN_PREFIX) {
         let record: RunRecord = history(state)?
             .get(run_id)

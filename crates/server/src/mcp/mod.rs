@@ -10,5 +10,6 @@ mod stdio;
 mod tools;
 
 pub use handler::SandlotMcp;
+pub use history::not_kept as output_not_kept;
 pub use session_runs::SessionRuns;
 pub use stdio::serve_stdio;
