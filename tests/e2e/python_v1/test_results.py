@@ -38,6 +38,7 @@ async def test_a_3_mb_print_gives_a_small_reply_and_the_whole_output_stays_reada
     response = httpx.post(server.mcp_url, json=body, timeout=120,
                           headers={**server.auth, "Accept": "application/json, text/event-stream"})
     assert response.status_code == 200
+    print(f"reply to a {len(EXPECTED)}-byte print: {len(response.content)} bytes")
     assert len(response.content) < 64 * 1024, f"the reply is {len(response.content)} bytes"
     result = response.json()["result"]
     data, text = result["structuredContent"], result["content"][0]["text"]
@@ -125,6 +126,7 @@ async def test_deleting_a_session_cancels_its_runs_at_once(server):
                 await anyio.to_thread.run_sync(
                     lambda: wait_until(lambda: not sandbox_processes(), 3 * DELETE_BOUND, interval=0.02))
                 gone_after = time.monotonic() - deleted_at
+                print(f"run gone {gone_after:.3f} s after DELETE /mcp")
                 group.cancel_scope.cancel()
     assert sandbox_processes() == []
     assert gone_after < DELETE_BOUND, f"the run's processes were gone only {gone_after:.2f} s after DELETE /mcp"
