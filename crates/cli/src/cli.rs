@@ -182,6 +182,14 @@ pub struct ServiceArgs {
     /// Days finished runs stay in the history; 0 keeps them forever.
     #[arg(long, env = "SANDLOT_HISTORY_DAYS", default_value_t = 90, value_parser = clap::value_parser!(u64).range(0..=36_500))]
     pub history_days: u64,
+    /// Bytes of output a tool result shows a model (as JSON; its head and tail, the cut said); the whole output
+    /// stays readable as `sandlot://runs/{runId}/output` and `GET /v1/runs/{runId}/output`.
+    #[arg(long, env = "SANDLOT_RESULT_TEXT_BYTES", default_value_t = sandlot_core::DEFAULT_RESULT_TEXT_BYTES as u64, value_parser = clap::value_parser!(u64).range(1024..=16 * 1024 * 1024))]
+    pub result_text_bytes: u64,
+    /// MiB of run output the history keeps, all runs together (the newest; each run's up to
+    /// SANDLOT_MAX_OUTPUT_BYTES per stream), for `sandlot://runs/{runId}/output`; 0 keeps none.
+    #[arg(long, env = "SANDLOT_HISTORY_OUTPUT_MB", default_value_t = sandlot_core::DEFAULT_OUTPUT_BUDGET / (1024 * 1024), value_parser = clap::value_parser!(u64).range(0..=1024 * 1024))]
+    pub history_output_mb: u64,
     /// Most finished runs the history keeps (the newest); 0: no limit.
     #[arg(long, env = "SANDLOT_HISTORY_MAX_RUNS", default_value_t = 1_000_000)]
     pub history_max_runs: u64,
@@ -233,6 +241,7 @@ impl ServiceArgs {
         }
         config.max_queued = self.max_queued;
         config.queue_wait_limit = Duration::from_secs(self.queue_wait_secs);
+        config.result_text_bytes = usize::try_from(self.result_text_bytes).unwrap_or(usize::MAX);
         config
     }
 

@@ -17,6 +17,9 @@ use crate::{
 pub const MAX_METADATA_BYTES: usize = 16 * 1024;
 
 /// The engine's knobs; the defaults match DESIGN.md's table.
+/// The default of [`EngineConfig::result_text_bytes`]: 20 KiB.
+pub const DEFAULT_RESULT_TEXT_BYTES: usize = 20 * 1024;
+
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     /// Limits of a run that asks for nothing special.
@@ -35,6 +38,8 @@ pub struct EngineConfig {
     pub max_files_listed: usize,
     /// Most bytes of file paths listed in a result, all paths together (their URLs take about as much again).
     pub max_listed_path_bytes: usize,
+    /// Bytes of output a tool result shows a model (as JSON, head and tail); the rest stays in the history.
+    pub result_text_bytes: usize,
 }
 
 impl Default for EngineConfig {
@@ -48,6 +53,7 @@ impl Default for EngineConfig {
             max_code_bytes: 1024 * 1024,
             max_files_listed: 1000,
             max_listed_path_bytes: 64 * 1024,
+            result_text_bytes: DEFAULT_RESULT_TEXT_BYTES,
         }
     }
 }

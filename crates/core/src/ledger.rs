@@ -169,6 +169,10 @@ impl RunEntry<'_> {
     pub fn finish(mut self, outcome: &RunOutcome) {
         let ending =
             self.ending(Outcome::of(&outcome.termination), Some(outcome.exit_code()), None, outcome.truncated());
+        if let Some(history) = &self.ledger.history {
+            // Before the end is recorded: whoever sees the run finished finds its output.
+            log_failure(history.store_output(&self.run_id, outcome));
+        }
         self.end(&ending);
         let event = RunEvent::finished(&self.run_id, self.conversation.as_str(), self.language, outcome);
         self.ledger.announce(event);

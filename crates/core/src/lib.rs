@@ -32,14 +32,14 @@ mod workspaces;
 
 pub use backend::{Backend, Job, RunnerInfo};
 pub use conversation_id::ConversationId;
-pub use engine::{Deletion, Engine, EngineConfig, MAX_METADATA_BYTES, RunReport};
+pub use engine::{DEFAULT_RESULT_TEXT_BYTES, Deletion, Engine, EngineConfig, MAX_METADATA_BYTES, RunReport};
 pub use error::{Error, Result};
 pub use events::{EVENT_BUFFER, RunEvent};
-pub use history::{History, MAX_LISTED_RUNS, Outcome, RunRecord};
+pub use history::{DEFAULT_OUTPUT_BUDGET, History, MAX_LISTED_RUNS, Outcome, OutputLookup, RunOutput, RunRecord};
 pub use language::Language;
 pub use limits::{Limits, MIN_TIMEOUT, timeout_from_secs};
 pub use outcome::{RunOutcome, Termination};
-pub use output::{CapturedStream, OutputChunk, OutputSink, Stream, json_prefix};
+pub use output::{CapturedStream, Excerpt, OutputChunk, OutputSink, Stream, head_and_tail, json_prefix, json_suffix};
 pub use quota::{DISK_CHECK_INTERVAL, WALK_COST_FACTOR, at_quota, quota_exceeded};
 pub use readiness::{READINESS_TIMEOUT, READINESS_TTL, Readiness, ReadinessCheck};
 pub use request::RunRequest;

@@ -75,11 +75,7 @@ pub fn json_prefix(text: &str, budget: usize) -> &str {
     }
     let mut used = 0usize;
     for (index, byte) in text.bytes().enumerate() {
-        used += match byte {
-            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
-            0..0x20 => 6,
-            _ => 1,
-        };
+        used += json_cost(byte);
         if used > budget {
             let mut end = index;
             while !text.is_char_boundary(end) {
@@ -89,6 +85,66 @@ pub fn json_prefix(text: &str, budget: usize) -> &str {
         }
     }
     text
+}
+
+/// Bytes `byte` takes inside a JSON string as serde_json writes it (see [`json_prefix`]).
+fn json_cost(byte: u8) -> usize {
+    match byte {
+        b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+        0..0x20 => 6,
+        _ => 1,
+    }
+}
+
+/// The longest suffix of `text` (starting on a character boundary) that takes at most `budget` bytes inside a JSON
+/// string; the mirror of [`json_prefix`].
+pub fn json_suffix(text: &str, budget: usize) -> &str {
+    if text.len().saturating_mul(6) <= budget {
+        return text;
+    }
+    let mut used = 0usize;
+    for (index, byte) in text.bytes().enumerate().rev() {
+        used += json_cost(byte);
+        if used > budget {
+            let mut start = index + 1;
+            while !text.is_char_boundary(start) {
+                start += 1;
+            }
+            return &text[start..];
+        }
+    }
+    text
+}
+
+/// What is kept of a text too long for its budget: its beginning and its end. `head` and `tail` are slices of the
+/// text that never overlap; the bytes between them (`cut`) are left out. A text that fits is all in `head`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Excerpt<'a> {
+    pub head: &'a str,
+    pub tail: &'a str,
+    /// Bytes of the text left out, between `head` and `tail`.
+    pub cut: usize,
+}
+
+/// The head and tail of `text` that take at most `budget` bytes together inside JSON strings (half each), cut at
+/// line ends when one is in the outer half of each part, so a model sees whole first and last lines. Bounds a
+/// result in the bytes it is sent as, whatever the program printed.
+pub fn head_and_tail(text: &str, budget: usize) -> Excerpt<'_> {
+    if json_prefix(text, budget).len() == text.len() {
+        return Excerpt { head: text, tail: "", cut: 0 };
+    }
+    let mut head = json_prefix(text, budget / 2);
+    if let Some(end) = head.rfind('\n').filter(|&end| end + 1 >= head.len() / 2) {
+        head = &head[..end + 1];
+    }
+    let mut tail = json_suffix(text, budget - budget / 2);
+    // A tail that starts a line already (after a newline) is whole; else it starts after its first newline.
+    if !text[..text.len() - tail.len()].ends_with('\n')
+        && let Some(start) = tail.find('\n').filter(|&start| start < tail.len() / 2)
+    {
+        tail = &tail[start + 1..];
+    }
+    Excerpt { head, tail, cut: text.len() - head.len() - tail.len() }
 }
 
 #[cfg(test)]
@@ -117,5 +173,38 @@ mod tests {
         assert_eq!(s.push(b"h"), b"");
         assert!(s.truncated());
         assert_eq!(s.into_text(), "abcde");
+    }
+
+    #[test]
+    fn head_and_tail_keep_whole_first_and_last_lines_within_the_budget() {
+        let text: String = (0..100_000).map(|i| format!("line {i}\n")).collect();
+        let excerpt = head_and_tail(&text, 1000);
+        assert!(excerpt.head.starts_with("line 0\n") && excerpt.head.ends_with('\n'), "{:?}", excerpt.head);
+        assert!(excerpt.tail.ends_with("line 99999\n") && excerpt.tail.starts_with("line "), "{:?}", excerpt.tail);
+        let sent = |s: &str| serde_json::to_string(s).unwrap().len() - 2;
+        assert!(sent(excerpt.head) + sent(excerpt.tail) <= 1000);
+        assert!(sent(excerpt.head) > 400 && sent(excerpt.tail) > 400, "most of the budget is used");
+        assert_eq!(excerpt.head.len() + excerpt.cut + excerpt.tail.len(), text.len());
+        assert!(text.starts_with(excerpt.head) && text.ends_with(excerpt.tail));
+    }
+
+    #[test]
+    fn head_and_tail_keep_a_text_that_fits_whole_and_never_split_a_character() {
+        assert_eq!(head_and_tail("short\n", 100), Excerpt { head: "short\n", tail: "", cut: 0 });
+        assert_eq!(head_and_tail("", 0), Excerpt { head: "", tail: "", cut: 0 });
+        let crabs = "🦀".repeat(1000); // one line, four bytes a character
+        let excerpt = head_and_tail(&crabs, 101);
+        assert_eq!((excerpt.head.len(), excerpt.tail.len(), excerpt.cut), (48, 48, 4000 - 96));
+        let controls = "\u{1}".repeat(1000); // six bytes each as JSON
+        let excerpt = head_and_tail(&controls, 120);
+        assert_eq!((excerpt.head.len(), excerpt.tail.len(), excerpt.cut), (10, 10, 980));
+    }
+
+    #[test]
+    fn json_suffix_mirrors_json_prefix() {
+        assert_eq!(json_suffix("abc\"d", 4), "c\"d");
+        assert_eq!(json_suffix("xé", 1), "", "never half a character");
+        assert_eq!(json_suffix("xé", 2), "é");
+        assert_eq!(json_suffix("plain", 100), "plain");
     }
 }

@@ -29,7 +29,8 @@ def test_stateless_tools_call_without_initialize(server):
     result = run_code(server, conversationId="http", language="python", code="print(6 * 7)")
     assert result["isError"] is False
     assert result["structuredContent"]["stdout"] == "42\n"
-    assert json.loads(result["content"][0]["text"]) == result["structuredContent"]
+    data = result["structuredContent"]
+    assert result["content"][0]["text"] == f"outcome: ok, exit code 0, {data['durationMs']} ms\n42\n"
 
 
 def test_non_zero_exit_is_a_failed_result(server):

@@ -36,7 +36,8 @@ async def exercise(session, download):
     result = await session.call_tool("sandbox_run_code", {"conversationId": "e2e", "language": "python", "code": WRITE_FILE})
     assert result.isError is False, result
     data = result.structuredContent
-    assert json.loads(result.content[0].text) == data
+    # The text a model reads: a header, then the output once.
+    assert result.content[0].text == f"outcome: ok, exit code 0, {data['durationMs']} ms\n{data['output']}"
     assert (data["success"], data["exitCode"], data["stdout"], data["output"]) == (True, 0, "wrote 1024\n", "wrote 1024\n")
     assert [(f["name"], f["size"]) for f in data["files"]] == [("out/result file.bin", 1024)]
     assert await download(data["files"][0]["url"]) == EXPECTED_BYTES

@@ -36,7 +36,7 @@ async function exercise(transport) {
   const result = await client.callTool({ name: "sandbox_run_code", arguments: { conversationId: "ts-e2e", language: "python", code } });
   assert.equal(result.isError, false);
   const data = result.structuredContent;
-  assert.deepEqual(JSON.parse(result.content[0].text), data);
+  assert.equal(result.content[0].text, `outcome: ok, exit code 0, ${data.durationMs} ms\n${data.output}`);
   assert.equal(data.success, true);
   assert.equal(data.stdout, "wrote 768\n");
   const file = data.files.find((f) => f.name === "blob.bin");

@@ -125,7 +125,8 @@ pub async fn app_state(
         None => file_secret(&state.file_secret())?,
     };
     let public_base_url = files.public_base_url.clone().unwrap_or_else(|| default_base_url.to_owned());
-    let history = sandlot_core::History::open(state.history(), service.store_code)?;
+    let history = sandlot_core::History::open(state.history(), service.store_code)?
+        .with_output_budget(service.history_output_mb * 1024 * 1024);
     let config = service.apply(sandbox.engine_config());
     let engine = sandlot_core::Engine::new(backend, workspaces, config).with_history(history);
     let interrupted = engine.recover().await?;

@@ -19,7 +19,7 @@ use serde_json::Value;
 use tower::ServiceExt;
 
 use super::jsonrpc::{error_response, read_message};
-use crate::mcp::SandlotMcp;
+use crate::mcp::{SandlotMcp, SessionRuns};
 
 type Service = StreamableHttpService<SandlotMcp, LocalSessionManager>;
 
@@ -33,6 +33,8 @@ pub struct McpServices {
     pub stateless_sse: Service,
     pub session_manager: std::sync::Arc<LocalSessionManager>,
     pub max_sessions: usize,
+    /// The sessions' calls in flight, cancelled when their session is deleted.
+    pub session_runs: std::sync::Arc<SessionRuns>,
 }
 
 fn media_types(headers: &HeaderMap) -> Vec<String> {
@@ -73,9 +75,14 @@ pub async fn endpoint(State(services): State<McpServices>, request: Request) -> 
     if parts.method == Method::DELETE {
         // rmcp answers a session's end with 202; the official SDKs' clients (Python, TypeScript) take only 200 or
         // 204 as success and log a failed termination otherwise. Nothing is pending after a DELETE: 200.
+        let session = parts.headers.get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
         let mut response = forward(services.sessions, Request::from_parts(parts, body)).await;
         if response.status() == StatusCode::ACCEPTED {
             *response.status_mut() = StatusCode::OK;
+        }
+        // rmcp ended the session (it knew it): its runs stop now, not when their streams are found closed.
+        if let Some(session) = session.filter(|_| response.status().is_success()) {
+            services.session_runs.end(&session);
         }
         return response;
     }

@@ -90,6 +90,7 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
         stateless_sse: service(false, false, session_manager(session_idle)),
         session_manager: sessions,
         max_sessions,
+        session_runs: handler.session_runs(),
     };
     let streamable = Router::new()
         .route("/mcp", any(mcp_endpoint::endpoint))
@@ -105,6 +106,7 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
     let rest = Router::new()
         .route("/v1/runs", get(runs::list))
         .route("/v1/runs/{run_id}", get(runs::get))
+        .route("/v1/runs/{run_id}/output", get(runs::output))
         .route("/v1/conversations/{conversation_id}", delete(conversations::delete))
         .with_state(state.clone());
     let protected = streamable

@@ -1,5 +1,8 @@
 //! The run history over REST: `GET /v1/runs?conversationId=&limit=` (newest first; `limit` 1–500, default 50)
-//! → `{"runs": [record]}`, and `GET /v1/runs/{runId}` → one record. A record is [`sandlot_core::RunRecord`]
+//! → `{"runs": [record]}`, `GET /v1/runs/{runId}` → one record, and `GET /v1/runs/{runId}/output` → what the run
+//! printed, whole (`{runId, stdout, stderr, stdoutTruncated, stderrTruncated}`, each stream up to
+//! `SANDLOT_MAX_OUTPUT_BYTES`; a tool result shows only a head and a tail); 404 when the run is unknown or its output is
+//! not kept (still running, cancelled, or dropped to keep the history within `SANDLOT_HISTORY_OUTPUT_MB`). A record is [`sandlot_core::RunRecord`]
 //! (camelCase JSON), the same as the MCP resources serve. 400 for a bad parameter, 404 for an unknown run.
 
 use std::collections::HashMap;
@@ -7,7 +10,7 @@ use std::collections::HashMap;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use sandlot_core::{ConversationId, Error, MAX_LISTED_RUNS};
+use sandlot_core::{ConversationId, Error, MAX_LISTED_RUNS, OutputLookup};
 
 use super::rest_error::rest_error;
 use crate::AppState;
@@ -54,6 +57,21 @@ pub async fn get(State(state): State<AppState>, Path(run_id): Path<String>) -> R
     match history.get(&run_id) {
         Ok(Some(run)) => axum::Json(run).into_response(),
         Ok(None) => rest_error(StatusCode::NOT_FOUND, "not_found", &format!("no run {run_id:?} in the history")),
+        Err(error) => internal(&error),
+    }
+}
+
+/// `GET /v1/runs/{runId}/output`.
+pub async fn output(State(state): State<AppState>, Path(run_id): Path<String>) -> Response {
+    let Some(history) = state.engine.history() else { return no_history() };
+    match history.output(&run_id) {
+        Ok(OutputLookup::Kept(output)) => axum::Json(output).into_response(),
+        Ok(OutputLookup::UnknownRun) => {
+            rest_error(StatusCode::NOT_FOUND, "not_found", &format!("no run {run_id:?} in the history"))
+        }
+        Ok(OutputLookup::NotKept) => {
+            rest_error(StatusCode::NOT_FOUND, "not_found", &crate::mcp::output_not_kept(&run_id))
+        }
         Err(error) => internal(&error),
     }
 }

@@ -14,6 +14,7 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use tokio_util::sync::CancellationToken;
 
 use super::live_output::{self, Listeners};
+use super::session_runs::SessionRuns;
 use super::{errors, history, tools};
 use crate::AppState;
 use crate::http::{Caller, RequestSpan};
@@ -45,6 +46,9 @@ pub struct SandlotMcp {
     log_level: Arc<Mutex<Option<LoggingLevel>>>,
     /// Cancelled when the session's client went away (stdin closed, legacy SSE stream closed): its runs stop.
     session_end: CancellationToken,
+    /// The calls in flight of every Streamable HTTP session, shared by all handlers, so `DELETE /mcp` can cancel a
+    /// session's runs.
+    session_runs: Arc<SessionRuns>,
     /// Counts the session in `sandlot_mcp_sessions_open` until its handler (every clone) is dropped.
     _open: Option<Arc<GaugeGuard>>,
 }
@@ -57,8 +61,14 @@ impl SandlotMcp {
             caller: caller.into(),
             log_level: Arc::default(),
             session_end: CancellationToken::new(),
+            session_runs: Arc::default(),
             _open: None,
         }
+    }
+
+    /// The calls in flight of every Streamable HTTP session served by this handler and its sessions.
+    pub fn session_runs(&self) -> Arc<SessionRuns> {
+        self.session_runs.clone()
     }
 
     /// The same handler, counted as an open session of `transport` (see [`crate::telemetry::TRANSPORTS`]) while it
@@ -69,7 +79,7 @@ impl SandlotMcp {
 
     /// A handler for a new session: the same server, no logging level yet.
     pub fn for_session(&self) -> Self {
-        Self::new(self.state.clone(), self.caller.clone())
+        Self { session_runs: self.session_runs.clone(), ..Self::new(self.state.clone(), self.caller.clone()) }
     }
 
     /// The same handler, whose runs are cancelled when `session_end` is.
@@ -107,12 +117,16 @@ impl SandlotMcp {
         let listeners = Listeners { progress: context.meta.get_progress_token(), log_level: self.log_level() };
         // The run is killed, and ends as cancelled, on `notifications/cancelled` or a stateless HTTP request
         // dropped (rmcp cancels `context.ct`), or when the session's client goes away (`session_end`).
+        // Over Streamable HTTP, also when the session is ended with `DELETE /mcp` (see `SessionRuns`).
         let cancel = self.session_end.child_token();
         let _stop_linking = cancel.clone().drop_guard();
+        let session_call = session_id(&context).map(|id| self.session_runs.enter(id));
+        let session_ended = session_call.as_ref().map_or_else(CancellationToken::new, |call| call.ended());
         let (request_ct, linked) = (context.ct.clone(), cancel.clone());
         tokio::spawn(async move {
             tokio::select! {
                 () = request_ct.cancelled() => linked.cancel(),
+                () = session_ended.cancelled() => linked.cancel(),
                 () = linked.cancelled() => {}
             }
         });
@@ -136,6 +150,15 @@ impl SandlotMcp {
         );
         result.map(CallToolResponse::Complete)
     }
+}
+
+/// The `Mcp-Session-Id` of the HTTP request that carried this call, if any.
+fn session_id(context: &RequestContext<RoleServer>) -> Option<&str> {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.headers.get("mcp-session-id"))
+        .and_then(|value| value.to_str().ok())
 }
 
 impl ServerHandler for SandlotMcp {

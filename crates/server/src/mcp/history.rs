@@ -1,10 +1,12 @@
-//! The run history as MCP resources: `sandlot://runs/{runId}` (one run's record) and
-//! `sandlot://conversations/{conversationId}/runs` (a conversation's newest runs), announced as resource templates.
-//! `resources/list` lists the newest runs. Contents are JSON, the same records `GET /v1/runs` serves.
+//! The run history as MCP resources: `sandlot://runs/{runId}` (one run's record),
+//! `sandlot://runs/{runId}/output` (what it printed, whole: each stream up to `SANDLOT_MAX_OUTPUT_BYTES`, where a
+//! tool result shows only a head and a tail) and `sandlot://conversations/{conversationId}/runs` (a conversation's
+//! newest runs), announced as resource templates. `resources/list` lists the newest runs. Contents are JSON, the
+//! same as `GET /v1/runs`, `GET /v1/runs/{runId}` and `GET /v1/runs/{runId}/output` serve.
 
 use rmcp::ErrorData as McpError;
 use rmcp::model::{ListResourcesResult, ReadResourceResult, Resource, ResourceContents, ResourceTemplate};
-use sandlot_core::{ConversationId, History, RunRecord};
+use sandlot_core::{ConversationId, History, OutputLookup, RunRecord};
 use serde_json::json;
 
 use super::errors;
@@ -13,12 +15,28 @@ use crate::AppState;
 const RUN_PREFIX: &str = "sandlot://runs/";
 const CONVERSATION_PREFIX: &str = "sandlot://conversations/";
 const CONVERSATION_SUFFIX: &str = "/runs";
+const OUTPUT_SUFFIX: &str = "/output";
 /// Runs in `resources/list` and in a conversation's resource.
 const LISTED_RUNS: usize = 50;
 
-/// The two templates.
+/// Why a known run's output cannot be read.
+pub fn not_kept(run_id: &str) -> String {
+    format!(
+        "the output of run {run_id:?} is not kept: the run is still going or was cancelled, or its output was \
+         dropped to keep the history within SANDLOT_HISTORY_OUTPUT_MB"
+    )
+}
+
+/// The three templates.
 pub fn templates() -> Vec<ResourceTemplate> {
     vec![
+        ResourceTemplate::new("sandlot://runs/{runId}/output", "run-output")
+            .with_title("A run's whole output")
+            .with_description(
+                "{runId, stdout, stderr, stdoutTruncated, stderrTruncated}: everything the run printed that sandlot \
+                 kept, where a tool result holds only a head and a tail",
+            )
+            .with_mime_type("application/json"),
         ResourceTemplate::new("sandlot://runs/{runId}", "run")
             .with_title("A run")
             .with_description("One run from the history: who ran what, when, how it ended")
@@ -52,7 +70,13 @@ pub fn list(state: &AppState) -> Result<ListResourcesResult, McpError> {
 /// Reads `sandlot://runs/{id}` or `sandlot://conversations/{id}/runs`.
 pub fn read(state: &AppState, uri: &str) -> Result<ReadResourceResult, McpError> {
     let not_found = |what: String| McpError::resource_not_found(what, Some(json!({ "uri": uri })));
-    let body = if let Some(run_id) = uri.strip_prefix(RUN_PREFIX) {
+    let body = if let Some(run_id) = uri.strip_prefix(RUN_PREFIX).and_then(|rest| rest.strip_suffix(OUTPUT_SUFFIX)) {
+        match history(state)?.output(run_id).map_err(|e| errors::from_engine(&e))? {
+            OutputLookup::Kept(output) => json!(output),
+            OutputLookup::UnknownRun => return Err(not_found(format!("no run {run_id:?} in the history"))),
+            OutputLookup::NotKept => return Err(not_found(not_kept(run_id))),
+        }
+    } else if let Some(run_id) = uri.strip_prefix(RUN_PREFIX) {
         let record: RunRecord = history(state)?
             .get(run_id)
             .map_err(|e| errors::from_engine(&e))?
@@ -64,7 +88,7 @@ pub fn read(state: &AppState, uri: &str) -> Result<ReadResourceResult, McpError>
         json!({ "conversationId": conversation.as_str(), "runs": runs })
     } else {
         return Err(not_found(format!(
-            "unknown resource {uri:?}; expected sandlot://runs/{{runId}} or sandlot://conversations/{{conversationId}}/runs"
+            "unknown resource {uri:?}; expected sandlot://runs/{{runId}}, sandlot://runs/{{runId}}/output or sandlot://conversations/{{conversationId}}/runs"
         )));
     };
     let text = serde_json::to_string_pretty(&body).unwrap_or_default();

@@ -5,9 +5,12 @@ mod errors;
 mod handler;
 mod history;
 mod live_output;
+mod session_runs;
 mod stdio;
 mod tools;
 
 pub use handler::SandlotMcp;
+pub use history::not_kept as output_not_kept;
+pub use session_runs::SessionRuns;
 pub use stdio::serve_stdio;
 pub use tools::ToolNames;

@@ -8,6 +8,7 @@
 mod list_runners;
 mod run_code;
 mod run_code_args;
+mod run_result;
 
 use rmcp::ErrorData as McpError;
 use rmcp::model::{CallToolResult, JsonObject, Tool};

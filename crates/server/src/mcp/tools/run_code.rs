@@ -1,7 +1,7 @@
 //! `sandbox.run_code {conversationId, language, code, timeoutSeconds?, env?, stdin?, metadata?}`: runs code in the
 //! conversation's sandbox and returns `{success, output, stdout, stderr, exitCode, timedOut, truncated, durationMs,
-//! files: [{name, url, size}], filesTruncated, runId, outcome}` as structured content and as the same JSON in a
-//! text block. A server too busy to queue the run answers at once with `{success: false, busy: true,
+//! files: [{name, url, size}], filesTruncated, runId, outcome}` as structured content, and a text block written
+//! for a model (see `run_result`: outcome, exit code, output within a budget, each byte once). A server too busy to queue the run answers at once with `{success: false, busy: true,
 //! retryAfterSeconds, outcome: "busy", ...}`.
 
 use std::sync::Arc;
@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use rmcp::ErrorData as McpError;
 use rmcp::model::{CallToolResult, JsonObject, Tool, ToolAnnotations};
-use sandlot_core::{Error, Outcome, RunReport, RunRequest, Termination, json_prefix, timeout_from_secs};
+use sandlot_core::{Error, Outcome, RunReport, RunRequest, Termination, timeout_from_secs};
 use serde_json::{Value, json};
 
 use super::list_runners::object;
+use super::run_result;
 use crate::AppState;
 use crate::mcp::errors;
 
@@ -121,37 +122,26 @@ pub fn combined_output(stdout: &str, stderr: &str, diagnostic: Option<&str>) -> 
     output
 }
 
+/// The result: `value` as structured content, and the text a model reads ([`run_result::model_text`]).
 fn result(value: Value, success: bool) -> CallToolResult {
-    let mut result = CallToolResult::structured(value);
+    let mut result = CallToolResult::success(vec![rmcp::model::ContentBlock::text(run_result::model_text(&value))]);
+    result.structured_content = Some(value);
     result.is_error = Some(!success);
     result
 }
 
-/// Bytes of each stream a result holds, as JSON (a control byte takes 6). With the file list's own bound
-/// (`EngineConfig::max_listed_path_bytes`), this bounds a whole result: stdout and stderr are at most 1 MiB each,
-/// `output` (both again) 2 MiB, the files well under 1 MiB, and the text block, the same JSON escaped once more, at
-/// most twice all that: under 14 MiB as sent, whatever the run printed or left in `/data`.
-pub const RESULT_STREAM_BYTES: usize = 1024 * 1024;
-
 fn render(state: &AppState, report: &RunReport) -> CallToolResult {
     let outcome = &report.outcome;
     let config = state.engine.config();
-    let stdout = json_prefix(&outcome.stdout, RESULT_STREAM_BYTES);
-    let stderr = json_prefix(&outcome.stderr, RESULT_STREAM_BYTES);
-    // Whatever was cut is said in `output`, after the termination's own diagnostic.
+    // Output is bounded by the result budget (head and tail; see `run_result`), the whole kept in the history.
+    let budget = config.result_text_bytes;
+    let (stdout, stdout_cut) = run_result::excerpt(&outcome.stdout, budget / 2, &report.run_id);
+    let (stderr, stderr_cut) = run_result::excerpt(&outcome.stderr, budget / 2, &report.run_id);
+    let (output, output_cut) =
+        run_result::excerpt(&combined_output(&outcome.stdout, &outcome.stderr, None), budget, &report.run_id);
     let mut notes: Vec<String> = outcome.termination.diagnostic(report.limits.timeout).into_iter().collect();
-    let streams = [
-        ("stdout", stdout, &outcome.stdout, outcome.stdout_truncated),
-        ("stderr", stderr, &outcome.stderr, outcome.stderr_truncated),
-    ];
-    for (name, kept, printed, capped) in streams {
-        if kept.len() < printed.len() {
-            notes.push(format!(
-                "{name} cut to its first {} bytes: a result holds at most {} KiB of each stream as JSON",
-                kept.len(),
-                RESULT_STREAM_BYTES / 1024
-            ));
-        } else if capped {
+    for (name, capped) in [("stdout", outcome.stdout_truncated), ("stderr", outcome.stderr_truncated)] {
+        if capped {
             notes.push(format!(
                 "{name} cut: the run printed more than the {} bytes kept of each stream",
                 report.limits.max_output_bytes
@@ -166,7 +156,7 @@ fn render(state: &AppState, report: &RunReport) -> CallToolResult {
             config.max_listed_path_bytes / 1024
         ));
     }
-    let cut = stdout.len() < outcome.stdout.len() || stderr.len() < outcome.stderr.len();
+    let cut = stdout_cut || stderr_cut || output_cut;
     let diagnostic = (!notes.is_empty()).then(|| notes.join("\n"));
     let files: Vec<Value> = report
         .files
@@ -178,7 +168,7 @@ fn render(state: &AppState, report: &RunReport) -> CallToolResult {
         .collect();
     let value = json!({
         "success": outcome.success(),
-        "output": combined_output(stdout, stderr, diagnostic.as_deref()),
+        "output": combined_output(&output, "", diagnostic.as_deref()),
         "stdout": stdout,
         "stderr": stderr,
         "exitCode": outcome.exit_code(),

@@ -1,0 +1,88 @@
+//! What a model reads of a run. The text block is written for a model's context window, not for a log store: a
+//! header line with the outcome, exit code and duration, then the output (stdout, then stderr, as `output` is built)
+//! within a budget (`SANDLOT_RESULT_TEXT_BYTES`, default 20 KiB as JSON), its head and tail kept with one line
+//! between them saying how many bytes were cut and where the whole is (`sandlot://runs/{runId}/output`,
+//! `GET /v1/runs/{runId}/output`). No byte of output appears twice in the text.
+//!
+//! `structuredContent` keeps its fields, bounded the same way: `output` is the very text the model reads (after the
+//! header), `stdout` and `stderr` each the head and tail of half the budget. So a result holds at most about three
+//! budgets of output as JSON (60 KiB by default: the text, `output`, and both streams), whatever the run printed.
+
+use sandlot_core::{Excerpt, head_and_tail};
+use serde_json::Value;
+
+/// Where the whole output of `run_id` can be read, for a cut marker.
+fn whole_output_at(run_id: &str) -> String {
+    format!("resources/read sandlot://runs/{run_id}/output or GET /v1/runs/{run_id}/output")
+}
+
+/// The head and tail of `text` within `budget` bytes (as JSON), with a marker line where bytes were cut; whether
+/// anything was cut.
+pub fn excerpt(text: &str, budget: usize, run_id: &str) -> (String, bool) {
+    let Excerpt { head, tail, cut } = head_and_tail(text, budget);
+    if cut == 0 {
+        return (format!("{head}{tail}"), false);
+    }
+    let mut kept = String::with_capacity(head.len() + tail.len() + 160);
+    kept.push_str(head);
+    if !head.is_empty() && !head.ends_with('\n') {
+        kept.push('\n');
+    }
+    kept.push_str(&format!("[... {cut} bytes cut here; the whole output: {} ...]\n", whole_output_at(run_id)));
+    kept.push_str(tail);
+    (kept, true)
+}
+
+/// The text block of a result whose structured content is `value`: its header line, then its `output` (already
+/// bounded), so a model reads each byte once.
+pub fn model_text(value: &Value) -> String {
+    let mut header = Vec::new();
+    if let Some(outcome) = value.get("outcome").and_then(Value::as_str) {
+        header.push(format!("outcome: {outcome}"));
+    }
+    // Exit code and duration only for a run that ran (a refused one has neither).
+    if value.get("runId").is_some() {
+        let field = |name: &str| value.get(name).and_then(Value::as_i64).unwrap_or_default();
+        header.push(format!("exit code {}", field("exitCode")));
+        header.push(format!("{} ms", field("durationMs")));
+    }
+    let output = value.get("output").and_then(Value::as_str).unwrap_or_default();
+    match (header.is_empty(), output.is_empty()) {
+        (true, _) => output.to_owned(),
+        (false, true) => format!("{}\n(no output)", header.join(", ")),
+        (false, false) => format!("{}\n{output}", header.join(", ")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_long_output_keeps_its_head_and_tail_and_says_where_the_rest_is() {
+        let text: String = (0..50_000).map(|i| format!("line {i}\n")).collect();
+        let (kept, cut) = excerpt(&text, 2000, "r1");
+        assert!(cut);
+        assert!(kept.starts_with("line 0\n") && kept.ends_with("line 49999\n"), "{kept}");
+        let marker = kept.lines().find(|l| l.starts_with("[...")).unwrap();
+        let dropped: usize = marker.split(' ').nth(1).unwrap().parse().unwrap();
+        assert_eq!(kept.len() - marker.len() - 1 + dropped, text.len(), "every byte is either shown or counted");
+        assert!(marker.contains("sandlot://runs/r1/output") && marker.contains("GET /v1/runs/r1/output"), "{marker}");
+        assert!(kept.len() < 2200);
+        assert_eq!(excerpt("short\n", 2000, "r1"), ("short\n".to_owned(), false));
+    }
+
+    #[test]
+    fn the_text_block_holds_the_output_once_after_a_header() {
+        let value = json!({ "outcome": "error", "exitCode": 3, "durationMs": 12, "runId": "r", "output": "out\nerr\n",
+                            "stdout": "out\n", "stderr": "err\n" });
+        assert_eq!(model_text(&value), "outcome: error, exit code 3, 12 ms\nout\nerr\n");
+        let silent = json!({ "outcome": "ok", "exitCode": 0, "durationMs": 0, "runId": "r", "output": "" });
+        assert_eq!(model_text(&silent), "outcome: ok, exit code 0, 0 ms\n(no output)");
+        let busy = json!({ "outcome": "busy", "exitCode": -1, "output": "server busy" });
+        assert_eq!(model_text(&busy), "outcome: busy\nserver busy");
+        let no_run = json!({ "success": false, "exitCode": -1, "output": "no runner for language ruby" });
+        assert_eq!(model_text(&no_run), "no runner for language ruby");
+    }
+}
