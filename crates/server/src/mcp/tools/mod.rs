@@ -4,6 +4,7 @@
 
 mod arguments;
 mod list_runners;
+mod result_files;
 mod run_code;
 
 use rmcp::ErrorData as McpError;
