@@ -407,6 +407,10 @@ pub(crate) fn validate_relative_path(path: &str) -> Result<()> {
 /// Visits every regular file under `dir` as (relative path, size) without following symlinks, skipping what it
 /// cannot read and what is nested deeper than `MAX_DEPTH`; the path is `None` when a component is not UTF-8. The
 /// visitor returns false to stop.
+/// What [`walk`] calls for each regular file: its path (None when not UTF-8), size and modification time; false
+/// stops the walk.
+type Visit<'a> = dyn FnMut(Option<&str>, u64, Option<std::time::SystemTime>) -> bool + 'a;
+
 /// A stat's modification time (None before the epoch).
 fn modified(stat: &rustix::fs::Stat) -> Option<std::time::SystemTime> {
     let secs = u64::try_from(stat.st_mtime).ok()?;
@@ -414,12 +418,7 @@ fn modified(stat: &rustix::fs::Stat) -> Option<std::time::SystemTime> {
     std::time::UNIX_EPOCH.checked_add(std::time::Duration::new(secs, nanos))
 }
 
-fn walk(
-    dir: BorrowedFd<'_>,
-    prefix: Option<&str>,
-    depth: usize,
-    visit: &mut dyn FnMut(Option<&str>, u64, Option<std::time::SystemTime>) -> bool,
-) -> std::io::Result<bool> {
+fn walk(dir: BorrowedFd<'_>, prefix: Option<&str>, depth: usize, visit: &mut Visit<'_>) -> std::io::Result<bool> {
     if depth > MAX_DEPTH {
         return Ok(true);
     }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use rmcp::model::{ContentBlock as Content, Resource};
-use sandlot_core::{FileEntry, RunReport};
+use sandlot_core::{FileEntry, RunReport, Workspaces};
 
 use crate::AppState;
 
@@ -50,7 +50,8 @@ pub fn changed_files(report: &RunReport) -> impl Iterator<Item = &FileEntry> {
 /// `resource_link` per file.
 pub fn blocks(state: &AppState, report: &RunReport) -> Vec<Content> {
     let conversation = report.conversation_id.as_str();
-    blocks_with(report, |path| state.files.url(conversation, path), |path| read_image(state, report, path))
+    let workspaces = state.engine.workspaces();
+    blocks_with(report, |path| state.files.url(conversation, path), |path| read_image(workspaces, report, path))
 }
 
 /// [`blocks`] with the URL signer and the file reader given (the seam the unit tests use).
@@ -83,8 +84,8 @@ fn blocks_with(
 
 /// The file's bytes when it is an image within [`MAX_IMAGE_BYTES`] (it may have grown since it was listed), else
 /// None. Only the first 12 bytes are read of a file that is not an image.
-fn read_image(state: &AppState, report: &RunReport, path: &str) -> Option<(&'static str, Vec<u8>)> {
-    let file = state.engine.workspaces().open(&report.conversation_id, path).ok()?;
+fn read_image(workspaces: &Workspaces, report: &RunReport, path: &str) -> Option<(&'static str, Vec<u8>)> {
+    let file = workspaces.open(&report.conversation_id, path).ok()?;
     let mut reader = file.take(MAX_IMAGE_BYTES + 1);
     let mut head = [0u8; 12];
     let mut got = 0;
@@ -188,5 +189,57 @@ mod tests {
         );
         let text = serde_json::to_value(&blocks[6]).unwrap();
         assert_eq!(text["mimeType"], "text/plain");
+    }
+
+    /// The cost of result building for a run that made 1,000 files and 10 PNG images of 100 KiB (docs/benchmarks.md):
+    /// `cargo nextest run -p sandlot-server result_building_cost --run-ignored only --no-capture`.
+    #[test]
+    #[ignore = "a measurement, not a check"]
+    fn result_building_cost() {
+        let tmp = tempfile::tempdir().unwrap();
+        let workspaces = Workspaces::new(tmp.path());
+        let id = sandlot_core::ConversationId::parse("bench").unwrap();
+        let dir = workspaces.prepare(&id).unwrap();
+        let started_at = std::time::SystemTime::now();
+        for i in 0..1000 {
+            std::fs::write(dir.join(format!("data-{i:04}.csv")), "a,b\n1,2\n").unwrap();
+        }
+        let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+        png.resize(100 * 1024, 7);
+        for i in 0..10 {
+            std::fs::write(dir.join(format!("plot-{i}.png")), &png).unwrap();
+        }
+        let mut report = report(&[]);
+        report.conversation_id = id.clone();
+        report.started_at = started_at;
+        report.files = workspaces.list_within(&id, 1000 + 10, usize::MAX).unwrap();
+        let signer = sandlot_core::Signer::new(b"bench-secret");
+        let rounds = 50;
+        let start = std::time::Instant::now();
+        let mut count = 0;
+        for _ in 0..rounds {
+            let blocks = blocks_with(
+                &report,
+                |path| signer.url("http://127.0.0.1:8080", "bench", path, None),
+                |path| read_image(&workspaces, &report, path),
+            );
+            count = blocks.len();
+        }
+        let each = start.elapsed() / rounds;
+        let links_only = std::time::Instant::now();
+        for _ in 0..rounds {
+            blocks_with(&report, |path| signer.url("http://127.0.0.1:8080", "bench", path, None), |_| None);
+        }
+        let links_only = links_only.elapsed() / rounds;
+        let listing = std::time::Instant::now();
+        for _ in 0..rounds {
+            workspaces.list_within(&id, 1010, usize::MAX).unwrap();
+        }
+        eprintln!(
+            "{count} blocks (10 images, 1010 links) in {each:?} per result ({links_only:?} without reading files); \
+             the listing itself: {:?}",
+            listing.elapsed() / rounds
+        );
+        assert_eq!(count, 1020);
     }
 }
