@@ -7,6 +7,8 @@
 # - npm: tsx (the TypeScript runner for Node 20), and `npm ci` in tests/e2e/ts (the TypeScript MCP SDK) and
 #   tests/e2e/browser (playwright-core; no browser download, it drives Debian's chromium);
 # - PyPI: the official MCP SDK for the end-to-end tests, mcp 1.x in .venv-e2e and mcp 2.x in .venv-e2e2;
+# - PyPI: the scientific Python environment the sandboxed Python runs in the plot tests (scripts/python-env.sh, at
+#   $SANDLOT_PYTHON_ENV or /opt/sandlot/python: numpy, pandas, matplotlib);
 # - cargo: cargo-nextest (rustfmt and clippy must come with the toolchain: rustup component add);
 # - starts dockerd when no engine answers (log: /tmp/sandlot-dockerd.log) and builds the runner images
 #   (scripts/build-runners.sh).
@@ -110,6 +112,9 @@ npm_ci() { # npm_ci DIR
 }
 npm_ci tests/e2e/ts
 npm_ci tests/e2e/browser
+
+step "scientific Python environment for the sandbox (scripts/python-env.sh)"
+scripts/python-env.sh >/dev/null
 
 step "Docker engine and runner images (the Docker backend's tests)"
 if ! docker info >/dev/null 2>&1; then

@@ -52,6 +52,8 @@ with_binary() {
     "$@"
 }
 export SANDLOT_BIN="$PWD/target/debug/sandlot"
+# The scientific Python environment (scripts/python-env.sh, which setup.sh runs) the plot tests run Python in.
+export SANDLOT_TEST_PYTHON_ENV="${SANDLOT_PYTHON_ENV:-/opt/sandlot/python}"
 
 check "cargo fmt --all -- --check" cargo fmt --all -- --check
 # scripts/phases-jail.sh measures the sandbox's start-up step by step with this patch: it must keep applying.

@@ -91,6 +91,19 @@ def server(root):
     yield from start_server(root, {})
 
 
+def python_env():
+    """The scientific Python environment of scripts/python-env.sh: $SANDLOT_TEST_PYTHON_ENV, else its default."""
+    env = pathlib.Path(os.environ.get("SANDLOT_TEST_PYTHON_ENV") or "/opt/sandlot/python")
+    assert (env / "bin/python").exists(), f"no Python environment at {env}: run scripts/python-env.sh {env}"
+    return env
+
+
+@pytest.fixture
+def science_server(root):
+    """`sandlot serve` whose Python runner is the scientific environment (numpy, pandas, matplotlib)."""
+    yield from start_server(root, {"SANDLOT_PYTHON": str(python_env() / "bin/python")})
+
+
 @pytest.fixture
 def docker_server(root):
     """`sandlot serve` with the Docker backend (needs dockerd and the runner images, as scripts/test.sh sets up)."""

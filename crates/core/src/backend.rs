@@ -15,6 +15,10 @@ pub struct RunnerInfo {
     pub image: String,
     /// The interpreter's version as it reports it.
     pub version: String,
+    /// Key packages the runner has, name → version (for Python: numpy, pandas, matplotlib when installed), so a
+    /// model does not guess what it can import. Empty when none or not probed.
+    #[serde(default)]
+    pub packages: BTreeMap<String, String>,
 }
 
 /// A validated run, ready for a backend.

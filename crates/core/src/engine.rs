@@ -68,6 +68,9 @@ pub struct RunReport {
     pub outcome: RunOutcome,
     /// Every file in `/data` after the run.
     pub files: FileListing,
+    /// When the run started (just before the backend got it): a listed file modified since was made or changed
+    /// by the run (see `FileEntry::modified`).
+    pub started_at: std::time::SystemTime,
 }
 
 /// Runs requests on a backend; shared by every face.
@@ -249,7 +252,16 @@ impl Engine {
                 drop(entry); // recorded as cancelled
                 let outcome = RunOutcome::empty(Termination::Cancelled, Duration::ZERO);
                 let files = self.list_files(&conversation)?;
-                return Ok(RunReport { run_id, conversation_id: conversation, language, limits, outcome, files });
+                let started_at = std::time::SystemTime::now();
+                return Ok(RunReport {
+                    run_id,
+                    conversation_id: conversation,
+                    language,
+                    limits,
+                    outcome,
+                    files,
+                    started_at,
+                });
             }
         };
         // Held to the end of the run: the conversation cannot be removed meanwhile (see `delete_conversation`).
@@ -266,6 +278,7 @@ impl Engine {
             workspace,
             cancel: request.cancel,
         };
+        let started_at = std::time::SystemTime::now();
         let result = self.backend.run(job, &entry.sink(sink)).await;
         let outcome = match result {
             Ok(outcome) => outcome,
@@ -287,7 +300,7 @@ impl Engine {
             files = files.files.len(),
             "run finished"
         );
-        Ok(RunReport { run_id, conversation_id: conversation, language, limits, outcome, files })
+        Ok(RunReport { run_id, conversation_id: conversation, language, limits, outcome, files, started_at })
     }
 }
 

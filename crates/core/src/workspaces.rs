@@ -24,6 +24,10 @@ pub struct FileEntry {
     /// Path relative to `/data`, with `/` separators.
     pub path: String,
     pub size: u64,
+    /// Last modification, for telling the files a run made or changed (not serialized: a listing's wire form is
+    /// path and size).
+    #[serde(skip)]
+    pub modified: Option<std::time::SystemTime>,
 }
 
 /// The files of a conversation, sorted by path.
@@ -223,7 +227,7 @@ impl Workspaces {
         let Some(root) = self.open_files_dir(id)? else {
             return Ok(listing);
         };
-        walk(root.as_fd(), Some(""), 0, &mut |path, size| {
+        walk(root.as_fd(), Some(""), 0, &mut |path, size, modified| {
             // Not UTF-8, or a control character: cannot be named in a URL (see signer.rs).
             let Some(path) = path.filter(|p| !p.chars().any(char::is_control)) else { return true };
             if listing.files.len() == max_entries || path_bytes.saturating_add(path.len()) > max_path_bytes {
@@ -231,7 +235,7 @@ impl Workspaces {
                 return false;
             }
             path_bytes += path.len();
-            listing.files.push(FileEntry { path: path.to_owned(), size });
+            listing.files.push(FileEntry { path: path.to_owned(), size, modified });
             true
         })
         .map_err(|e| Error::io("list conversation directory", self.files_dir(id), e))?;
@@ -403,12 +407,18 @@ pub(crate) fn validate_relative_path(path: &str) -> Result<()> {
 /// Visits every regular file under `dir` as (relative path, size) without following symlinks, skipping what it
 /// cannot read and what is nested deeper than `MAX_DEPTH`; the path is `None` when a component is not UTF-8. The
 /// visitor returns false to stop.
-fn walk(
-    dir: BorrowedFd<'_>,
-    prefix: Option<&str>,
-    depth: usize,
-    visit: &mut dyn FnMut(Option<&str>, u64) -> bool,
-) -> std::io::Result<bool> {
+/// What [`walk`] calls for each regular file: its path (None when not UTF-8), size and modification time; false
+/// stops the walk.
+type Visit<'a> = dyn FnMut(Option<&str>, u64, Option<std::time::SystemTime>) -> bool + 'a;
+
+/// A stat's modification time (None before the epoch).
+fn modified(stat: &rustix::fs::Stat) -> Option<std::time::SystemTime> {
+    let secs = u64::try_from(stat.st_mtime).ok()?;
+    let nanos = u32::try_from(stat.st_mtime_nsec).ok()?;
+    std::time::UNIX_EPOCH.checked_add(std::time::Duration::new(secs, nanos))
+}
+
+fn walk(dir: BorrowedFd<'_>, prefix: Option<&str>, depth: usize, visit: &mut Visit<'_>) -> std::io::Result<bool> {
     if depth > MAX_DEPTH {
         return Ok(true);
     }
@@ -429,7 +439,7 @@ fn walk(
             Err(e) => return Err(e.into()),
         };
         match FileType::from_raw_mode(stat.st_mode) {
-            FileType::RegularFile if !visit(path.as_deref(), stat.st_size as u64) => return Ok(false),
+            FileType::RegularFile if !visit(path.as_deref(), stat.st_size as u64, modified(&stat)) => return Ok(false),
             FileType::RegularFile => {}
             FileType::Directory => {
                 let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
@@ -471,13 +481,15 @@ mod tests {
         std::fs::write(dir.join("sub/deeper/a name.txt"), "a").unwrap();
         symlink("/etc/passwd", dir.join("leak")).unwrap();
         symlink("/etc", dir.join("etc-dir")).unwrap();
-        let listing = ws.list(&id, 1000).unwrap();
+        let mut listing = ws.list(&id, 1000).unwrap();
+        assert!(listing.files.iter().all(|f| f.modified.is_some()), "{listing:?}");
+        listing.files.iter_mut().for_each(|f| f.modified = None);
         assert_eq!(
             listing,
             FileListing {
                 files: vec![
-                    FileEntry { path: "b.txt".into(), size: 2 },
-                    FileEntry { path: "sub/deeper/a name.txt".into(), size: 1 },
+                    FileEntry { path: "b.txt".into(), size: 2, modified: None },
+                    FileEntry { path: "sub/deeper/a name.txt".into(), size: 1, modified: None },
                 ],
                 truncated: false,
             }

@@ -236,7 +236,12 @@ impl Backend for DockerBackend {
     fn runners(&self) -> Vec<RunnerInfo> {
         self.runners
             .iter()
-            .map(|r| RunnerInfo { language: r.language, image: r.image.clone(), version: r.version.clone() })
+            .map(|r| RunnerInfo {
+                language: r.language,
+                image: r.image.clone(),
+                version: r.version.clone(),
+                packages: Default::default(),
+            })
             .collect()
     }
 

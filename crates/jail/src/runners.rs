@@ -9,6 +9,7 @@
 //! with an environment variable: `SANDLOT_PYTHON`, `SANDLOT_NODE`, `SANDLOT_TYPESCRIPT` (node, tsx, deno or bun),
 //! `SANDLOT_BASH`.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -29,6 +30,30 @@ pub struct HostRunner {
     pub extra_ro_binds: Vec<PathBuf>,
     /// `program --version`'s first line, or empty when not probed.
     pub version: String,
+    /// Key packages installed for it, name → version ([`KEY_PACKAGES`] for Python), or empty when not probed.
+    pub packages: BTreeMap<String, String>,
+}
+
+/// The packages `sandbox_list_runners` reports for Python when the interpreter has them (scripts/python-env.sh
+/// installs all three).
+pub const KEY_PACKAGES: &[&str] = &["numpy", "pandas", "matplotlib"];
+
+/// Asks a Python interpreter, once, which of [`KEY_PACKAGES`] it has. It reads the installed metadata only (no
+/// import: a few milliseconds); `-I` keeps the server's own `PYTHON*` variables and the user site out.
+fn python_packages(program: &Path) -> BTreeMap<String, String> {
+    const PROBE: &str = "import sys, importlib.metadata as m\n\
+        for name in sys.argv[1:]:\n    \
+            try: print(name, m.version(name))\n    \
+            except Exception: pass\n";
+    let Ok(output) = Command::new(program).arg("-I").arg("-c").arg(PROBE).args(KEY_PACKAGES).output() else {
+        return BTreeMap::new();
+    };
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.split_once(' '))
+        .filter(|(name, _)| KEY_PACKAGES.contains(name))
+        .map(|(name, version)| (name.to_owned(), version.trim().to_owned()))
+        .collect()
 }
 
 /// Pinned interpreter paths (from the environment, or flags).
@@ -198,6 +223,7 @@ fn runner(language: Language, program: PathBuf, args: &[&str]) -> HostRunner {
         args: args.iter().map(|a| a.to_string()).collect(),
         extra_ro_binds,
         version: String::new(),
+        packages: BTreeMap::new(),
     }
 }
 
@@ -252,12 +278,16 @@ fn discover_one(language: Language, overrides: &RunnerOverrides) -> Option<HostR
     }
 }
 
-/// Finds the runners for `languages` on this host; with `probe_versions`, asks each for its version.
+/// Finds the runners for `languages` on this host; with `probe_versions`, asks each for its version (and Python
+/// for its [`KEY_PACKAGES`]).
 pub fn discover_runners(languages: &[Language], overrides: &RunnerOverrides, probe_versions: bool) -> Vec<HostRunner> {
     let mut runners: Vec<HostRunner> = languages.iter().filter_map(|l| discover_one(*l, overrides)).collect();
     if probe_versions {
         for runner in &mut runners {
             runner.version = first_line(&runner.program, &["--version"]).unwrap_or_default();
+            if runner.language == Language::Python {
+                runner.packages = python_packages(&runner.program);
+            }
         }
     }
     runners
@@ -334,6 +364,7 @@ mod tests {
             args: vec![],
             extra_ro_binds: vec![bind.to_path_buf()],
             version: String::new(),
+            packages: BTreeMap::new(),
         };
         let protected = protected_dirs(Some(&data_root));
         let candidates =
@@ -345,6 +376,21 @@ mod tests {
         assert_eq!(refused[1].0, PathBuf::from("/"));
         assert_eq!(refused[2], (PathBuf::from("/home"), PathBuf::from("/home")));
         assert_eq!(refused.len(), 3);
+    }
+
+    #[test]
+    fn python_reports_its_key_packages() {
+        // The host's bare interpreter has none of them; a venv made by scripts/python-env.sh has all three.
+        let bare = python_packages(Path::new("/usr/bin/python3"));
+        assert!(bare.keys().all(|name| KEY_PACKAGES.contains(&name.as_str())), "{bare:?}");
+        let tmp = tempfile::tempdir().unwrap();
+        let fake = tmp.path().join("python");
+        std::fs::write(&fake, "#!/bin/sh\necho 'numpy 2.2.6'; echo 'other 1.0'; echo 'pandas 2.2.3'\n").unwrap();
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let found = python_packages(&fake);
+        let expected: BTreeMap<String, String> =
+            [("numpy", "2.2.6"), ("pandas", "2.2.3")].iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
+        assert_eq!(found, expected);
     }
 
     #[test]

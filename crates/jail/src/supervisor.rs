@@ -312,6 +312,7 @@ impl Backend for JailBackend {
                 language: r.language,
                 image: r.program.display().to_string(),
                 version: r.version.clone(),
+                packages: r.packages.clone(),
             })
             .collect()
     }

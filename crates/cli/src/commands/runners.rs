@@ -15,6 +15,7 @@ pub fn runners(args: RunnersArgs) -> anyhow::Result<ExitCode> {
                     "language": r.language,
                     "image": r.program.display().to_string(),
                     "version": r.version,
+                    "packages": r.packages,
                     "args": r.args,
                     "extraReadOnlyBinds": r.extra_ro_binds,
                 })
@@ -24,7 +25,14 @@ pub fn runners(args: RunnersArgs) -> anyhow::Result<ExitCode> {
     } else {
         for r in &runners {
             let args = if r.args.is_empty() { String::new() } else { format!(" {}", r.args.join(" ")) };
-            println!("{:<11} {:<40} {}", r.language.as_str(), format!("{}{args}", r.program.display()), r.version);
+            let packages: Vec<String> = r.packages.iter().map(|(name, version)| format!("{name} {version}")).collect();
+            let packages = if packages.is_empty() { String::new() } else { format!(" ({})", packages.join(", ")) };
+            println!(
+                "{:<11} {:<40} {}{packages}",
+                r.language.as_str(),
+                format!("{}{args}", r.program.display()),
+                r.version
+            );
         }
     }
     Ok(if runners.is_empty() { ExitCode::from(1) } else { ExitCode::SUCCESS })

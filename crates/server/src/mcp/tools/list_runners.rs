@@ -1,4 +1,4 @@
-//! `sandbox.list_runners {}` → `{languages: [{language, image, version}]}`.
+//! `sandbox.list_runners {}` → `{languages: [{language, image, version, packages}]}`.
 
 use std::sync::Arc;
 
@@ -22,7 +22,12 @@ pub fn definition() -> Tool {
                     "properties": {
                         "language": { "type": "string" },
                         "image": { "type": "string", "description": "Docker image, or the host interpreter's path" },
-                        "version": { "type": "string" }
+                        "version": { "type": "string" },
+                        "packages": {
+                            "type": "object",
+                            "description": "Key packages installed, name to version (Python: numpy, pandas, matplotlib)",
+                            "additionalProperties": { "type": "string" }
+                        }
                     },
                     "required": ["language", "image", "version"]
                 }
@@ -32,7 +37,7 @@ pub fn definition() -> Tool {
     });
     Tool::new(
         NAME,
-        "List the languages sandbox.run_code can run here, with the interpreter or image and its version.",
+        "List the languages sandbox.run_code can run here, with the interpreter or image, its version and key packages.",
         Arc::new(object(input)),
     )
     .with_title("List sandbox runners")
@@ -45,7 +50,7 @@ pub fn call(state: &AppState, _arguments: JsonObject) -> Result<CallToolResult, 
         .engine
         .runners()
         .into_iter()
-        .map(|r| json!({ "language": r.language, "image": r.image, "version": r.version }))
+        .map(|r| json!({ "language": r.language, "image": r.image, "version": r.version, "packages": r.packages }))
         .collect();
     Ok(CallToolResult::structured(json!({ "languages": languages })))
 }

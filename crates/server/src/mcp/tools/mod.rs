@@ -6,6 +6,7 @@
 //! (underscore by default); both forms are always callable.
 
 mod list_runners;
+mod result_files;
 mod run_code;
 mod run_code_args;
 mod run_result;

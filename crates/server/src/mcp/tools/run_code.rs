@@ -180,7 +180,9 @@ fn render(state: &AppState, report: &RunReport) -> CallToolResult {
         "runId": report.run_id,
         "outcome": Outcome::of(&outcome.termination),
     });
-    result(value, outcome.success())
+    let mut result = result(value, outcome.success());
+    result.content.extend(super::result_files::blocks(state, report));
+    result
 }
 
 /// The answer when the queue is full (or the wait was too long): nothing ran; try again after the hint.
