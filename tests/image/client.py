@@ -12,7 +12,6 @@ tests/image/test-image.sh, once per phase.
 Exits non-zero with the failed assertion on any failure."""
 
 import asyncio
-import json
 import sys
 
 import httpx
@@ -57,7 +56,10 @@ async def run(session, language, code, **extra):
     arguments = {"conversationId": CONVERSATION, "language": language, "code": code, **extra}
     result = await session.call_tool("sandbox_run_code", arguments)
     data = result.structuredContent
-    assert json.loads(result.content[0].text) == data, result
+    # The text block is what a model reads: a header line with the outcome and exit code, then the output.
+    text = result.content[0].text
+    assert text.startswith(f"outcome: {data['outcome']}, exit code {data['exitCode']}"), result
+    assert data["output"] in text, result
     return result.isError, data
 
 

@@ -11,21 +11,25 @@ from conftest import call_in_background, sandbox_processes, wait_until
 
 
 def test_sigterm_closes_streams_and_kills_runs_after_the_grace_period(server):
-    connected, ended = threading.Event(), threading.Event()
+    connected, run_started, ended = threading.Event(), threading.Event(), threading.Event()
 
     def listen():
         with httpx.stream("GET", f"{server.base_url}/mcp/events", headers=server.auth, timeout=60) as response:
             connected.set()
-            for _ in response.iter_lines():
-                pass
+            for line in response.iter_lines():
+                if "notifications/sandlot/run_started" in line:
+                    run_started.set()
         ended.set()
 
     threading.Thread(target=listen, daemon=True).start()
     assert connected.wait(10), "the event stream did not open"
     call_in_background(server, {"conversationId": "shutdown", "language": "bash", "code": "sleep 300",
                                  "timeoutSeconds": 600})
+    # This server's own word that the run is going: sandbox processes of this test session may be left over from an
+    # earlier test, still exiting, and would make a process count pass before this run has started.
+    assert run_started.wait(30), "the run did not start"
     wait_until(sandbox_processes, 30)
-    assert sandbox_processes(), "the run did not start"
+    assert sandbox_processes(), "the run has no sandbox process"
 
     started = time.monotonic()
     server.process.send_signal(signal.SIGTERM)
