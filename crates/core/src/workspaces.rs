@@ -479,6 +479,12 @@ fn measure(
     Ok(())
 }
 
+/// Checks the shape of a path an upload names (relative to `/data`, no `..`, empty or `.` segment, no control
+/// character), before anything is signed or written.
+pub fn validate_upload_path(path: &str) -> Result<()> {
+    validate_relative_path(path)
+}
+
 /// Checks the shape of a path relative to a conversation's `/data`.
 pub(crate) fn validate_relative_path(path: &str) -> Result<()> {
     let invalid = |message: &str| Err(Error::InvalidPath { path: path.to_owned(), message: message.to_owned() });

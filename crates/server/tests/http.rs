@@ -543,7 +543,7 @@ async fn out_of_range_timeouts_are_refused_by_name_and_the_server_keeps_serving(
         assert_eq!((status, value["error"]["code"].as_i64()), (StatusCode::BAD_REQUEST, Some(-32700)), "{number}");
     }
     let (status, value) = rpc(&router, r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#).await;
-    assert_eq!((status, value["result"]["tools"].as_array().map(Vec::len)), (StatusCode::OK, Some(2)));
+    assert_eq!((status, value["result"]["tools"].as_array().map(Vec::len)), (StatusCode::OK, Some(3)));
 }
 
 /// Attack: the signature of an expiring URL covered `conversationId/path\nexp`, which is also the message of a
