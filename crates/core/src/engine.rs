@@ -317,7 +317,7 @@ impl Engine {
     /// meanwhile, so it is not removed under the write; a run of it may be going (the claim is shared): it sees the
     /// file whole or not at all, and the quota's watchdog counts it like anything the run writes.
     pub async fn upload_file(&self, conversation: &ConversationId, path: &str, bytes: Vec<u8>) -> Result<FileEntry> {
-        crate::workspaces::validate_relative_path(path)?;
+        crate::workspaces::validate_upload_path(path)?;
         let (_files, claim) = self.claim(conversation).await?;
         let workspaces = self.workspaces.clone();
         let owner = self.backend.storage_owner();

@@ -292,7 +292,7 @@ impl Workspaces {
         quota_bytes: u64,
         max_inodes: u64,
     ) -> Result<FileEntry> {
-        validate_relative_path(path)?;
+        validate_upload_path(path)?;
         let files = self.prepare(id)?;
         let usage =
             directory_usage(&files, max_inodes).map_err(|e| Error::io("measure conversation directory", &files, e))?;
@@ -482,7 +482,14 @@ fn measure(
 /// Checks the shape of a path an upload names (relative to `/data`, no `..`, empty or `.` segment, no control
 /// character), before anything is signed or written.
 pub fn validate_upload_path(path: &str) -> Result<()> {
-    validate_relative_path(path)
+    validate_relative_path(path)?;
+    if path.split('/').any(|segment| segment.len() > 255) {
+        return Err(Error::InvalidPath {
+            path: path.to_owned(),
+            message: "has a segment longer than 255 bytes".into(),
+        });
+    }
+    Ok(())
 }
 
 /// Checks the shape of a path relative to a conversation's `/data`.
@@ -786,7 +793,8 @@ mod tests {
     #[test]
     fn write_refuses_malformed_paths_and_what_exceeds_the_quota() {
         let (_tmp, ws, id, dir) = setup();
-        for path in ["", "/etc/x", "../x", "a/../x", "a//b", "a\0b", "a\nb", "."] {
+        let long = "n".repeat(256);
+        for path in ["", "/etc/x", "../x", "a/../x", "a//b", "a\0b", "a\nb", ".", long.as_str()] {
             let err = ws.write(&id, path, b"x", None, QUOTA, 100).unwrap_err();
             assert!(matches!(err, Error::InvalidPath { .. }), "{path:?}: {err}");
         }

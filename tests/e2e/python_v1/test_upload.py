@@ -3,6 +3,7 @@ with `sandbox_upload_file` is read by the code of the next run (so it is readabl
 uid), and a signed upload URL (PUT) puts a file the code reads too."""
 
 import base64
+import os
 
 import httpx
 import pytest
@@ -50,3 +51,29 @@ def test_a_signed_upload_url_puts_a_file_code_reads(server):
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_uploads_through_symlinks_a_run_planted_write_nothing_outside(server):
+    """ATTACK: a real run plants `/data/link -> /etc`, `/data/dir -> /` and `/data/x -> ../other-conversation/files`;
+    uploads to `link/passwd`, `dir/tmp/evil` and `x/f` are refused, and the host and the other conversation are
+    unchanged."""
+    async with streamablehttp_client(server.mcp_url, headers=server.auth) as (read, write, _):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            other = await session.call_tool("sandbox_run_code", {"conversationId": "other-conversation", "language": "bash",
+                                                                 "code": "echo mine > /data/secret"})
+            assert other.isError is False, other
+            planted = await session.call_tool("sandbox_run_code", {"conversationId": "planter", "language": "bash", "code":
+                                              "ln -s /etc /data/link && ln -s / /data/dir && "
+                                              "ln -s ../../other-conversation/files /data/x && ls -l /data"})
+            assert planted.isError is False, planted
+            passwd = open("/etc/passwd", "rb").read()
+            for path in ["link/passwd", "dir/tmp/evil", "x/f", "x/secret", "dir/etc/evil"]:
+                up = await session.call_tool("sandbox_upload_file", {"conversationId": "planter", "path": path, "content": "pwned"})
+                assert up.isError is True and "symlink" in up.content[0].text, (path, up)
+    assert open("/etc/passwd", "rb").read() == passwd
+    assert not any(os.path.lexists(p) for p in ["/tmp/evil", "/etc/evil"])
+    other_files = server.root / "other-conversation" / "files"
+    assert sorted(p.name for p in other_files.iterdir()) == ["secret"]
+    assert (other_files / "secret").read_text() == "mine\n"
