@@ -50,6 +50,13 @@ pub trait Backend: Send + Sync {
     /// the code: a program that fails, times out or runs out of memory is a normal [`RunOutcome`].
     async fn run(&self, job: Job, sink: &dyn OutputSink) -> Result<RunOutcome>;
 
+    /// The uid and gid that own a conversation's `/data` on the host while this backend's runs use it (what it
+    /// gives the directory with [`crate::hand_over`]), or `None` when the server cannot change owners (not root).
+    /// Files the server writes there (uploads) are given to it, so runs can read, change and remove them.
+    fn storage_owner(&self) -> Option<(u32, u32)> {
+        None
+    }
+
     /// Kills every run still going, when the process is about to exit without waiting for them. Backends whose
     /// sandboxes die with the process (the native jail: its inits have a parent-death signal) have nothing to do.
     async fn abort_all(&self) {}

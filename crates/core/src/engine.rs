@@ -9,8 +9,8 @@ use crate::history::NewRun;
 use crate::ledger::Ledger;
 use crate::readiness::ReadinessCache;
 use crate::{
-    Backend, ConversationId, Error, FileListing, History, Job, Language, Limits, OutputSink, Readiness, ReadinessCheck,
-    Result, RunEvent, RunOutcome, RunRequest, RunnerInfo, Termination, Workspaces,
+    Backend, ConversationId, Error, FileEntry, FileListing, History, Job, Language, Limits, OutputSink, Readiness,
+    ReadinessCheck, Result, RunEvent, RunOutcome, RunRequest, RunnerInfo, Termination, Workspaces,
 };
 
 /// Largest accepted `metadata` object, serialized, in bytes.
@@ -323,6 +323,29 @@ impl Engine {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// Writes an uploaded file to `path` in the conversation's `/data` ([`Workspaces::write`]: symlink-safe,
+    /// within the conversation's disk quota, owned by the backend's storage uid). The conversation is claimed
+    /// meanwhile, so it is not removed under the write; a run of it may be going (the claim is shared): it sees the
+    /// file whole or not at all, and the quota's watchdog counts it like anything the run writes.
+    pub async fn upload_file(&self, conversation: &ConversationId, path: &str, bytes: Vec<u8>) -> Result<FileEntry> {
+        crate::workspaces::validate_upload_path(path)?;
+        let (_files, claim) = self.claim(conversation).await?;
+        let workspaces = self.workspaces.clone();
+        let owner = self.backend.storage_owner();
+        let limits = self.config.limits.clone();
+        let id = conversation.clone();
+        let path = path.to_owned();
+        let written = tokio::task::spawn_blocking(move || {
+            let written = workspaces.write(&id, &path, &bytes, owner, limits.disk_mb * 1024 * 1024, limits.disk_inodes);
+            drop(claim);
+            written
+        })
+        .await
+        .map_err(|e| Error::io("write file", self.workspaces.root(), std::io::Error::other(e)))??;
+        tracing::info!(conversation = %conversation, path = %written.path, size = written.size, "file uploaded");
+        Ok(written)
     }
 
     /// Removes a conversation: its directory (every file of its `/data`) and its runs in the history. Refused with

@@ -20,6 +20,10 @@ pub enum Error {
     #[error("invalid path {path:?}: {message}")]
     InvalidPath { path: String, message: String },
 
+    /// An upload would take the conversation's `/data` over its disk quota.
+    #[error("{path}: {size} bytes would take /data over its quota ({used} of {quota} bytes used)")]
+    QuotaExceeded { path: String, used: u64, size: u64, quota: u64 },
+
     /// The file does not exist in the conversation (or is not a regular file).
     #[error("file not found: {path}")]
     FileNotFound { path: String },

@@ -47,4 +47,6 @@ pub use retention::{Retention, keep_tidy};
 pub use signer::Signer;
 pub use state_dir::{STATE_DIR_NAME, StateDir};
 pub use stop::{Stop, stop_reason};
-pub use workspaces::{Claim, DiskUsage, FileEntry, FileListing, Workspaces, directory_usage, hand_over};
+pub use workspaces::{
+    Claim, DiskUsage, FileEntry, FileListing, Workspaces, directory_usage, hand_over, validate_upload_path,
+};

@@ -7,6 +7,10 @@
 //! `path\nexp`, so a file with that name made an expired URL valid forever.) The tag holds a NUL byte, and no
 //! accepted conversation id or path holds a control character, so no non-expiring message equals an expiring one.
 //! Signatures are lowercase hex; verification is constant-time.
+//!
+//! Upload URLs (`PUT`) sign [`UPLOAD_TAG`] and then the same fields as an expiring download: they always expire,
+//! and their tag differs from [`EXPIRING_TAG`] (and holds a NUL, which no conversation id does), so a download
+//! signature never authorizes an upload, nor an upload signature a download.
 
 use hmac::{Hmac, Mac};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
@@ -19,6 +23,9 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'
 
 /// The first bytes of the message an expiring URL signs (see the module's doc).
 pub const EXPIRING_TAG: &[u8] = b"sandlot-file-url-v2\0";
+
+/// The first bytes of the message an upload URL signs (see the module's doc).
+pub const UPLOAD_TAG: &[u8] = b"sandlot-upload-url-v1\0";
 
 /// Whether `text` holds a control character (C0, DEL or C1), which no served path or conversation id may hold.
 pub fn has_control(text: &str) -> bool {
@@ -41,6 +48,46 @@ impl Signer {
     /// A signer with this secret.
     pub fn new(secret: impl AsRef<[u8]>) -> Self {
         Self { key: secret.as_ref().to_vec() }
+    }
+
+    /// The MAC of an upload URL: [`UPLOAD_TAG`], then the fields as an expiring download signs them.
+    fn upload_mac(&self, conversation_id: &str, path: &str, expires: u64) -> HmacSha256 {
+        let mut mac = <HmacSha256 as Mac>::new_from_slice(&self.key).unwrap_or_else(|_| unreachable!());
+        mac.update(UPLOAD_TAG);
+        for part in [conversation_id, path] {
+            mac.update(&(part.len() as u64).to_be_bytes());
+            mac.update(part.as_bytes());
+        }
+        mac.update(&expires.to_be_bytes());
+        mac
+    }
+
+    /// The hex signature that lets `PUT` write `conversation_id/path` until `expires`.
+    pub fn sign_upload(&self, conversation_id: &str, path: &str, expires: u64) -> String {
+        hex::encode(self.upload_mac(conversation_id, path, expires).finalize().into_bytes())
+    }
+
+    /// Whether `signature` is a valid upload signature for these values and `now` is not past `expires`.
+    pub fn verify_upload(&self, conversation_id: &str, path: &str, expires: u64, signature: &str, now: u64) -> bool {
+        if now > expires || has_control(conversation_id) || has_control(path) {
+            return false;
+        }
+        let Ok(bytes) = hex::decode(signature) else {
+            return false;
+        };
+        self.upload_mac(conversation_id, path, expires).verify_slice(&bytes).is_ok()
+    }
+
+    /// An upload URL: `{base}/files/{conversation_id}/{path}?exp=..&sig=..&op=put`, for `PUT`.
+    pub fn upload_url(&self, base: &str, conversation_id: &str, path: &str, expires: u64) -> String {
+        let encoded: Vec<String> = path.split('/').map(|s| utf8_percent_encode(s, SEGMENT).to_string()).collect();
+        let sig = self.sign_upload(conversation_id, path, expires);
+        format!(
+            "{}/files/{}/{}?exp={expires}&sig={sig}&op=put",
+            base.trim_end_matches('/'),
+            utf8_percent_encode(conversation_id, SEGMENT),
+            encoded.join("/")
+        )
     }
 
     fn mac(&self, conversation_id: &str, path: &str, expires: Option<u64>) -> HmacSha256 {
@@ -154,6 +201,24 @@ mod tests {
         assert_eq!(
             signer.url("http://h:1/", "c", "my dir/é.txt", Some(5)),
             format!("http://h:1/files/c/my%20dir/%C3%A9.txt?exp=5&sig={sig}")
+        );
+    }
+
+    #[test]
+    fn upload_and_download_signatures_never_stand_for_each_other() {
+        let signer = Signer::new("k");
+        let upload = signer.sign_upload("c", "in.csv", 100);
+        assert!(signer.verify_upload("c", "in.csv", 100, &upload, 100));
+        assert!(!signer.verify_upload("c", "in.csv", 100, &upload, 101), "expired");
+        assert!(!signer.verify_upload("c", "other.csv", 100, &upload, 0), "other path");
+        assert!(!signer.verify("c", "in.csv", Some(100), &upload, 0), "an upload signature as a download");
+        assert!(!signer.verify("c", "in.csv", None, &upload, 0));
+        for download in [signer.sign("c", "in.csv", Some(100)), signer.sign("c", "in.csv", None)] {
+            assert!(!signer.verify_upload("c", "in.csv", 100, &download, 0), "a download signature as an upload");
+        }
+        assert_eq!(
+            signer.upload_url("http://h/", "c", "a b.csv", 100),
+            format!("http://h/files/c/a%20b.csv?exp=100&sig={}&op=put", signer.sign_upload("c", "a b.csv", 100))
         );
     }
 }

@@ -326,13 +326,17 @@ impl Backend for DockerBackend {
         }
     }
 
+    fn storage_owner(&self) -> Option<(u32, u32)> {
+        nix::unistd::geteuid().is_root().then_some((self.config.runner_uid, self.config.runner_gid))
+    }
+
     async fn run(&self, job: Job, sink: &dyn OutputSink) -> sandlot_core::Result<RunOutcome> {
         let runner = self
             .runners
             .iter()
             .find(|r| r.language == job.language)
             .ok_or_else(|| sandlot_core::Error::no_runner(job.language, self.runners.iter().map(|r| r.language)))?;
-        let owner = nix::unistd::geteuid().is_root().then_some((self.config.runner_uid, self.config.runner_gid));
+        let owner = self.storage_owner();
         sandlot_core::hand_over(&job.workspace, owner)
             .map_err(|e| Error::Io { action: format!("hand over {}", job.workspace.display()), source: e })?;
         // `<root>/<id>/files`: the root's mount gives the bind its flags (only root may mount; see nosuid_root.rs).

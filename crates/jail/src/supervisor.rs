@@ -317,6 +317,11 @@ impl Backend for JailBackend {
             .collect()
     }
 
+    fn storage_owner(&self) -> Option<(u32, u32)> {
+        let storage = self.config.sandbox_uids.storage();
+        self.root.then_some((storage, storage))
+    }
+
     async fn run(&self, job: Job, sink: &dyn OutputSink) -> sandlot_core::Result<RunOutcome> {
         tracing::debug!(run_id = job.run_id, "jail run requested");
         let runner = self
@@ -325,8 +330,7 @@ impl Backend for JailBackend {
             .find(|r| r.language == job.language)
             .ok_or_else(|| sandlot_core::Error::no_runner(job.language, self.runners.iter().map(|r| r.language)))?;
         // On disk the conversation belongs to the storage uid; the run sees it as its own leased uid (idmapped).
-        let storage = self.config.sandbox_uids.storage();
-        sandlot_core::hand_over(&job.workspace, self.root.then_some((storage, storage)))
+        sandlot_core::hand_over(&job.workspace, self.storage_owner())
             .map_err(|e| Error::io(format!("hand over {}", job.workspace.display()), e))?;
         let uid = match self.root {
             true => Some(

@@ -9,7 +9,8 @@ const ui = {
   conversation: $("conversation"), newConversation: $("new-conversation"), editor: $("editor"), gutter: $("gutter"),
   run: $("run"), stop: $("stop"), runStatus: $("run-status"), elapsed: $("elapsed"), connection: $("connection"),
   error: $("error"), summary: $("summary"), output: $("output"), files: $("files"), filesNote: $("files-note"),
-  previews: $("previews"), history: $("history"), historyNote: $("history-note"),
+  previews: $("previews"), history: $("history"), historyNote: $("history-note"), uploadFile: $("upload-file"),
+  uploadStatus: $("upload-status"),
 };
 
 const STARTERS = {
@@ -64,6 +65,11 @@ const OUTCOMES = {
   internal: ["Server error", "bad", () => "sandlot hit an internal error; its log has the details."],
 };
 const IMAGE = /\.(png|jpe?g|gif|svg|webp)$/i;
+const CSV = /\.(csv|tsv)$/i;
+const TEXT = /\.(txt|md|json|log|py|js|ts|sh|html|css|xml|ya?ml|toml|ini)$/i;
+const PREVIEW_BYTES = 64 * 1024; // text and CSV previews read at most this much of a file
+const PREVIEW_ROWS = 50;
+const UPLOAD_BYTES = 1024 * 1024; // what one sandbox_upload_file call carries over /mcp (its body limit is 1 MiB)
 
 // Storage: the key lives in sessionStorage (this tab), and in localStorage only when "remember" is ticked.
 
@@ -603,21 +609,103 @@ async function stopRun() {
 // Files of the conversation, as the last run listed them.
 
 function renderFiles(files, truncated) {
-  ui.files.replaceChildren(...files.map((f) => el("li", {},
-    el("a", { href: f.url, download: f.name.split("/").pop() }, f.name),
-    el("span", { className: "size" }, formatBytes(f.size)))));
-  ui.previews.replaceChildren(...files.filter((f) => IMAGE.test(f.name)).map((f) => el("figure", {},
-    preview(f),
-    el("figcaption", {}, f.name))));
+  ui.files.replaceChildren(...files.map((f) => {
+    const item = el("li", {},
+      el("a", { href: f.url, download: f.name.split("/").pop() }, f.name),
+      el("span", { className: "size" }, formatBytes(f.size)));
+    item.dataset.size = f.size; // read back when an upload adds a file to the list
+    return item;
+  }));
+  ui.previews.replaceChildren(...files.filter((f) => IMAGE.test(f.name) || CSV.test(f.name) || TEXT.test(f.name))
+    .map((f) => el("figure", {}, preview(f), el("figcaption", {}, f.name))));
   ui.filesNote.textContent = files.length
     ? `${files.length} file${files.length === 1 ? "" : "s"} in /data${truncated ? " (more not listed)" : ""}.`
     : "No files in /data yet.";
 }
 
 function preview(file) {
+  if (!IMAGE.test(file.name)) return textPreview(file);
   const img = el("img", { src: file.url, alt: `Preview of ${file.name}` });
   img.addEventListener("load", () => img.classList.toggle("small", img.naturalWidth < 96 && img.naturalHeight < 96));
   return img;
+}
+
+// A text file in a <pre>, a CSV (or TSV) file as a table of its first rows; filled in once fetched. Only
+// textContent and DOM nodes, never HTML from the file.
+function textPreview(file) {
+  const box = el("div", { className: "table-wrap" }, el("span", { className: "hint" }, "Loading preview…"));
+  fetch(file.url, { headers: { Range: `bytes=0-${PREVIEW_BYTES - 1}` } })
+    .then((response) => (response.ok ? response.text() : Promise.reject(new Error(response.statusText))))
+    .then((text) => {
+      const cut = file.size > PREVIEW_BYTES;
+      if (CSV.test(file.name)) box.replaceChildren(csvTable(text, file.name.toLowerCase().endsWith(".tsv") ? "\t" : ",", cut));
+      else box.replaceChildren(el("pre", { className: "text-preview" }, text + (cut ? "\n…" : "")));
+    })
+    .catch(() => box.replaceChildren(el("span", { className: "hint" }, "No preview.")));
+  return box;
+}
+
+// Splits CSV text into rows of fields (quoted fields may hold separators, quotes and newlines), at most `limit`
+// rows; a last line cut short by the preview's byte limit is dropped.
+function parseCsv(text, separator, limit, cut) {
+  const rows = [];
+  let row = [], field = "", quoted = false, i = 0;
+  for (; i < text.length && rows.length < limit; i++) {
+    const c = text[i];
+    if (quoted) {
+      if (c === '"' && text[i + 1] === '"') (field += '"'), i++;
+      else if (c === '"') quoted = false;
+      else field += c;
+    } else if (c === '"') quoted = true;
+    else if (c === separator) row.push(field), (field = "");
+    else if (c === "\n") row.push(field.replace(/\r$/, "")), rows.push(row), (row = []), (field = "");
+    else field += c;
+  }
+  if (rows.length < limit && !cut && (field || row.length)) row.push(field), rows.push(row);
+  return rows;
+}
+
+function csvTable(text, separator, cut) {
+  const rows = parseCsv(text, separator, PREVIEW_ROWS + 1, cut);
+  const [head = [], ...body] = rows;
+  const table = el("table", { className: "csv-preview" },
+    el("thead", {}, el("tr", {}, ...head.map((name) => el("th", { scope: "col" }, name)))),
+    el("tbody", {}, ...body.slice(0, PREVIEW_ROWS).map((row) => el("tr", {}, ...row.map((v) => el("td", {}, v))))));
+  const more = body.length > PREVIEW_ROWS || cut;
+  return more ? el("div", {}, table, el("p", { className: "hint" }, `First ${Math.min(body.length, PREVIEW_ROWS)} rows.`)) : table;
+}
+
+// Uploads the chosen file into the conversation's /data with sandbox_upload_file (base64), then lists it.
+async function uploadFile() {
+  const file = ui.uploadFile.files[0];
+  if (!file || !haveKey() || !ui.conversation.reportValidity()) return;
+  if (file.size > UPLOAD_BYTES * 0.7) {
+    ui.uploadStatus.textContent = `${file.name} is ${formatBytes(file.size)}; the playground uploads files up to ${formatBytes(UPLOAD_BYTES * 0.7)}.`;
+    return;
+  }
+  ui.uploadStatus.textContent = `Uploading ${file.name}…`;
+  try {
+    const bytes = new Uint8Array(await file.arrayBuffer());
+    let binary = "";
+    for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+    const conversation = ui.conversation.value;
+    const result = await request("tools/call", {
+      name: "sandbox_upload_file", arguments: { conversationId: conversation, path: file.name, contentBase64: btoa(binary) },
+    });
+    if (result.isError) throw new Error(result.content?.[0]?.text || "the upload was refused");
+    const up = result.structuredContent;
+    ui.uploadStatus.textContent = `Uploaded ${up.path} (${formatBytes(up.size)}) to /data.`;
+    const listed = [...ui.files.querySelectorAll("li")].map((li) => ({
+      name: li.querySelector("a").textContent, url: li.querySelector("a").href, size: Number(li.dataset.size),
+    })).filter((f) => f.name !== up.path);
+    if (conversation === ui.conversation.value) {
+      renderFiles([...listed, { name: up.path, url: up.url, size: up.size }].sort((a, b) => a.name.localeCompare(b.name)));
+    }
+  } catch (error) {
+    ui.uploadStatus.textContent = `The upload failed. ${describe(error)}`;
+  } finally {
+    ui.uploadFile.value = "";
+  }
 }
 
 // History: the conversation's runs, newest first; a run can be reopened into the editor.
@@ -706,6 +794,7 @@ function start() {
   ui.editor.addEventListener("input", () => (syncGutter(), saveDraft()));
   ui.editor.addEventListener("scroll", syncGutter);
   ui.run.addEventListener("click", runCode);
+  ui.uploadFile.addEventListener("change", uploadFile);
   ui.stop.addEventListener("click", stopRun);
   document.addEventListener("keydown", (event) => {
     if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {

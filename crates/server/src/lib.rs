@@ -8,4 +8,4 @@ mod state;
 pub mod telemetry;
 
 pub use mcp::ToolNames;
-pub use state::{AppState, FileUrls};
+pub use state::{AppState, FileUrls, unix_now};

@@ -127,6 +127,33 @@ test("the conversation's runs are listed and a run reopens into the editor", asy
   assert.equal(await page.inputValue("#language"), "python");
 });
 
+test("an uploaded CSV is previewed as a table and read by a run", async () => {
+  const rows = ["region,amount", "north,3", 'south,"4"', "<b>east</b>,5"];
+  await page.setInputFiles("#upload-file", { name: "sales.csv", mimeType: "text/csv", buffer: Buffer.from(rows.join("\n") + "\n") });
+  await page.waitForFunction(() => document.querySelector("#upload-status").textContent.startsWith("Uploaded sales.csv"));
+  const table = page.locator('#previews figure:has(figcaption:text-is("sales.csv")) table.csv-preview');
+  await table.waitFor();
+  assert.deepEqual(await table.locator("th").allInnerTexts(), ["region", "amount"]);
+  assert.deepEqual(await table.locator("tbody tr").evaluateAll((trs) => trs.map((tr) => [...tr.cells].map((c) => c.textContent))),
+    [["north", "3"], ["south", "4"], ["<b>east</b>", "5"]]);
+  assert.equal(await page.locator("#previews b").count(), 0, "the file's text is never parsed as HTML");
+  await page.fill("#editor", [
+    "import csv",
+    "rows = list(csv.DictReader(open('sales.csv')))",
+    "print('total', sum(int(r['amount']) for r in rows))",
+    "open('report.txt', 'w').write('rows: %d\\n' % len(rows))",
+  ].join("\n"));
+  await page.click("#run");
+  await page.waitForSelector("#summary:not([hidden])", { timeout: 30_000 });
+  assert.equal(await text("#summary .badge"), "Succeeded");
+  assert.equal(await text("#output .stdout"), "total 12\n");
+  // The run's listing has the upload and the new text file; the text file is previewed in a <pre>.
+  await page.waitForFunction(() => document.querySelector("#previews pre.text-preview")?.textContent === "rows: 3\n");
+  assert.equal(await table.count(), 1);
+  assert.deepEqual(await page.locator("#previews figcaption").allInnerTexts(), ["out.csv", "out.png", "report.txt", "sales.csv"]);
+  await page.screenshot({ path: join(artifacts, "playground-upload.png"), fullPage: true });
+});
+
 test("Tab indents in the editor; Escape, then Tab, moves the focus on", async () => {
   await page.fill("#editor", "");
   await page.focus("#editor");

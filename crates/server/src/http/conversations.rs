@@ -36,3 +36,35 @@ pub async fn delete(State(state): State<AppState>, Path(conversation): Path<Stri
         }
     }
 }
+
+/// `POST /v1/conversations/{conversationId}/uploads {path}` → 200 `{url, method: "PUT", path, expiresAt}`: a signed
+/// URL that lets whoever holds it `PUT` one file at `path` in the conversation's `/data` for
+/// [`super::files::UPLOAD_URL_TTL`] (see `files::upload`). 400 for an invalid id or path.
+pub async fn upload_url(
+    State(state): State<AppState>,
+    Path(conversation): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    let conversation = match ConversationId::parse(&conversation) {
+        Ok(id) => id,
+        Err(error) => return rest_error(StatusCode::BAD_REQUEST, "invalid_argument", &error.to_string()),
+    };
+    #[derive(serde::Deserialize)]
+    struct UploadRequest {
+        path: String,
+    }
+    let request: UploadRequest = match serde_json::from_slice(&body) {
+        Ok(request) => request,
+        Err(error) => {
+            return rest_error(StatusCode::BAD_REQUEST, "invalid_argument", &format!("invalid body: {error}"));
+        }
+    };
+    if let Err(error) = sandlot_core::validate_upload_path(&request.path) {
+        return rest_error(StatusCode::BAD_REQUEST, "invalid_argument", &error.to_string());
+    }
+    let expires = crate::state::unix_now().saturating_add(super::files::UPLOAD_URL_TTL.as_secs());
+    let url =
+        state.files.signer.upload_url(&state.files.public_base_url, conversation.as_str(), &request.path, expires);
+    axum::Json(serde_json::json!({ "url": url, "method": "PUT", "path": request.path, "expiresAt": expires }))
+        .into_response()
+}

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use sandlot_core::{ConversationId, Error};
 
 use crate::AppState;
@@ -125,4 +125,59 @@ pub async fn download(
     // never as a page of this server's origin.
     headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("default-src 'none'; sandbox"));
     response
+}
+
+/// The largest body a signed upload URL takes; the conversation's disk quota may refuse less.
+pub const MAX_UPLOAD_BYTES: usize = 64 * 1024 * 1024;
+
+/// How long a signed upload URL stays valid.
+pub const UPLOAD_URL_TTL: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// `PUT /files/{conversationId}/{path}?exp=&sig=&op=put`: writes the body to the file if the URL's signature is a
+/// valid, unexpired upload signature ([`sandlot_core::Signer::verify_upload`]; a download signature never is).
+/// 201 `{path, size}`; 403 bad or expired signature; 400 a bad path (one through a symlink included); 413 a body
+/// over [`MAX_UPLOAD_BYTES`] or over the conversation's quota. The write is `Engine::upload_file`.
+pub async fn upload(
+    State(state): State<AppState>,
+    Path((conversation_id, path)): Path<(String, String)>,
+    Query(query): Query<HashMap<String, String>>,
+    body: Body,
+) -> Response {
+    let (Some(Ok(expires)), Some(signature), Some("put")) =
+        (query.get("exp").map(|e| e.parse::<u64>()), query.get("sig"), query.get("op").map(String::as_str))
+    else {
+        return refuse(StatusCode::FORBIDDEN, "not an upload URL: exp, sig and op=put are required");
+    };
+    if !state.files.signer.verify_upload(&conversation_id, &path, expires, signature, unix_now()) {
+        return refuse(StatusCode::FORBIDDEN, "invalid or expired signature");
+    }
+    let Ok(id) = ConversationId::parse(&conversation_id) else {
+        return refuse(StatusCode::FORBIDDEN, "invalid conversation id");
+    };
+    let bytes = match axum::body::to_bytes(body, MAX_UPLOAD_BYTES).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            return super::rest_error::rest_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                &format!("an upload is at most {MAX_UPLOAD_BYTES} bytes"),
+            );
+        }
+    };
+    match state.engine.upload_file(&id, &path, bytes.to_vec()).await {
+        Ok(written) => {
+            (StatusCode::CREATED, axum::Json(serde_json::json!({ "path": written.path, "size": written.size })))
+                .into_response()
+        }
+        Err(error @ Error::InvalidPath { .. }) => {
+            super::rest_error::rest_error(StatusCode::BAD_REQUEST, "invalid_argument", &error.to_string())
+        }
+        Err(error @ Error::QuotaExceeded { .. }) => {
+            super::rest_error::rest_error(StatusCode::PAYLOAD_TOO_LARGE, "quota_exceeded", &error.to_string())
+        }
+        Err(error) => {
+            tracing::error!(%error, "file upload failed");
+            refuse(StatusCode::INTERNAL_SERVER_ERROR, "cannot write the file")
+        }
+    }
 }

@@ -108,6 +108,7 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
         .route("/v1/runs/{run_id}", get(runs::get))
         .route("/v1/runs/{run_id}/output", get(runs::output))
         .route("/v1/conversations/{conversation_id}", delete(conversations::delete))
+        .route("/v1/conversations/{conversation_id}/uploads", post(conversations::upload_url))
         .with_state(state.clone());
     let protected = streamable
         .merge(legacy)
@@ -123,7 +124,7 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
         .route("/assets/playground.js", get(playground::js))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ops::readyz))
-        .route("/files/{conversation_id}/{*path}", get(files::download))
+        .route("/files/{conversation_id}/{*path}", get(files::download).put(files::upload))
         .route("/.well-known/{*probe}", any(not_found))
         .fallback(not_found)
         .with_state(state)

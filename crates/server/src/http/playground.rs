@@ -16,10 +16,11 @@ const PLAYGROUND_JS: &str = include_str!("../../assets/playground.js");
 
 /// `GET /`.
 pub async fn index(State(state): State<AppState>) -> Response {
-    // File previews come from PUBLIC_BASE_URL, which may be another origin than the page's.
+    // File previews (images, and text and CSV read with fetch) come from PUBLIC_BASE_URL, which may be another
+    // origin than the page's.
     let files_origin = origin(&state.files.public_base_url);
     let policy = format!(
-        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data: {files_origin}; \
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self' {files_origin}; img-src 'self' data: {files_origin}; \
          base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
     );
     let mut response = asset("text/html; charset=utf-8", INDEX_HTML);

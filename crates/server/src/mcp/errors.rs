@@ -29,6 +29,7 @@ pub fn from_engine(error: &Error) -> McpError {
     match error {
         Error::InvalidArgument { field, .. } => invalid_argument(field, error.to_string()),
         Error::InvalidPath { .. } => invalid_argument("path", error.to_string()),
+        Error::QuotaExceeded { .. } => invalid_argument("content", error.to_string()),
         other => {
             let trace_id = trace_id();
             tracing::error!(trace_id, error = %other, "internal error in a tool call");

@@ -10,6 +10,7 @@ mod result_files;
 mod run_code;
 mod run_code_args;
 mod run_result;
+mod upload_file;
 
 use rmcp::ErrorData as McpError;
 use rmcp::model::{CallToolResult, JsonObject, Tool};
@@ -30,7 +31,7 @@ pub enum ToolNames {
 pub fn catalogue(names: ToolNames) -> &'static [Tool] {
     static CATALOGUES: std::sync::OnceLock<[Vec<Tool>; 2]> = std::sync::OnceLock::new();
     let [underscore, dotted] = CATALOGUES.get_or_init(|| {
-        let dotted = vec![run_code::definition(), list_runners::definition()];
+        let dotted = vec![run_code::definition(), list_runners::definition(), upload_file::definition()];
         let underscore = dotted
             .iter()
             .map(|tool| {
@@ -41,6 +42,10 @@ pub fn catalogue(names: ToolNames) -> &'static [Tool] {
                     .description
                     .as_ref()
                     .map(|d| d.replace(run_code::NAME, &underscore_name(run_code::NAME)).into());
+                tool.description = tool
+                    .description
+                    .as_ref()
+                    .map(|d| d.replace(upload_file::NAME, &underscore_name(upload_file::NAME)).into());
                 tool
             })
             .collect();
@@ -68,6 +73,7 @@ pub fn listed_name(dotted: &str, names: ToolNames) -> String {
 /// The dotted names of the tools named in the server's instructions.
 pub const RUN_CODE: &str = run_code::NAME;
 pub const LIST_RUNNERS: &str = list_runners::NAME;
+pub const UPLOAD_FILE: &str = upload_file::NAME;
 
 /// `sandbox.run_code` → `sandbox_run_code`.
 fn underscore_name(name: &str) -> String {
@@ -76,7 +82,10 @@ fn underscore_name(name: &str) -> String {
 
 /// The dotted name of a tool called by either spelling.
 fn canonical_name(name: &str) -> &str {
-    [run_code::NAME, list_runners::NAME].into_iter().find(|tool| underscore_name(tool) == name).unwrap_or(name)
+    [run_code::NAME, list_runners::NAME, upload_file::NAME]
+        .into_iter()
+        .find(|tool| underscore_name(tool) == name)
+        .unwrap_or(name)
 }
 
 /// Runs the tool called `name` (either spelling) for `caller` (recorded in the run history).
@@ -92,6 +101,7 @@ pub async fn call(
     match canonical_name(name) {
         run_code::NAME => run_code::call(state, arguments, caller, sink, cancel).await,
         list_runners::NAME => list_runners::call(state, arguments),
+        upload_file::NAME => upload_file::call(state, arguments).await,
         _ => {
             let available: Vec<&str> = catalogue(state.tool_names).iter().map(|t| t.name.as_ref()).collect();
             Err(McpError::invalid_params(
