@@ -30,7 +30,7 @@ WRITE_FILES = MAKE_PNG + '''
 import os
 os.makedirs("plots", exist_ok=True)
 open("plots/tiny plot.png", "wb").write(make_png())
-open("notes.txt", "w").write("héllo from the sandbox\\n")
+open("notes.txt", "w", encoding="utf-8").write("héllo from the sandbox\\n")
 print("ok")
 '''
 namespace = {}
