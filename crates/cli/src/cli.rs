@@ -197,6 +197,10 @@ pub struct ServiceArgs {
     /// (sandbox.run_code, the original spec's); the other form stays callable.
     #[arg(long, env = "SANDLOT_TOOL_NAMES", value_enum, default_value_t = ToolNamesArg::Underscore)]
     pub tool_names: ToolNamesArg,
+    /// Bytes one `resources/read` of a file in /data returns at most; a larger file is refused with a signed URL
+    /// that downloads it whole.
+    #[arg(long, env = "SANDLOT_RESOURCE_READ_BYTES", default_value_t = sandlot_server::DEFAULT_RESOURCE_READ_BYTES, value_parser = clap::value_parser!(u64).range(1024..=64 * 1024 * 1024))]
+    pub resource_read_bytes: u64,
 }
 
 /// `--tool-names`.

@@ -7,5 +7,5 @@ pub mod mcp;
 mod state;
 pub mod telemetry;
 
-pub use mcp::ToolNames;
+pub use mcp::{DEFAULT_RESOURCE_READ_BYTES, ToolNames};
 pub use state::{AppState, FileUrls, unix_now};

@@ -37,4 +37,6 @@ pub struct AppState {
     pub shutdown: tokio_util::sync::CancellationToken,
     /// Which name of each tool `tools/list` shows (`SANDLOT_TOOL_NAMES`).
     pub tool_names: crate::mcp::ToolNames,
+    /// The most bytes one `resources/read` of a file returns (`SANDLOT_RESOURCE_READ_BYTES`).
+    pub resource_read_bytes: u64,
 }

@@ -128,6 +128,7 @@ async def test_runs_are_mcp_resources_and_code_is_kept_when_asked(server_storing
             await session.initialize()
             templates = await session.list_resource_templates()
             assert sorted(t.uriTemplate for t in templates.resourceTemplates) == [
+                "sandlot://conversations/{conversationId}/files/{path}",
                 "sandlot://conversations/{conversationId}/runs", "sandlot://runs/{runId}",
                 "sandlot://runs/{runId}/output"]
             result = await session.call_tool(

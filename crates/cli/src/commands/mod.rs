@@ -142,6 +142,7 @@ pub async fn app_state(
         },
         shutdown: Default::default(),
         tool_names: service.tool_names.into(),
+        resource_read_bytes: service.resource_read_bytes,
     };
     tokio::spawn(sandlot_core::keep_tidy(app.engine.clone(), service.retention(), app.shutdown.clone()));
     Ok(app)

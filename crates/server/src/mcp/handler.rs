@@ -1,5 +1,5 @@
 //! The rmcp handler: server info and instructions, `tools/list` and `tools/call` (with live output), the run
-//! history as resources, and `logging/setLevel`.
+//! history and conversations' files as resources, and `logging/setLevel`.
 #![allow(deprecated)] // MCP logging is deprecated by SEP-2577, but clients of earlier protocol versions use it
 
 use std::sync::{Arc, Mutex};
@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::live_output::{self, Listeners};
 use super::session_runs::SessionRuns;
-use super::{errors, history, tools};
+use super::{errors, file_resources, history, tools};
 use crate::AppState;
 use crate::http::{Caller, RequestSpan};
 use crate::telemetry::GaugeGuard;
@@ -210,10 +210,20 @@ impl ServerHandler for SandlotMcp {
 
     async fn list_resources(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        history::list(&self.state)
+        // The newest runs on the first page, then the files of the newest conversations, a page at a time.
+        let cursor = request.and_then(|r| r.cursor);
+        let (files, next) = file_resources::list(&self.state, cursor.as_deref())?;
+        let mut result = match cursor {
+            None if self.state.engine.history().is_some() => history::list(&self.state)?,
+            None => ListResourcesResult::with_all_items(Vec::new()),
+            Some(_) => ListResourcesResult::with_all_items(Vec::new()),
+        };
+        result.resources.extend(files);
+        result.next_cursor = next;
+        Ok(result)
     }
 
     async fn list_resource_templates(
@@ -221,7 +231,9 @@ impl ServerHandler for SandlotMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
-        Ok(ListResourceTemplatesResult::with_all_items(history::templates()))
+        let mut templates = history::templates();
+        templates.push(file_resources::template());
+        Ok(ListResourceTemplatesResult::with_all_items(templates))
     }
 
     async fn read_resource(
@@ -229,6 +241,11 @@ impl ServerHandler for SandlotMcp {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
+        if let Some((conversation, path)) = file_resources::parse(&request.uri) {
+            return file_resources::read(&self.state, &request.uri, conversation, path)
+                .await
+                .map(ReadResourceResponse::Complete);
+        }
         history::read(&self.state, &request.uri).map(ReadResourceResponse::Complete)
     }
 }

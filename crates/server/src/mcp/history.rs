@@ -88,7 +88,7 @@ pub fn read(state: &AppState, uri: &str) -> Result<ReadResourceResult, McpError>
         json!({ "conversationId": conversation.as_str(), "runs": runs })
     } else {
         return Err(not_found(format!(
-            "unknown resource {uri:?}; expected sandlot://runs/{{runId}}, sandlot://runs/{{runId}}/output or sandlot://conversations/{{conversationId}}/runs"
+            "unknown resource {uri:?}; expected sandlot://runs/{{runId}}, sandlot://runs/{{runId}}/output sandlot://conversations/{{conversationId}}/runs or sandlot://conversations/{{conversationId}}/files/{{path}}"
         )));
     };
     let text = serde_json::to_string_pretty(&body).unwrap_or_default();

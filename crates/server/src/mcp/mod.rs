@@ -2,6 +2,7 @@
 //! JSON-RPC errors, and the stdio transport.
 
 mod errors;
+mod file_resources;
 mod handler;
 mod history;
 mod live_output;
@@ -9,6 +10,7 @@ mod session_runs;
 mod stdio;
 mod tools;
 
+pub use file_resources::DEFAULT_RESOURCE_READ_BYTES;
 pub use handler::SandlotMcp;
 pub use history::not_kept as output_not_kept;
 pub use session_runs::SessionRuns;

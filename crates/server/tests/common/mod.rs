@@ -29,5 +29,14 @@ pub fn state(secret: &str, ttl: Option<std::time::Duration>) -> (tempfile::TempD
     let root = tempfile::tempdir().unwrap();
     let engine = Engine::new(Arc::new(NoRunners), Workspaces::new(root.path()), EngineConfig::default());
     let files = FileUrls { signer: Signer::new(secret), public_base_url: "http://test".into(), ttl };
-    (root, AppState { engine: Arc::new(engine), files, shutdown: Default::default(), tool_names: Default::default() })
+    (
+        root,
+        AppState {
+            engine: Arc::new(engine),
+            files,
+            shutdown: Default::default(),
+            tool_names: Default::default(),
+            resource_read_bytes: sandlot_server::DEFAULT_RESOURCE_READ_BYTES,
+        },
+    )
 }
