@@ -10,6 +10,7 @@ mod result_files;
 mod run_code;
 mod run_code_args;
 mod run_result;
+mod schema;
 mod upload_file;
 
 use rmcp::ErrorData as McpError;

@@ -43,29 +43,10 @@ fn language_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({ "type": "string", "enum": names })
 }
 
-/// The tool's `inputSchema`, derived once from [`RunCodeArgs`] (draft 2020-12, the MCP default), without the
-/// wrapper type's title and doc. An optional argument's type is its plain type, not schemars' `[T, "null"]`: model
-/// APIs that take an OpenAPI subset (Gemini's) refuse type arrays, and the parser reads `null` as absent anyway.
+/// The tool's `inputSchema`, derived once from [`RunCodeArgs`] (see `schema::input_schema_of`).
 pub fn input_schema() -> Arc<JsonObject> {
     static SCHEMA: OnceLock<Arc<JsonObject>> = OnceLock::new();
-    SCHEMA
-        .get_or_init(|| {
-            let mut schema = (*rmcp::handler::server::common::schema_for_type::<RunCodeArgs>()).clone();
-            schema.remove("title");
-            schema.remove("description");
-            if let Some(Value::Object(properties)) = schema.get_mut("properties") {
-                for property in properties.values_mut() {
-                    if let Some(Value::Array(types)) = property.get("type") {
-                        let types: Vec<&Value> = types.iter().filter(|t| t.as_str() != Some("null")).collect();
-                        if let [single] = types.as_slice() {
-                            property["type"] = (*single).clone();
-                        }
-                    }
-                }
-            }
-            Arc::new(schema)
-        })
-        .clone()
+    SCHEMA.get_or_init(|| Arc::new(super::schema::input_schema_of::<RunCodeArgs>())).clone()
 }
 
 /// The fields the schema requires, in its order.

@@ -36,28 +36,10 @@ pub struct UploadFileArgs {
     pub content_base64: Option<String>,
 }
 
-/// The tool's `inputSchema`, derived once from [`UploadFileArgs`], with plain types for the optional arguments
-/// (as `run_code_args::input_schema` explains).
+/// The tool's `inputSchema`, derived once from [`UploadFileArgs`] (see `schema::input_schema_of`).
 pub fn input_schema() -> Arc<JsonObject> {
     static SCHEMA: OnceLock<Arc<JsonObject>> = OnceLock::new();
-    SCHEMA
-        .get_or_init(|| {
-            let mut schema = (*rmcp::handler::server::common::schema_for_type::<UploadFileArgs>()).clone();
-            schema.remove("title");
-            schema.remove("description");
-            if let Some(Value::Object(properties)) = schema.get_mut("properties") {
-                for property in properties.values_mut() {
-                    if let Some(Value::Array(types)) = property.get("type") {
-                        let types: Vec<&Value> = types.iter().filter(|t| t.as_str() != Some("null")).collect();
-                        if let [single] = types.as_slice() {
-                            property["type"] = (*single).clone();
-                        }
-                    }
-                }
-            }
-            Arc::new(schema)
-        })
-        .clone()
+    SCHEMA.get_or_init(|| Arc::new(super::schema::input_schema_of::<UploadFileArgs>())).clone()
 }
 
 pub fn definition() -> Tool {
