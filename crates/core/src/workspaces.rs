@@ -375,7 +375,7 @@ impl Workspaces {
                 _ => Error::io("write file", files.join(path), e),
             });
         }
-        Ok(FileEntry { path: path.to_owned(), size: bytes.len() as u64, modified: Some(std::time::SystemTime::now()) })
+        Ok(FileEntry { path: path.to_owned(), size: bytes.len() as u64, modified: None })
     }
 }
 
