@@ -89,18 +89,11 @@ impl Workspaces {
     pub fn try_claim(&self, id: &ConversationId) -> Result<Option<(PathBuf, Claim)>> {
         let files = self.prepare(id)?;
         let conversation = self.root.join(id.as_str());
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let dir = match rustix::fs::open(&conversation, flags, Mode::empty()) {
-            Ok(dir) => dir,
-            // Removed between `prepare` and here: try again.
-            Err(rustix::io::Errno::NOENT) => return Ok(None),
-            Err(e) => return Err(Error::io("open conversation directory", &conversation, e.into())),
+        let dir = match lock_conversation(&conversation, rustix::fs::FlockOperation::NonBlockingLockShared)? {
+            Locked::Held(dir) => dir,
+            // Removed between `prepare` and here, or being removed: try again.
+            Locked::Missing | Locked::Busy => return Ok(None),
         };
-        match rustix::fs::flock(&dir, rustix::fs::FlockOperation::NonBlockingLockShared) {
-            Ok(()) => {}
-            Err(rustix::io::Errno::WOULDBLOCK) => return Ok(None),
-            Err(e) => return Err(Error::io("lock conversation directory", &conversation, e.into())),
-        }
         // The lock may be on a directory that was removed while this waited for it: it must still be the one at
         // the path.
         let held = rustix::fs::fstat(&dir).map_err(|e| Error::io("stat conversation", &conversation, e.into()))?;
@@ -131,17 +124,11 @@ impl Workspaces {
         unused_since: Option<std::time::SystemTime>,
     ) -> Result<bool> {
         let conversation = self.root.join(id.as_str());
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let dir = match rustix::fs::open(&conversation, flags, Mode::empty()) {
-            Ok(dir) => dir,
-            Err(rustix::io::Errno::NOENT) => return Ok(false),
-            Err(e) => return Err(Error::io("open conversation directory", &conversation, e.into())),
+        let dir = match lock_conversation(&conversation, rustix::fs::FlockOperation::NonBlockingLockExclusive)? {
+            Locked::Held(dir) => dir,
+            Locked::Missing => return Ok(false),
+            Locked::Busy => return Err(Error::ConversationBusy { id: id.to_string() }),
         };
-        match rustix::fs::flock(&dir, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => {}
-            Err(rustix::io::Errno::WOULDBLOCK) => return Err(Error::ConversationBusy { id: id.to_string() }),
-            Err(e) => return Err(Error::io("lock conversation directory", &conversation, e.into())),
-        }
         if let Some(cutoff) = unused_since
             && Self::last_use(&dir).is_none_or(|used| used >= cutoff)
         {
@@ -575,6 +562,33 @@ fn walk(dir: BorrowedFd<'_>, prefix: Option<&str>, depth: usize, visit: &mut Vis
     }
     Ok(true)
 }
+
+/// What [`lock_conversation`] found.
+enum Locked {
+    /// The conversation directory, opened and locked as asked (the lock goes with the descriptor).
+    Held(OwnedFd),
+    /// No such directory.
+    Missing,
+    /// Another holder's lock is in the way.
+    Busy,
+}
+
+/// Opens `<root>/<id>` without following a symlink and takes `lock` on it (shared for a run's claim, exclusive for
+/// a removal), without waiting.
+fn lock_conversation(conversation: &Path, lock: rustix::fs::FlockOperation) -> Result<Locked> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let dir = match rustix::fs::open(conversation, flags, Mode::empty()) {
+        Ok(dir) => dir,
+        Err(rustix::io::Errno::NOENT) => return Ok(Locked::Missing),
+        Err(e) => return Err(Error::io("open conversation directory", conversation, e.into())),
+    };
+    match rustix::fs::flock(&dir, lock) {
+        Ok(()) => Ok(Locked::Held(dir)),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(Locked::Busy),
+        Err(e) => Err(Error::io("lock conversation directory", conversation, e.into())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Read;
