@@ -10,8 +10,6 @@ mod common;
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
-use axum::body::Body;
-use axum::http::{Request, header};
 use base64::Engine as _;
 use http_body_util::BodyExt;
 use sandlot_server::AppState;
@@ -28,18 +26,9 @@ fn router(state: &AppState) -> axum::Router {
 /// One stateless JSON-RPC request: the message answered.
 async fn rpc(router: &axum::Router, method: &str, params: Value) -> Value {
     let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
-    let request = Request::post("/mcp")
-        .header(header::HOST, "localhost")
-        .header(header::AUTHORIZATION, "Bearer tok")
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(header::ACCEPT, "application/json, text/event-stream")
-        .body(Body::from(body.to_string()))
-        .unwrap();
-    let response = router.clone().oneshot(request).await.unwrap();
+    let response = router.clone().oneshot(common::post_mcp(&body.to_string())).await.unwrap();
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    let json = text.lines().rev().find_map(|l| l.strip_prefix("data:")).unwrap_or(&text).trim().to_owned();
-    serde_json::from_str(&json).unwrap()
+    common::jsonrpc_answer(&bytes)
 }
 
 async fn read(router: &axum::Router, uri: &str) -> Value {

@@ -134,18 +134,8 @@ async fn missing_files_and_symlinks_are_404_and_never_leak_a_byte() {
     }
 }
 
-fn post_mcp(body: &str) -> Request<Body> {
-    Request::post("/mcp")
-        .header(header::HOST, "localhost")
-        .header(header::AUTHORIZATION, "Bearer tok")
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(header::ACCEPT, "application/json, text/event-stream")
-        .body(Body::from(body.to_owned()))
-        .unwrap()
-}
-
 async fn rpc(router: &axum::Router, body: &str) -> (StatusCode, serde_json::Value) {
-    let (status, _, bytes) = send(router, post_mcp(body)).await;
+    let (status, _, bytes) = send(router, common::post_mcp(body)).await;
     let value =
         serde_json::from_slice(&bytes).unwrap_or_else(|_| panic!("not JSON: {}", String::from_utf8_lossy(&bytes)));
     (status, value)
@@ -231,7 +221,7 @@ async fn each_bad_argument_gets_32602_naming_its_field() {
         let body = call(arguments);
         // The oversize case is over the 1 MiB body limit as a whole: 413 before any parsing.
         if body.len() > 1024 * 1024 {
-            let (status, _, _) = send(&router, post_mcp(&body)).await;
+            let (status, _, _) = send(&router, common::post_mcp(&body)).await;
             assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
             continue;
         }
@@ -275,7 +265,7 @@ async fn a_language_without_runner_is_a_failed_result_listing_the_available_ones
 #[tokio::test]
 async fn a_foreign_host_is_refused() {
     let (_root, _state, router) = setup(None);
-    let mut request = post_mcp(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+    let mut request = common::post_mcp(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
     request.headers_mut().insert(header::HOST, "evil.example.com".parse().unwrap());
     let (status, _, _) = send(&router, request).await;
     assert_eq!(status, StatusCode::MISDIRECTED_REQUEST);
@@ -284,7 +274,7 @@ async fn a_foreign_host_is_refused() {
 #[tokio::test]
 async fn a_foreign_origin_is_403_and_an_allowed_one_gets_cors() {
     let (_root, _state, router) = setup(None);
-    let mut request = post_mcp(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+    let mut request = common::post_mcp(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
     request.headers_mut().insert(header::ORIGIN, "https://evil.example.com".parse().unwrap());
     assert_eq!(send(&router, request).await.0, StatusCode::FORBIDDEN);
 
@@ -299,7 +289,7 @@ async fn a_foreign_origin_is_403_and_an_allowed_one_gets_cors() {
     assert!(response.status().is_success(), "{}", response.status());
     assert_eq!(response.headers()[header::ACCESS_CONTROL_ALLOW_ORIGIN], "http://localhost:5173");
 
-    let mut request = post_mcp(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+    let mut request = common::post_mcp(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
     request.headers_mut().insert(header::ORIGIN, "http://localhost:5173".parse().unwrap());
     let response = router.clone().oneshot(request).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
@@ -320,7 +310,7 @@ async fn oauth_discovery_probes_get_404_at_once() {
 }
 
 fn initialize(session: Option<&str>) -> Request<Body> {
-    let mut request = post_mcp(
+    let mut request = common::post_mcp(
         r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
     );
     if let Some(session) = session {
@@ -339,7 +329,7 @@ async fn sessions_are_opened_ended_and_capped() {
 
     // A request of the session works; DELETE answers 200 (the official SDKs' clients take 200 or 204 as success
     // and warn on anything else); after it the id is unknown (404).
-    let mut list = post_mcp(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#);
+    let mut list = common::post_mcp(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#);
     list.headers_mut().insert("mcp-session-id", session.parse().unwrap());
     list.headers_mut().insert("mcp-protocol-version", "2025-06-18".parse().unwrap());
     let (status, _, _) = send(&router, list).await;
@@ -351,7 +341,7 @@ async fn sessions_are_opened_ended_and_capped() {
         .body(Body::empty())
         .unwrap();
     assert_eq!(send(&router, delete).await.0, StatusCode::OK);
-    let mut after = post_mcp(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#);
+    let mut after = common::post_mcp(r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#);
     after.headers_mut().insert("mcp-session-id", session.parse().unwrap());
     assert_eq!(send(&router, after).await.0, StatusCode::NOT_FOUND);
 
@@ -369,7 +359,7 @@ async fn an_invalid_protocol_version_header_is_400() {
     let (_root, _state, router) = setup(None);
     let response = router.clone().oneshot(initialize(None)).await.unwrap();
     let session = response.headers()["mcp-session-id"].to_str().unwrap().to_owned();
-    let mut request = post_mcp(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#);
+    let mut request = common::post_mcp(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#);
     request.headers_mut().insert("mcp-session-id", session.parse().unwrap());
     request.headers_mut().insert("mcp-protocol-version", "1999-01-01".parse().unwrap());
     assert_eq!(send(&router, request).await.0, StatusCode::BAD_REQUEST);
@@ -378,7 +368,7 @@ async fn an_invalid_protocol_version_header_is_400() {
 #[tokio::test]
 async fn an_unknown_protocol_version_is_counter_offered() {
     let (_root, _state, router) = setup(None);
-    let request = post_mcp(
+    let request = common::post_mcp(
         r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2031-01-01","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
     );
     let response = router.clone().oneshot(request).await.unwrap();
@@ -421,7 +411,7 @@ async fn byte_ranges_are_served() {
 async fn initialize_with(router: &axum::Router, version: &str) -> (String, serde_json::Value) {
     let body = serde_json::json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": { "protocolVersion": version, "capabilities": {}, "clientInfo": { "name": "t", "version": "0" } } });
-    let response = router.clone().oneshot(post_mcp(&body.to_string())).await.unwrap();
+    let response = router.clone().oneshot(common::post_mcp(&body.to_string())).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK, "{version}");
     let session = response.headers()["mcp-session-id"].to_str().unwrap().to_owned();
     let text = String::from_utf8(response.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
@@ -466,13 +456,13 @@ async fn stateless_replies_follow_accept() {
         ("*/*", "application/json"),
         ("text/event-stream", "text/event-stream"),
     ] {
-        let mut request = post_mcp(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+        let mut request = common::post_mcp(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
         request.headers_mut().insert(header::ACCEPT, accept.parse().unwrap());
         let (status, content_type, body) = send(&router, request).await;
         assert_eq!((status, content_type.as_deref()), (StatusCode::OK, Some(expected)), "{accept}");
         assert!(String::from_utf8_lossy(&body).contains("sandbox_run_code"), "{accept}");
     }
-    let mut request = post_mcp(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+    let mut request = common::post_mcp(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
     request.headers_mut().insert(header::ACCEPT, "text/html".parse().unwrap());
     assert_eq!(send(&router, request).await.0, StatusCode::NOT_ACCEPTABLE);
 }

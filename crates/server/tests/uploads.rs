@@ -29,17 +29,8 @@ async fn send(router: &axum::Router, request: Request<Body>) -> (StatusCode, Vec
 /// Calls a tool over stateless /mcp: the JSON-RPC answer.
 async fn call(router: &axum::Router, name: &str, arguments: Value) -> Value {
     let body = json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": { "name": name, "arguments": arguments } });
-    let request = Request::post("/mcp")
-        .header(header::HOST, "localhost")
-        .header(header::AUTHORIZATION, "Bearer tok")
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(header::ACCEPT, "application/json, text/event-stream")
-        .body(Body::from(body.to_string()))
-        .unwrap();
-    let (_, bytes) = send(router, request).await;
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    let json = text.lines().rev().find_map(|l| l.strip_prefix("data:")).unwrap_or(&text).trim().to_owned();
-    serde_json::from_str(&json).unwrap()
+    let (_, bytes) = send(router, common::post_mcp(&body.to_string())).await;
+    common::jsonrpc_answer(&bytes)
 }
 
 /// The path and query of a URL of the test app (`http://test/...`).

@@ -40,3 +40,22 @@ pub fn state(secret: &str, ttl: Option<std::time::Duration>) -> (tempfile::TempD
         },
     )
 }
+
+/// A stateless `POST /mcp` of `body`, with the test token, Host and both Accept types.
+pub fn post_mcp(body: &str) -> axum::http::Request<axum::body::Body> {
+    use axum::http::header;
+    axum::http::Request::post("/mcp")
+        .header(header::HOST, "localhost")
+        .header(header::AUTHORIZATION, "Bearer tok")
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "application/json, text/event-stream")
+        .body(axum::body::Body::from(body.to_owned()))
+        .unwrap()
+}
+
+/// The JSON-RPC message of a reply body: plain JSON, or the last `data:` line of an SSE reply.
+pub fn jsonrpc_answer(bytes: &[u8]) -> serde_json::Value {
+    let text = String::from_utf8_lossy(bytes).into_owned();
+    let json = text.lines().rev().find_map(|l| l.strip_prefix("data:")).unwrap_or(&text).trim().to_owned();
+    serde_json::from_str(&json).unwrap()
+}
