@@ -5,10 +5,12 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+mod common;
+
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 /// A `sandlot serve` whose stderr goes to a file; stopped with SIGTERM by [`Server::stop`].
@@ -25,18 +27,11 @@ impl Server {
         assert!(nix::unistd::geteuid().is_root(), "these tests start sandboxes and need root");
         let root = tempfile::tempdir().unwrap();
         let log = root.path().join("stderr.log");
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_sandlot"))
-            .arg("serve")
-            .env("SANDBOX_ROOT", root.path().join("data"))
-            .env("MCP_HTTP_ADDR", addr.to_string())
+        let addr = common::free_addr();
+        let child = common::serve_command(&root.path().join("data"), addr, 950_000 + std::process::id() % 40_000)
             .env_remove("MCP_API_TOKEN")
             .env_remove("NO_COLOR")
-            .env("SANDLOT_SANDBOX_UID", (950_000 + std::process::id() % 40_000).to_string())
             .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("start sandlot serve");

@@ -10,12 +10,12 @@ mod common;
 
 use std::io::{BufRead, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use prometheus_parse::{Sample, Scrape, Value};
 
-use common::{dechunk, eventually};
+use common::{dechunk, eventually, free_addr, serve_command};
 
 const TOKEN: &str = "operations-test-token";
 
@@ -27,27 +27,16 @@ struct Server {
     root: tempfile::TempDir,
 }
 
-fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
-}
-
 impl Server {
     fn start(env: &[(&str, &str)]) -> Server {
         assert!(nix::unistd::geteuid().is_root(), "these tests start sandboxes and need root (scripts/test.sh)");
         let root = tempfile::tempdir().unwrap();
         let (addr, metrics) = (free_addr(), free_addr());
-        let child = Command::new(env!("CARGO_BIN_EXE_sandlot"))
-            .arg("serve")
-            .env("SANDBOX_ROOT", root.path())
-            .env("MCP_HTTP_ADDR", addr.to_string())
+        let child = serve_command(root.path(), addr, 960_000 + std::process::id() % 30_000)
             .env("SANDLOT_METRICS_ADDR", metrics.to_string())
             .env("MCP_API_TOKEN", TOKEN)
             .env("SANDLOT_LOG", "warn")
-            .env("SANDLOT_SANDBOX_UID", (960_000 + std::process::id() % 30_000).to_string())
             .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
             .spawn()
             .expect("start sandlot serve");
         let server = Server { child, addr, metrics, root };

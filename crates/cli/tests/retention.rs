@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{dechunk, eventually};
+use common::{dechunk, eventually, free_addr, serve_command};
 
 const TOKEN: &str = "retention-test-token";
 
@@ -32,23 +32,15 @@ impl Server {
     fn start_as(uid: Option<u32>, root: &Path, env: &[(&str, &str)]) -> Server {
         use std::os::unix::process::CommandExt;
         assert!(nix::unistd::geteuid().is_root(), "these tests start sandboxes and need root");
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_sandlot"));
+        let addr = free_addr();
+        let mut command = serve_command(root, addr, 950_000 + std::process::id() % 40_000);
         if let Some(uid) = uid {
             command.uid(uid).gid(uid);
         }
         let child = command
-            .arg("serve")
-            .env("SANDBOX_ROOT", root)
-            .env("MCP_HTTP_ADDR", addr.to_string())
             .env("MCP_API_TOKEN", TOKEN)
             .env("SANDLOT_LOG", "warn")
-            .env("SANDLOT_SANDBOX_UID", (950_000 + std::process::id() % 40_000).to_string())
             .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
             .spawn()
             .expect("start sandlot serve");
         let server = Server { child, addr };

@@ -32,3 +32,24 @@ pub fn eventually(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A free loopback address to serve on.
+pub fn free_addr() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+/// `sandlot serve` on `root` and `addr`, its sandboxes as the 1000 uids from `sandbox_uid` (each test binary takes
+/// its own range, so tests running at once never share one), stdin and stdout closed, stderr the test's.
+pub fn serve_command(root: &std::path::Path, addr: std::net::SocketAddr, sandbox_uid: u32) -> std::process::Command {
+    use std::process::Stdio;
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_sandlot"));
+    command
+        .arg("serve")
+        .env("SANDBOX_ROOT", root)
+        .env("MCP_HTTP_ADDR", addr.to_string())
+        .env("SANDLOT_SANDBOX_UID", sandbox_uid.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    command
+}
