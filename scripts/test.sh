@@ -24,7 +24,14 @@ step() { printf '==> %s\n' "$*"; }
 if ! command -v cargo >/dev/null && [[ -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo" ]]; then
     export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 fi
+# The suite is one pass over a checkout, so cargo's incremental caches only cost disk: with them the target directory
+# is about twice the size (a CI run on a small disk ran out of space with them on).
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+# disk_free: what is left on the disk the target directory is on (a build that runs out of space fails obscurely).
+disk_free() { mkdir -p target && df -h --output=avail target | tail -1 | tr -d ' '; }
+printf '==> disk: %s free for target/ before setup\n' "$(disk_free)"
 scripts/setup.sh || { echo "test.sh: scripts/setup.sh failed: nothing was checked" >&2; exit 1; }
+printf '==> disk: %s free for target/ after setup\n' "$(disk_free)"
 
 results=()   # "PASS|FAIL seconds name", in order
 failed=0
@@ -66,13 +73,16 @@ check "build the sandlot binary (cargo build --bin sandlot)" build_binary
 check "end-to-end: Python MCP SDK 1.x (tests/e2e/python_v1)" with_binary .venv-e2e/bin/python -m pytest -q tests/e2e/python_v1
 check "end-to-end: Python MCP SDK 2.x (tests/e2e/python_v2)" with_binary .venv-e2e2/bin/python -m pytest -q tests/e2e/python_v2
 check "end-to-end: openai-agents' MCP client (tests/e2e/agents)" with_binary .venv-agents/bin/python -m pytest -q tests/e2e/agents
-check "sandlot's container image: both compose files against a real MCP client (tests/image/test-image.sh)" \
-    tests/image/test-image.sh
 check "end-to-end: TypeScript MCP SDK (tests/e2e/ts)" with_binary in_dir tests/e2e/ts node --test
 check "end-to-end: the playground in headless Chromium (screenshots: tests/e2e/browser/artifacts/)" \
     with_binary in_dir tests/e2e/browser node --test
 
+# Last: it makes a second (static musl) build, the suite's biggest use of disk after the first.
+check "sandlot's container image: both compose files against a real MCP client (tests/image/test-image.sh)" \
+    tests/image/test-image.sh
+
 step "summary"
+printf '    disk: %s free for target/ at the end\n' "$(disk_free)"
 printf '    %s\n' "${results[@]}"
 if (( failed > 0 )); then
     step "$failed of ${#results[@]} checks failed"
