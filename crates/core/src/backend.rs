@@ -31,8 +31,10 @@ pub struct Job {
     pub stdin: Vec<u8>,
     pub env: BTreeMap<String, String>,
     pub limits: Limits,
-    /// The host directory mounted read-write at `/data`; it exists.
+    /// The host directory mounted read-write at `layout.conversation_path()`; it exists.
     pub workspace: PathBuf,
+    /// Where the sandbox mounts `workspace`, and whether `/data` is a scratch directory instead.
+    pub layout: crate::Layout,
     /// Cancelled when the caller gives up: the backend kills the sandbox and reports `Termination::Cancelled`.
     pub cancel: tokio_util::sync::CancellationToken,
 }

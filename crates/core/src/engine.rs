@@ -276,6 +276,7 @@ impl Engine {
             env: request.env,
             limits: limits.clone(),
             workspace,
+            layout: request.layout,
             cancel: request.cancel,
         };
         let started_at = std::time::SystemTime::now();

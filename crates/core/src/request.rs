@@ -22,6 +22,8 @@ pub struct RunRequest {
     pub caller: String,
     /// The caller's own JSON object about the run (at most 16 KiB), recorded in the history as given.
     pub metadata: Option<serde_json::Value>,
+    /// Where the run sees the conversation's directory (sandlot's own: at `/data`).
+    pub layout: crate::Layout,
     /// Cancelling it stops the run (its sandbox is killed; the outcome is `Cancelled`).
     pub cancel: tokio_util::sync::CancellationToken,
 }

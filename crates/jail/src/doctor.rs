@@ -188,6 +188,7 @@ async fn probe_run(backend: &JailBackend, language: Language) -> Check {
         env: BTreeMap::new(),
         limits: Limits::default(),
         workspace: dir.clone(),
+        layout: Default::default(),
         cancel: Default::default(),
     };
     let result = backend.run(job, &()).await;

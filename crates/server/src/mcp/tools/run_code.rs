@@ -85,6 +85,7 @@ fn parse(
         metadata: args.metadata.map(Value::Object),
         caller,
         cancel,
+        layout: Default::default(),
     })
 }
 
