@@ -47,6 +47,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         allowed_hosts: AllowedHosts::new(allowed_hosts),
         session_idle: std::time::Duration::from_secs(args.session_idle_secs),
         max_sessions: usize::try_from(args.max_sessions).unwrap_or(usize::MAX),
+        profiles: sandlot_server::mcp::profiles::Profile::ALL.to_vec(),
     };
     let listener = listen(args.addr).with_context(|| format!("cannot listen on {}", args.addr))?;
     let (authenticator, generated) = authenticator;

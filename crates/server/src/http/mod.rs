@@ -48,12 +48,19 @@ pub struct HttpOptions {
     pub session_idle: Duration,
     /// Most Streamable HTTP sessions open at once; an initialize beyond gets 503.
     pub max_sessions: usize,
+    /// The drop-in profiles served under `/p/<name>` beside sandlot's own surface.
+    pub profiles: Vec<crate::mcp::profiles::Profile>,
 }
 
 impl HttpOptions {
     /// Loopback hosts, 30 min idle sessions, at most 1000 of them.
     pub fn new(allowed_hosts: AllowedHosts) -> Self {
-        Self { allowed_hosts, session_idle: Duration::from_secs(30 * 60), max_sessions: 1000 }
+        Self {
+            allowed_hosts,
+            session_idle: Duration::from_secs(30 * 60),
+            max_sessions: 1000,
+            profiles: crate::mcp::profiles::Profile::ALL.to_vec(),
+        }
     }
 }
 
@@ -62,7 +69,7 @@ impl HttpOptions {
 /// OAuth) do not; any other path is 404 without asking for a credential. Every route checks `Host` and
 /// `Origin`; CORS lets browser clients on allowed origins call the MCP endpoints.
 pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Router {
-    let HttpOptions { allowed_hosts, session_idle, max_sessions } = options;
+    let HttpOptions { allowed_hosts, session_idle, max_sessions, profiles } = options;
     let handler = SandlotMcp::new(state.clone(), "anonymous");
     let session_manager = |idle: Duration| {
         let mut manager = LocalSessionManager::default();
@@ -116,8 +123,8 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
         .merge(rest)
         // A route layer: only the routes above need the token; an unknown path falls through to 404 below, with or
         // without a credential, and is never counted as a failed authentication.
-        .route_layer(axum::middleware::from_fn_with_state(token, auth::require_bearer));
-    let router = Router::new()
+        .route_layer(axum::middleware::from_fn_with_state(token.clone(), auth::require_bearer));
+    let mut router = Router::new()
         .merge(protected)
         .route("/", get(playground::index))
         .route("/assets/playground.css", get(playground::css))
@@ -127,7 +134,11 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
         .route("/files/{conversation_id}/{*path}", get(files::download).put(files::upload))
         .route("/.well-known/{*probe}", any(not_found))
         .fallback(not_found)
-        .with_state(state)
+        .with_state(state.clone());
+    for profile in profiles {
+        router = router.nest(&profile.prefix(), profile.router(state.clone(), token.clone()));
+    }
+    let router = router
         .layer(axum::middleware::from_fn_with_state(allowed_hosts.clone(), origin::check))
         .layer(cors(allowed_hosts));
     request_log::around(router)

@@ -6,6 +6,7 @@ mod file_resources;
 mod handler;
 mod history;
 mod live_output;
+pub mod profiles;
 mod session_runs;
 mod stdio;
 mod tools;

@@ -1,0 +1,45 @@
+//! Drop-in profiles: the MCP and REST surfaces of other products, served over sandlot's one engine so that their
+//! clients change only the base URL (docs/profiles.md; the wire surfaces are in `reference/profiles.md`).
+//!
+//! One folder per profile; each has a `router` that serves the product's paths relative to its base. The HTTP app
+//! mounts every enabled profile under `/p/<name>`. Every run still goes through `Engine::run`, so history, limits,
+//! auth and metrics are shared with sandlot's own tools. Where a product is looser than sandlot on safety (symlink
+//! escapes, missing auth), the profile stays as strict as sandlot.
+
+pub mod baponi;
+
+use axum::Router;
+
+use crate::AppState;
+use crate::http::Authenticator;
+
+/// A product whose surface sandlot can serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Profile {
+    /// Baponi: stateless MCP (`sandbox_execute`, `files_download`), REST execute and the Files API.
+    Baponi,
+}
+
+impl Profile {
+    /// Every profile sandlot has.
+    pub const ALL: [Profile; 1] = [Profile::Baponi];
+
+    /// The name in configuration and in the path prefix.
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Baponi => "baponi",
+        }
+    }
+
+    /// Where the profile is mounted beside sandlot's own surface: `/p/<name>`.
+    pub fn prefix(self) -> String {
+        format!("/p/{}", self.name())
+    }
+
+    /// The profile's routes, relative to its base.
+    pub fn router(self, state: AppState, auth: Authenticator) -> Router {
+        match self {
+            Profile::Baponi => baponi::router(state, auth),
+        }
+    }
+}
