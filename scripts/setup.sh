@@ -103,6 +103,9 @@ python_env .venv-e2e2 2.3.0 httpx2
 # .venv-agents: openai-agents (its own mcp 2.x) for tests/e2e/agents, pinned like the SDKs above.
 .venv-agents/bin/python -c "import importlib.metadata as m; assert m.version('openai-agents') == '0.24.0'; import pytest, anyio, httpx" 2>/dev/null \
     || { rm -rf .venv-agents && "$python" -m venv .venv-agents && .venv-agents/bin/pip install --quiet --disable-pip-version-check openai-agents==0.24.0 pytest anyio httpx; }
+# .venv-baponi: the official Baponi SDK for tests/e2e/baponi (the Baponi profile's REST twin), pinned.
+.venv-baponi/bin/python -c "import importlib.metadata as m; assert m.version('baponi') == '0.5.1'; import pytest, httpx" 2>/dev/null \
+    || { rm -rf .venv-baponi && "$python" -m venv .venv-baponi && .venv-baponi/bin/pip install --quiet --disable-pip-version-check baponi==0.5.1 pytest httpx; }
 # npm ci wipes node_modules and installs again; skip it while what it installed is newer than the lock file.
 npm_ci() { # npm_ci DIR
     if [[ ! "$1/node_modules/.package-lock.json" -nt "$1/package-lock.json" ]]; then

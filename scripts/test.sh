@@ -73,6 +73,7 @@ check "build the sandlot binary (cargo build --bin sandlot)" build_binary
 check "end-to-end: Python MCP SDK 1.x (tests/e2e/python_v1)" with_binary .venv-e2e/bin/python -m pytest -q tests/e2e/python_v1
 check "end-to-end: Python MCP SDK 2.x (tests/e2e/python_v2)" with_binary .venv-e2e2/bin/python -m pytest -q tests/e2e/python_v2
 check "end-to-end: openai-agents' MCP client (tests/e2e/agents)" with_binary .venv-agents/bin/python -m pytest -q tests/e2e/agents
+check "end-to-end: the official Baponi SDK on /p/baponi (tests/e2e/baponi)" with_binary .venv-baponi/bin/python -m pytest -q tests/e2e/baponi
 check "end-to-end: TypeScript MCP SDK (tests/e2e/ts)" with_binary in_dir tests/e2e/ts node --test
 check "end-to-end: the playground in headless Chromium (screenshots: tests/e2e/browser/artifacts/)" \
     with_binary in_dir tests/e2e/browser node --test
