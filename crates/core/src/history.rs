@@ -444,6 +444,22 @@ impl History {
             .map_err(|e| database_error(&self.path, "read", e))
     }
 
+    /// The id of the newest run whose id starts with `prefix` (lowercase hex, as run ids are), if any; for faces
+    /// that show shortened run ids (Baponi's trace ids).
+    pub fn find_by_prefix(&self, prefix: &str) -> Result<Option<String>> {
+        if prefix.is_empty() || !prefix.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+            return Ok(None);
+        }
+        self.connection()
+            .query_row(
+                "SELECT id FROM runs WHERE substr(id, 1, ?2) = ?1 ORDER BY queued_at DESC, rowid DESC LIMIT 1",
+                params![prefix, prefix.len() as i64],
+                |row| row.get::<_, String>(0),
+            )
+            .optional()
+            .map_err(|e| database_error(&self.path, "read", e))
+    }
+
     /// The newest `limit` runs (at most [`MAX_LISTED_RUNS`]), of one conversation or of all, newest first.
     pub fn list(&self, conversation: Option<&ConversationId>, limit: usize) -> Result<Vec<RunRecord>> {
         let limit = limit.min(MAX_LISTED_RUNS) as i64;

@@ -48,6 +48,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         session_idle: std::time::Duration::from_secs(args.session_idle_secs),
         max_sessions: usize::try_from(args.max_sessions).unwrap_or(usize::MAX),
         profiles: sandlot_server::mcp::profiles::Profile::ALL.to_vec(),
+        profile_settings: Default::default(),
     };
     let listener = listen(args.addr).with_context(|| format!("cannot listen on {}", args.addr))?;
     let (authenticator, generated) = authenticator;

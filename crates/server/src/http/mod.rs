@@ -54,6 +54,8 @@ pub struct HttpOptions {
     pub max_sessions: usize,
     /// The drop-in profiles served under `/p/<name>` beside sandlot's own surface.
     pub profiles: Vec<crate::mcp::profiles::Profile>,
+    /// What the profiles are configured with (Baponi's volumes).
+    pub profile_settings: crate::mcp::profiles::Settings,
 }
 
 impl HttpOptions {
@@ -64,6 +66,7 @@ impl HttpOptions {
             session_idle: Duration::from_secs(30 * 60),
             max_sessions: 1000,
             profiles: crate::mcp::profiles::Profile::ALL.to_vec(),
+            profile_settings: Default::default(),
         }
     }
 }
@@ -73,7 +76,7 @@ impl HttpOptions {
 /// OAuth) do not; any other path is 404 without asking for a credential. Every route checks `Host` and
 /// `Origin`; CORS lets browser clients on allowed origins call the MCP endpoints.
 pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Router {
-    let HttpOptions { allowed_hosts, session_idle, max_sessions, profiles } = options;
+    let HttpOptions { allowed_hosts, session_idle, max_sessions, profiles, profile_settings } = options;
     let handler = SandlotMcp::new(state.clone(), "anonymous");
     let session_manager = |idle: Duration| {
         let mut manager = LocalSessionManager::default();
@@ -140,7 +143,7 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
         .fallback(not_found)
         .with_state(state.clone());
     for profile in profiles {
-        router = router.nest(&profile.prefix(), profile.router(state.clone(), token.clone()));
+        router = router.nest(&profile.prefix(), profile.router(state.clone(), token.clone(), &profile_settings));
     }
     let router = router
         .layer(axum::middleware::from_fn_with_state(allowed_hosts.clone(), origin::check))

@@ -13,6 +13,13 @@ use axum::Router;
 use crate::AppState;
 use crate::http::Authenticator;
 
+/// What the profiles are configured with, beyond sandlot's own state.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// Baponi's named volumes (`SANDLOT_BAPONI_VOLUMES`).
+    pub baponi_volumes: baponi::Volumes,
+}
+
 /// A product whose surface sandlot can serve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Profile {
@@ -37,9 +44,9 @@ impl Profile {
     }
 
     /// The profile's routes, relative to its base.
-    pub fn router(self, state: AppState, auth: Authenticator) -> Router {
+    pub fn router(self, state: AppState, auth: Authenticator, settings: &Settings) -> Router {
         match self {
-            Profile::Baponi => baponi::router(state, auth),
+            Profile::Baponi => baponi::router(baponi::BaponiState::new(state, settings.baponi_volumes.clone()), auth),
         }
     }
 }

@@ -8,7 +8,8 @@
 //!   (upload signature, symlink-safe write within the conversation's quota).
 //!
 //! `source: "thread"` is the conversation of that id (the directory a Baponi run sees at `/home/baponi`);
-//! `source: "volume"` is 404 (no volume is configured). Errors are Baponi's `{error, message}`: 400
+//! `source: "volume"` is 404 for a volume that is not configured, 400 for one that is (volumes are read through
+//! `files_download`). Errors are Baponi's `{error, message}`: 400
 //! `validation_error` naming the field, 404 `not_found`, 500 `internal_error`.
 
 use axum::body::Bytes;
@@ -19,7 +20,7 @@ use sandlot_core::{ConversationId, Error};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::AppState;
+use super::executions::RestState;
 use crate::http::{MAX_UPLOAD_BYTES, UPLOAD_URL_TTL, rest_error};
 use crate::state::unix_now;
 
@@ -38,12 +39,16 @@ pub(super) fn invalid(message: &str) -> Response {
 }
 
 /// Parses a JSON body; a bad or missing field is a 400 that names it.
-pub(super) fn parse_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Response> {
+pub(super) fn parse_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, Box<Response>> {
     let mut deserializer = serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
         let field = error.path().to_string();
         let inner = error.into_inner();
-        if field == "." { invalid(&format!("invalid body: {inner}")) } else { invalid(&format!("{field}: {inner}")) }
+        Box::new(if field == "." {
+            invalid(&format!("invalid body: {inner}"))
+        } else {
+            invalid(&format!("{field}: {inner}"))
+        })
     })
 }
 
@@ -55,16 +60,20 @@ struct Location {
 }
 
 impl Location {
-    /// The conversation of a thread; a volume (none is configured) is 404; another source is 400.
-    fn conversation(&self) -> Result<ConversationId, Response> {
+    /// The conversation of a thread; a volume is 404 when not configured, 400 when it is (the Files API serves
+    /// threads; `files_download` reads volumes); another source is 400.
+    fn conversation(&self, volumes: &super::Volumes) -> Result<ConversationId, Box<Response>> {
         match self.source.as_str() {
-            "thread" => ConversationId::parse(&self.id).map_err(|error| invalid(&format!("id: {error}"))),
-            "volume" => Err(refuse(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                &format!("no volume {:?}: this server has no volumes configured", self.id),
-            )),
-            other => Err(invalid(&format!("source: must be \"thread\" or \"volume\", not {other:?}"))),
+            "thread" => ConversationId::parse(&self.id).map_err(|error| Box::new(invalid(&format!("id: {error}")))),
+            "volume" if volumes.get(&self.id).is_some() => Err(Box::new(invalid(&format!(
+                "source: volume {:?} is readable through the files_download tool; this Files API serves threads",
+                self.id
+            )))),
+            "volume" => {
+                let message = format!("no volume {:?} is configured", self.id);
+                Err(Box::new(refuse(StatusCode::NOT_FOUND, "not_found", &message)))
+            }
+            other => Err(Box::new(invalid(&format!("source: must be \"thread\" or \"volume\", not {other:?}")))),
         }
     }
 }
@@ -91,14 +100,15 @@ struct ListRequest {
 }
 
 /// `POST /v1/files/list`.
-pub async fn list(State(state): State<AppState>, body: Bytes) -> Response {
+pub async fn list(State(rest): State<RestState>, body: Bytes) -> Response {
+    let state = &rest.baponi.app;
     let request: ListRequest = match parse_body(&body) {
         Ok(request) => request,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
-    let conversation = match request.location.conversation() {
+    let conversation = match request.location.conversation(&rest.baponi.volumes) {
         Ok(conversation) => conversation,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let prefix = request.path.as_deref().unwrap_or("").trim_matches('/').to_owned();
     if !prefix.is_empty()
@@ -146,14 +156,15 @@ struct DownloadRequest {
 }
 
 /// `POST /v1/files/download_url`.
-pub async fn download_url(State(state): State<AppState>, body: Bytes) -> Response {
+pub async fn download_url(State(rest): State<RestState>, body: Bytes) -> Response {
+    let state = &rest.baponi.app;
     let request: DownloadRequest = match parse_body(&body) {
         Ok(request) => request,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
-    let conversation = match request.location.conversation() {
+    let conversation = match request.location.conversation(&rest.baponi.volumes) {
         Ok(conversation) => conversation,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     if let Err(error) = sandlot_core::validate_upload_path(&request.path) {
         return invalid(&format!("path: {error}"));
@@ -189,14 +200,15 @@ struct UploadRequest {
 }
 
 /// `POST /v1/files/upload_url`.
-pub async fn upload_url(State(state): State<AppState>, body: Bytes) -> Response {
+pub async fn upload_url(State(rest): State<RestState>, body: Bytes) -> Response {
+    let state = &rest.baponi.app;
     let request: UploadRequest = match parse_body(&body) {
         Ok(request) => request,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
-    let conversation = match request.location.conversation() {
+    let conversation = match request.location.conversation(&rest.baponi.volumes) {
         Ok(conversation) => conversation,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     if let Err(error) = sandlot_core::validate_upload_path(&request.path) {
         return invalid(&format!("path: {error}"));

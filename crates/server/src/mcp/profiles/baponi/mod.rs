@@ -1,22 +1,70 @@
 //! The Baponi profile (`reference/profiles.md` §1): a thread is a conversation, mounted at `/home/baponi`
 //! ([`sandlot_core::Layout::Home`]) with a scratch working directory at `/data`.
 //!
-//! - `files_api`: the REST Files API (`/v1/files/list`, `download_url`, `upload_url`) over signed `/files` URLs.
+//! - [`execute`]: the execution core both faces share (arguments, validation, the one-run-per-thread rule, trace
+//!   ids).
+//! - [`volumes`]: the named volumes `files_download` reads from (`SANDLOT_BAPONI_VOLUMES`).
+//! - REST (`docs/profiles.md`, "Baponi: REST and Files API"): `rest_execute` (`POST /v1/sandbox/execute`, JSON or
+//!   live NDJSON), `executions` (`/v1/executions/{trace_id}`, its cancel and output replay) and `files_api`
+//!   (`/v1/files/list`, `download_url`, `upload_url` over sandlot's signed `/files` URLs).
 
+pub mod execute;
+mod executions;
 mod files_api;
+mod rest_execute;
+pub mod volumes;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 
 use axum::Router;
-use axum::routing::post;
+use axum::routing::{get, post};
 
 use crate::AppState;
 use crate::http::Authenticator;
+pub use execute::{BaponiLanguage, ExecuteArgs, ExecuteError, execute, parse, run_id_of, trace_id, validate};
+pub use volumes::{Volume, Volumes};
+
+/// What both Baponi faces share: sandlot's state, the threads executing now, and the configured volumes.
+#[derive(Clone)]
+pub struct BaponiState {
+    pub app: AppState,
+    /// Threads with an execution running (one at a time per thread).
+    busy: Arc<Mutex<HashSet<String>>>,
+    pub volumes: Arc<Volumes>,
+}
+
+impl BaponiState {
+    /// The profile's state over `app`, with these volumes.
+    pub fn new(app: AppState, volumes: Volumes) -> Self {
+        Self { app, busy: Arc::default(), volumes: Arc::new(volumes) }
+    }
+
+    /// Marks `thread_id` busy until the claim is dropped; [`ExecuteError::ThreadBusy`] when it already is (by
+    /// this profile, or by a run of sandlot's own tools in the same conversation).
+    fn claim_thread(&self, thread_id: &str) -> Result<execute::ThreadClaim, ExecuteError> {
+        let busy_error = || ExecuteError::ThreadBusy { thread_id: thread_id.to_owned() };
+        if self.app.engine.in_flight().iter().any(|(_, conversation, _)| conversation.as_str() == thread_id) {
+            return Err(busy_error());
+        }
+        if !self.busy.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(thread_id.to_owned()) {
+            return Err(busy_error());
+        }
+        Ok(execute::ThreadClaim { busy: self.busy.clone(), thread_id: thread_id.to_owned() })
+    }
+}
 
 /// Baponi's routes, relative to the profile's base (`<base>/mcp`, `<base>/v1/...`).
-pub fn router(state: AppState, auth: Authenticator) -> Router {
+pub fn router(state: BaponiState, auth: Authenticator) -> Router {
+    let rest = executions::RestState::new(state);
     Router::new()
+        .route("/v1/sandbox/execute", post(rest_execute::execute))
+        .route("/v1/executions/{trace_id}", get(executions::get))
+        .route("/v1/executions/{trace_id}/cancel", post(executions::cancel))
+        .route("/v1/executions/{trace_id}/output", get(executions::output))
         .route("/v1/files/list", post(files_api::list))
         .route("/v1/files/download_url", post(files_api::download_url))
         .route("/v1/files/upload_url", post(files_api::upload_url))
         .route_layer(axum::middleware::from_fn_with_state(auth, crate::http::require_bearer))
-        .with_state(state)
+        .with_state(rest)
 }
