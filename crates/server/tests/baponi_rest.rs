@@ -1,6 +1,7 @@
 //! Baponi's REST twin under `/p/baponi` (`reference/profiles.md` §1.4), raw HTTP through the app: the Files API
-//! (list, signed download and upload URLs that sandlot's `/files` then serves) and its errors. Running code through
-//! `/v1/sandbox/execute` is covered end to end in tests/e2e/baponi (the official SDK against the real binary).
+//! (list, signed download and upload URLs that sandlot's `/files` then serves), `POST /v1/sandbox/execute` (JSON and
+//! NDJSON) and `/v1/executions` (status, cancel, output replay) over a scripted backend with a run history, and
+//! their errors. The official SDK against the real binary is in tests/e2e/baponi.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -165,4 +166,205 @@ async fn attack_a_download_url_for_a_planted_symlink_is_not_given() {
     let (_, body) = send(&router, post("/v1/files/list", &json!({ "source": "thread", "id": "t4" }))).await;
     let paths: Vec<_> = body["files"].as_array().unwrap().iter().map(|f| f["path"].clone()).collect();
     assert_eq!(paths, [json!("ok.txt")], "a symlink is never listed");
+}
+
+/// A backend that "runs" code by a tiny script: `print X` prints X to stdout, `fail` writes to stderr and exits 3,
+/// `sleep` waits (printing `tick`) until cancelled or 20 s, `timeout` times out.
+struct Scripted;
+
+#[async_trait::async_trait]
+impl sandlot_core::Backend for Scripted {
+    fn name(&self) -> &'static str {
+        "scripted"
+    }
+    fn runners(&self) -> Vec<sandlot_core::RunnerInfo> {
+        [sandlot_core::Language::Python, sandlot_core::Language::Bash]
+            .map(|language| sandlot_core::RunnerInfo {
+                language,
+                image: "scripted".into(),
+                version: "1".into(),
+                packages: Default::default(),
+            })
+            .to_vec()
+    }
+    async fn run(
+        &self,
+        job: sandlot_core::Job,
+        sink: &dyn sandlot_core::OutputSink,
+    ) -> sandlot_core::Result<sandlot_core::RunOutcome> {
+        use sandlot_core::{OutputChunk, RunOutcome, Stream, Termination};
+        let mut outcome = RunOutcome::empty(Termination::Exited { code: 0 }, std::time::Duration::from_millis(5));
+        if let Some(text) = job.code.strip_prefix("print ") {
+            outcome.stdout = format!("{text}\n");
+            sink.output(OutputChunk { stream: Stream::Stdout, data: outcome.stdout.clone().into_bytes() });
+        } else if job.code == "fail" {
+            outcome.stderr = "bad".into();
+            sink.output(OutputChunk { stream: Stream::Stderr, data: b"bad".to_vec() });
+            outcome.termination = Termination::Exited { code: 3 };
+        } else if job.code == "timeout" {
+            outcome.termination = Termination::TimedOut;
+        } else if job.code == "sleep" {
+            sink.output(OutputChunk { stream: Stream::Stdout, data: b"tick\n".to_vec() });
+            outcome.stdout = "tick\n".into();
+            tokio::select! {
+                _ = job.cancel.cancelled() => outcome.termination = Termination::Cancelled,
+                _ = tokio::time::sleep(std::time::Duration::from_secs(20)) => {}
+            }
+        }
+        Ok(outcome)
+    }
+}
+
+fn running_router() -> (tempfile::TempDir, axum::Router) {
+    let (root, mut state) = common::state("secret", None);
+    let history = sandlot_core::History::open(root.path().join("history.db"), false).unwrap();
+    let engine = sandlot_core::Engine::new(
+        std::sync::Arc::new(Scripted),
+        sandlot_core::Workspaces::new(root.path()),
+        sandlot_core::EngineConfig::default(),
+    )
+    .with_history(history);
+    state.engine = std::sync::Arc::new(engine);
+    let router = app(state, Authenticator::token("tok"), HttpOptions::new(AllowedHosts::new(vec!["localhost".into()])));
+    (root, router)
+}
+
+fn ndjson(path: &str, body: &Value) -> Request<Body> {
+    let mut request = post(path, body);
+    request.headers_mut().insert(header::ACCEPT, "application/x-ndjson".parse().unwrap());
+    request
+}
+
+/// The NDJSON lines of a whole response.
+async fn lines(router: &axum::Router, request: Request<Body>) -> (StatusCode, Vec<Value>) {
+    let response = router.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let text = String::from_utf8(bytes.to_vec()).unwrap();
+    (status, text.lines().map(|line| serde_json::from_str(line).unwrap()).collect())
+}
+
+#[tokio::test]
+async fn execute_answers_baponis_result() {
+    let (_root, router) = running_router();
+    let cases = [
+        (
+            json!({ "code": "print hi", "language": "python" }),
+            json!({ "success": true, "stdout": "hi\n", "stderr": "", "exit_code": 0, "error": null }),
+        ),
+        (
+            json!({ "code": "fail", "thread_id": "t-ok" }),
+            json!({ "success": false, "stdout": "", "stderr": "bad", "exit_code": 3, "error": null }),
+        ),
+        (
+            json!({ "code": "timeout", "language": "bash" }),
+            json!({ "success": false, "stdout": "", "stderr": "", "exit_code": 124, "error": "timeout" }),
+        ),
+    ];
+    for (request, expected) in cases {
+        let (status, body) = send(&router, post("/v1/sandbox/execute", &request)).await;
+        assert_eq!((status, body), (StatusCode::OK, expected), "{request}");
+    }
+}
+
+#[tokio::test]
+async fn execute_errors_name_the_field_and_refuse_webhooks() {
+    let (_root, router) = running_router();
+    for (request, field) in [
+        (json!({ "language": "python" }), "code"),
+        (json!({ "code": "x", "language": "ruby" }), "language"),
+        (json!({ "code": "x", "timeout": 0 }), "timeout"),
+        (json!({ "code": "x", "thread_id": "../x" }), "thread_id"),
+        (json!({ "code": "x", "env_vars": { "PATH": "/x" } }), "env_vars"),
+        (json!({ "code": "x", "metadata": { "-bad": "v" } }), "metadata"),
+    ] {
+        let (status, body) = send(&router, post("/v1/sandbox/execute", &request)).await;
+        assert_eq!((status, &body["error"]), (StatusCode::BAD_REQUEST, &json!("validation_error")), "{request}");
+        assert!(body["message"].as_str().unwrap().starts_with(field), "{request}: {body}");
+    }
+    let mut webhook = post("/v1/sandbox/execute", &json!({ "code": "print x", "webhook_url": "https://hook.example" }));
+    webhook.headers_mut().insert("prefer", "respond-async".parse().unwrap());
+    let (status, body) = send(&router, webhook).await;
+    assert_eq!((status, &body["error"]), (StatusCode::BAD_REQUEST, &json!("validation_error")));
+}
+
+#[tokio::test]
+async fn streaming_sends_status_output_and_result_and_the_status_is_kept() {
+    let (_root, router) = running_router();
+    let (status, events) = lines(&router, ndjson("/v1/sandbox/execute", &json!({ "code": "print hi" }))).await;
+    assert_eq!(status, StatusCode::OK);
+    let trace = events[0]["trace_id"].as_str().unwrap().to_owned();
+    assert!(trace.starts_with("trc_") && trace.len() == 24, "{trace}");
+    let result = json!({ "success": true, "stdout": "hi\n", "stderr": "", "exit_code": 0, "error": null });
+    assert_eq!(
+        events,
+        [
+            json!({ "type": "status", "trace_id": trace, "status": "running", "seq": 1 }),
+            json!({ "type": "output", "stream": "stdout", "data": "hi\n", "seq": 2 }),
+            json!({ "type": "result", "trace_id": trace, "status": "success", "result": result, "output_truncated": false, "seq": 3 }),
+        ]
+    );
+
+    let get = |path: String| {
+        Request::get(path)
+            .header(header::HOST, "localhost")
+            .header(header::AUTHORIZATION, "Bearer tok")
+            .body(Body::empty())
+            .unwrap()
+    };
+    let (status, execution) = send(&router, get(format!("/p/baponi/v1/executions/{trace}"))).await;
+    assert_eq!(status, StatusCode::OK, "{execution}");
+    assert_eq!(
+        (
+            &execution["status"],
+            &execution["exit_code"],
+            &execution["stdout"],
+            &execution["stderr"],
+            &execution["error"]
+        ),
+        (&json!("success"), &json!(0), &json!("hi\n"), &json!(""), &json!(null))
+    );
+    assert!(execution["created_at"].is_string() && execution["completed_at"].is_string(), "{execution}");
+
+    let (_, replay) = lines(&router, get(format!("/p/baponi/v1/executions/{trace}/output"))).await;
+    assert_eq!(replay, events, "an ended execution's replay is its stream again");
+    let (_, tail) = lines(&router, get(format!("/p/baponi/v1/executions/{trace}/output?after_seq=2"))).await;
+    assert_eq!(tail, events[2..]);
+
+    let (status, body) = send(&router, get("/p/baponi/v1/executions/trc_00000000000000000000".into())).await;
+    assert_eq!((status, &body["error"]), (StatusCode::NOT_FOUND, &json!("not_found")));
+}
+
+#[tokio::test]
+async fn a_busy_thread_is_409_and_cancel_stops_the_running_execution() {
+    let (_root, router) = running_router();
+    let response = router
+        .clone()
+        .oneshot(ndjson("/v1/sandbox/execute", &json!({ "code": "sleep", "thread_id": "busy" })))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    let status: Value = serde_json::from_slice(&first).unwrap();
+    let trace = status["trace_id"].as_str().unwrap().to_owned();
+
+    for request in [
+        post("/v1/sandbox/execute", &json!({ "code": "print x", "thread_id": "busy" })),
+        ndjson("/v1/sandbox/execute", &json!({ "code": "print x", "thread_id": "busy" })),
+    ] {
+        let (status, refused) = send(&router, request).await;
+        assert_eq!((status, &refused["error"]), (StatusCode::CONFLICT, &json!("conflict")), "{refused}");
+    }
+
+    let (status, cancelled) = send(&router, post(&format!("/v1/executions/{trace}/cancel"), &json!({}))).await;
+    assert_eq!((status, cancelled), (StatusCode::OK, json!({ "trace_id": trace, "status": "cancelled" })));
+    let rest = body.collect().await.unwrap().to_bytes();
+    let last: Value = serde_json::from_str(String::from_utf8_lossy(&rest).lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (&last["type"], &last["status"], &last["result"]["error"]),
+        (&json!("result"), &json!("cancelled"), &json!("cancelled"))
+    );
+    let (status, again) = send(&router, post(&format!("/v1/executions/{trace}/cancel"), &json!({}))).await;
+    assert_eq!((status, again), (StatusCode::OK, json!({ "trace_id": trace, "status": "cancelled" })));
 }

@@ -191,7 +191,8 @@ pub async fn output(
     let (mut out, body) = Ndjson::channel(after);
     if record.outcome.is_some() {
         tokio::spawn(async move {
-            out.send(json!({ "type": "status", "trace_id": trace_id, "status": status(&record) })).await;
+            // As the live stream went: `running`, the output, the result.
+            out.send(json!({ "type": "status", "trace_id": trace_id, "status": "running" })).await;
             for (stream, text) in
                 [("stdout", output.as_ref().map(|o| &o.stdout)), ("stderr", output.as_ref().map(|o| &o.stderr))]
             {

@@ -194,6 +194,8 @@ pub async fn execute(
     });
     let run_id = loop {
         tokio::select! {
+            // Events first: a run that started and already ended has its `Started` waiting here.
+            biased;
             event = events.recv() => match event {
                 Ok(RunEvent::Started { run_id, conversation_id, .. }) if conversation_id == conversation => break run_id,
                 Ok(_) | Err(RecvError::Lagged(_)) => {}
