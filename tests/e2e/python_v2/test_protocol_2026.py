@@ -13,28 +13,28 @@ from mcp.shared.exceptions import MCPError
 from conftest import sandlot_binary
 
 LOG_LEVEL = "io.modelcontextprotocol/logLevel"
-# One line on each stream: stdout comes as an `info` log message, stderr as `warning`.
-CODE = "import sys\nprint('to stdout', flush=True)\nprint('to stderr', file=sys.stderr)"
-BOTH = [("info", {"stream": "stdout", "text": "to stdout\n"}), ("warning", {"stream": "stderr", "text": "to stderr\n"})]
+# One line on each stream: stdout comes as `info` log messages, stderr as `warning`.
+CODE = "import sys\nsys.stdout.write('to stdout\\n')\nsys.stdout.flush()\nsys.stderr.write('to stderr\\n')"
+BOTH = {"stdout": ("info", "to stdout\n"), "stderr": ("warning", "to stderr\n")}
+STDERR = {"stderr": BOTH["stderr"]}
 
 
 class Logs:
-    """The `notifications/message` a client received, as (level, data), taken one call at a time. Messages in a row
-    of one stream are joined: a line may come in pieces when the program's writes are slow to arrive."""
+    """The `notifications/message` a client received, taken one call at a time as {stream: (level, text)}: the
+    texts of a stream joined (a line may come in pieces when the program's writes are slow to arrive; the two
+    streams' order is not what these tests are about)."""
 
     def __init__(self):
-        self.received = []
+        self.received = {}
 
     async def __call__(self, params):
         assert params.logger == "sandlot"
-        last = self.received[-1] if self.received else None
-        if last and last[0] == params.level and last[1]["stream"] == params.data["stream"]:
-            last[1]["text"] += params.data["text"]
-        else:
-            self.received.append((params.level, dict(params.data)))
+        level, text = self.received.get(params.data["stream"], (params.level, ""))
+        assert level == params.level
+        self.received[params.data["stream"]] = (level, text + params.data["text"])
 
     def take(self):
-        taken, self.received = self.received, []
+        taken, self.received = self.received, {}
         return taken
 
 
@@ -63,10 +63,10 @@ async def test_stdio_at_2026_07_28_logs_per_request_and_unknown_runs_are_invalid
         run_id = await run(client, meta={LOG_LEVEL: "info"})
         assert logs.take() == BOTH
         await run(client, meta={LOG_LEVEL: "warning"})
-        assert logs.take() == BOTH[1:]
+        assert logs.take() == STDERR
         # A request that does not ask gets none, even after others asked (there is no session level to keep).
         await run(client)
-        assert logs.take() == []
+        assert logs.take() == {}
 
         output = await client.read_resource(f"sandlot://runs/{run_id}/output")
         assert '"to stdout\\n"' in output.contents[0].text
@@ -81,16 +81,16 @@ async def test_stdio_with_initialize_keeps_the_session_level_and_a_request_s_own
     async with Client(stdio(server), logging_callback=logs, mode="legacy") as client:
         assert client.protocol_version == "2025-11-25"
         await run(client)
-        assert logs.take() == []
+        assert logs.take() == {}
         # Asked by the request alone, with no session level.
         await run(client, meta={LOG_LEVEL: "warning"})
-        assert logs.take() == BOTH[1:]
+        assert logs.take() == STDERR
         await client.set_logging_level("info")
         await run(client)
         assert logs.take() == BOTH
         # The request's own level, for that request only.
         await run(client, meta={LOG_LEVEL: "error"})
-        assert logs.take() == []
+        assert logs.take() == {}
         await run(client)
         assert logs.take() == BOTH
 
@@ -107,7 +107,7 @@ async def test_streamable_http_at_2026_07_28_logs_per_request(server):
         await run(client, meta={LOG_LEVEL: "info"})
         assert logs.take() == BOTH
         await run(client)
-        assert logs.take() == []
+        assert logs.take() == {}
         error = await read_error(client, "sandlot://runs/nope")
         assert (error.code, error.data) == (-32602, {"uri": "sandlot://runs/nope"})
 
