@@ -39,9 +39,10 @@ fn run_home(sandbox: &Sandbox, conversation: &str, language: Language, code: &st
 
 fn home_persists_and_scratch_data_is_gone_in_the_next_run() -> Result<(), Failed> {
     let sandbox = Sandbox::new(|_| {});
-    let code = "pwd; echo $HOME; echo scratch > /data/scratch.txt; echo kept > /home/baponi/kept.txt; ls -A /data";
+    let code = "pwd; echo $HOME; echo scratch > /data/scratch.txt; echo kept > /home/baponi/kept.txt; ls -A /data; \
+                printf '#!/bin/sh\\necho ran\\n' > /data/s.sh; chmod +x /data/s.sh; /data/s.sh";
     let first = run_home(&sandbox, "home", Language::Bash, code);
-    check_eq(first.outcome.stdout.as_str(), "/data\n/home/baponi\nscratch.txt\n", &describe(&first))?;
+    check_eq(first.outcome.stdout.as_str(), "/data\n/home/baponi\nscratch.txt\nran\n", &describe(&first))?;
     let names: Vec<&str> = first.files.files.iter().map(|f| f.path.as_str()).collect();
     check_eq(names, vec!["kept.txt"], "files the result lists")?;
 
