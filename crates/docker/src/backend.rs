@@ -119,18 +119,29 @@ impl DockerBackend {
         let limits = &job.limits;
         let memory = i64::try_from(limits.memory_mb * 1024 * 1024).unwrap_or(i64::MAX);
         let mut env = vec![format!("SANDLOT_CODE_BYTES={}", job.code.len())];
+        // The Home layout: the conversation at its path (also HOME), and a scratch tmpfs of its own at /data.
+        let conversation_path = job.layout.conversation_path();
+        let mut tmpfs =
+            HashMap::from([("/tmp".to_owned(), format!("rw,nosuid,nodev,size={}m,mode=1777", limits.tmp_mb))]);
+        if let Some(scratch_mb) = job.layout.scratch_data_mb(limits) {
+            env.push(format!("HOME={conversation_path}"));
+            // Owned by the runner's user: Docker copies the image's `/data` (root's, 0755) over a `mode` option.
+            // `exec` as a bind's `/data` is (Docker's tmpfs default is noexec).
+            let (uid, gid) = (self.config.runner_uid, self.config.runner_gid);
+            tmpfs.insert(
+                "/data".to_owned(),
+                format!("rw,exec,nosuid,nodev,size={scratch_mb}m,uid={uid},gid={gid},mode=0755"),
+            );
+        }
         env.extend(job.env.iter().map(|(k, v)| format!("{k}={v}")));
         let file_size = i64::try_from(limits.disk_mb * 1024 * 1024).unwrap_or(i64::MAX);
         let ulimit =
             |name: &str, value: i64| ResourcesUlimits { name: Some(name.into()), soft: Some(value), hard: Some(value) };
         let host = HostConfig {
-            binds: Some(vec![format!("{}:/data:rw", job.workspace.display())]),
+            binds: Some(vec![format!("{}:{conversation_path}:rw", job.workspace.display())]),
             network_mode: Some("none".into()),
             readonly_rootfs: Some(true),
-            tmpfs: Some(HashMap::from([(
-                "/tmp".to_owned(),
-                format!("rw,nosuid,nodev,size={}m,mode=1777", limits.tmp_mb),
-            )])),
+            tmpfs: Some(tmpfs),
             cap_drop: Some(vec!["ALL".into()]),
             security_opt: Some(vec!["no-new-privileges:true".into()]),
             memory: Some(memory),
