@@ -118,6 +118,41 @@ async fn stdin_reaches_the_program() {
     assert_eq!(report.outcome.stdout, "HELLO CONTAINER\n");
 }
 
+/// runner-python carries the scientific environment of scripts/python-env.sh (issue 20, item 5): the backend reports
+/// exactly its pins as the runner's packages (the image's `sandbox.packages` label, which its build checks), numpy
+/// and pandas import at those versions, and `plt.show()` saves the figure where the server returns it as an image
+/// (the end-to-end test `test_plots_come_back_as_images_through_the_docker_backend` decodes it). Fails against a bare
+/// image: run scripts/build-runners.sh.
+#[tokio::test]
+async fn runner_python_has_the_scientific_stack_and_plt_show_saves_figures() {
+    let sandbox = sandbox(|_| {}).await;
+    let pins = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/python-env.sh"))
+        .arg("--pins")
+        .output()
+        .expect("scripts/python-env.sh --pins");
+    let pins: std::collections::BTreeMap<String, String> = String::from_utf8(pins.stdout)
+        .unwrap()
+        .split_whitespace()
+        .map(|pin| pin.split_once("==").map(|(n, v)| (n.to_owned(), v.to_owned())).unwrap())
+        .collect();
+    assert_eq!(pins.keys().collect::<Vec<_>>(), ["matplotlib", "numpy", "pandas"]);
+    let python = sandbox.engine.runners().into_iter().find(|r| r.language.as_str() == "python").unwrap();
+    assert_eq!(python.packages, pins, "runner-python without the scientific stack: run scripts/build-runners.sh");
+
+    let code = "import numpy as np, pandas as pd, matplotlib.pyplot as plt\n\
+        print(np.__version__, pd.__version__, int(np.arange(4).sum()))\n\
+        plt.figure(figsize=(4, 3), dpi=100)\nplt.plot(np.arange(4))\nplt.show()\n";
+    let report = run(&sandbox, "plots", "python", code).await;
+    let outcome = &report.outcome;
+    // stderr empty: matplotlib found the font cache built with the environment, no rebuild in the run.
+    assert_eq!(
+        (outcome.stdout.as_str(), outcome.stderr.as_str(), outcome.termination.clone()),
+        (format!("{} {} 6\n", pins["numpy"], pins["pandas"]).as_str(), "", Termination::Exited { code: 0 }),
+    );
+    let files: Vec<&str> = report.files.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(files, [".sandlot/figures/figure-1.png"]);
+}
+
 #[tokio::test]
 async fn deadline_kills_the_container_and_nothing_is_left() {
     let sandbox = sandbox(|limits| limits.timeout = Duration::from_secs(2)).await;
