@@ -6,6 +6,13 @@
 # - otherwise a local base `sandlot-base:bookworm` is used, made once (and kept) with debootstrap from Debian's
 #   packages and `docker import`: for machines with no image registry, like ours.
 # tsx, the TypeScript runner, is installed from npm on the host into runners/.build/tsx and copied into its image.
+# runner-python carries the scientific environment of scripts/python-env.sh (numpy, pandas, matplotlib, the plt.show()
+# hook) at the same path as the native runner's, /opt/sandlot/python (or $SANDLOT_PYTHON_ENV):
+# - by default it is built (or only checked) on the host with scripts/python-env.sh and copied in, so the build needs
+#   no PyPI; the host's /usr/bin/python3 must be the image's Python (3.11 on Debian 12, both bases here);
+# - SANDLOT_PYTHON_ENV_IN_IMAGE=1 builds it inside the image with pip instead (PyPI reachable from docker build).
+# The image is labelled sandbox.packages="<the pins>", which the Docker backend reports in sandbox_list_runners; the
+# build checks the image's environment has exactly them.
 # Needs a running Docker engine (and debootstrap for the local base).  Usage: scripts/build-runners.sh
 set -euo pipefail
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
@@ -41,9 +48,32 @@ if [[ ! -f runners/.build/tsx/node_modules/tsx/package.json ]] \
     npm install --prefix runners/.build/tsx --silent --no-audit --no-fund "tsx@$tsx_version" >/dev/null
 fi
 
+python_env="${SANDLOT_PYTHON_ENV:-/opt/sandlot/python}"
+empty="$(mktemp -d)"
+trap 'rm -rf "$empty" ${rootfs:+"$rootfs"}' EXIT
+if [[ "${SANDLOT_PYTHON_ENV_IN_IMAGE:-0}" == 1 ]]; then
+    step "runner-python: its Python environment is built in the image with pip"
+    env_source="$empty"
+else
+    step "scientific Python environment on the host (scripts/python-env.sh $python_env)"
+    scripts/python-env.sh "$python_env" >/dev/null
+    env_source="$python_env"
+fi
+# runner-python's context, streamed: runners/, python-env.sh, and the environment as python-env/ (its test suites left
+# out: a quarter of its size). Only "." and "./..." names come from the environment, so only they are renamed.
+python_context() {
+    tar -c --exclude=tests -C runners Dockerfile-python entrypoint.sh -C "$PWD/scripts" python-env.sh \
+        -C "$env_source" --transform='s,^\.\(/\|$\),python-env\1,' .
+}
+
 for language in python javascript typescript bash; do
     step "docker build runner-$language (base $base)"
-    docker build --quiet --build-arg "BASE=$base" -f "runners/Dockerfile-$language" -t "runner-$language" runners >/dev/null
+    if [[ "$language" == python ]]; then
+        python_context | docker build --quiet --build-arg "BASE=$base" --build-arg "PYTHON_ENV=$python_env" \
+            --label "sandbox.packages=$(scripts/python-env.sh --pins)" -f Dockerfile-python -t runner-python - >/dev/null
+    else
+        docker build --quiet --build-arg "BASE=$base" -f "runners/Dockerfile-$language" -t "runner-$language" runners >/dev/null
+    fi
 done
 docker image prune --force --filter label=sandbox.runner=true >/dev/null
 docker images --filter label=sandbox.runner=true --format '{{.Repository}}:{{.Tag}}  {{.Size}}'

@@ -10,9 +10,18 @@
 # font cache) is bound at the same path. So it must live outside /root, /home, the data root and the server's working
 # directory, or the runner is refused.
 #
-# Usage: scripts/python-env.sh [DIR]   (default: $SANDLOT_PYTHON_ENV, else /opt/sandlot/python)
+# The Docker runner image runner-python carries the same environment (runners/Dockerfile-python, made by
+# scripts/build-runners.sh): it runs this script with --check on the environment built here, or builds it in the image.
+#
+# Usage: scripts/python-env.sh [--check] [DIR]   (default DIR: $SANDLOT_PYTHON_ENV, else /opt/sandlot/python)
+#        scripts/python-env.sh --pins            (prints the pins, `name==version` separated by spaces)
+#   --check only checks DIR (the pins, the hook, the font cache) and fails when it does not check out.
 set -euo pipefail
 
+mode=make
+case "${1:-}" in
+    --check | --pins) mode="${1#--}"; shift ;;
+esac
 dir="${1:-${SANDLOT_PYTHON_ENV:-/opt/sandlot/python}}"
 python="${PYTHON:-/usr/bin/python3}"
 # The pins: one line each, so `pip install` and the check below agree. numpy 2.2 and matplotlib 3.10 support
@@ -21,6 +30,11 @@ pins=(numpy==2.2.6 pandas==2.2.3 matplotlib==3.10.3)
 
 step() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'python-env.sh: %s\n' "$*" >&2; exit 1; }
+
+if [[ "$mode" == pins ]]; then
+    echo "${pins[*]}"
+    exit 0
+fi
 
 [[ -x "$python" ]] || die "$python is missing (Debian: apt-get install python3 python3-venv)"
 case "$dir" in
@@ -44,6 +58,8 @@ EOF
 
 if env_ok; then
     step "$dir is ready (${pins[*]})"
+elif [[ "$mode" == check ]]; then
+    die "$dir is not the environment of the pins ${pins[*]} with its hook and font cache (for its interpreter, $(readlink -f "$dir/bin/python" 2>/dev/null || echo none))"
 else
     step "making $dir from $python (${pins[*]})"
     rm -rf "$dir"
@@ -162,4 +178,6 @@ fi
 import importlib.metadata as m
 print("    " + ", ".join(f"{n} {m.version(n)}" for n in ("numpy", "pandas", "matplotlib")))
 EOF
-printf 'Point the runner at it:\n  SANDLOT_PYTHON=%s/bin/python sandlot serve\n' "$dir"
+if [[ "$mode" == make ]]; then
+    printf 'Point the runner at it:\n  SANDLOT_PYTHON=%s/bin/python sandlot serve\n' "$dir"
+fi

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use crate::{Language, Limits, OutputSink, ReadinessCheck, Result, RunOutcome};
 
 /// A runner a backend can use for one language.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct RunnerInfo {
     pub language: Language,
     /// The Docker image, or the host interpreter's path for the native jail.

@@ -203,6 +203,7 @@ impl Engine {
         if let Some(metadata) = &request.metadata {
             validate_metadata(metadata)?;
         }
+        request.layout.validate()?;
         let mut limits = self.config.limits.clone();
         if let Some(timeout) = request.timeout {
             if timeout.is_zero() {

@@ -58,7 +58,7 @@ CREATE TABLE IF NOT EXISTS run_outputs (
 ";
 
 /// How a run ended, as the history records it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Outcome {
     /// Exit code 0.

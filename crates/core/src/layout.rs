@@ -29,4 +29,101 @@ impl Layout {
     pub fn scratch_data(self) -> bool {
         matches!(self, Layout::Home { .. })
     }
+
+    /// The size of the scratch `/data` of a run with `limits`, in MiB, when it has one: the disk quota, but at most
+    /// half the memory limit (the scratch is memory, counted in the run's memory limit, so filling it ends in "no
+    /// space left" while the program still has memory to report it), and at least 1.
+    pub fn scratch_data_mb(self, limits: &crate::Limits) -> Option<u64> {
+        self.scratch_data().then(|| limits.disk_mb.min(limits.memory_mb / 2).max(1))
+    }
+
+    /// Checks that the conversation's path is one a sandbox can mount it at without hiding or shadowing what it
+    /// needs: absolute, plain segments of `[A-Za-z0-9._-]` (no `.` or `..`; nothing a Docker bind would parse),
+    /// not `/`, not `/data` or under it, not under a system directory (`/proc`, `/sys`, `/dev`, `/etc`, `/usr`,
+    /// `/bin`, `/sbin`, `/lib*`, `/tmp`). The engine refuses a run with another layout before anything is created.
+    pub fn validate(self) -> crate::Result<()> {
+        let Layout::Home { path } = self else { return Ok(()) };
+        let refuse = |why: &str| Err(crate::Error::invalid("layout", format!("home path {path:?} {why}")));
+        let Some(relative) = path.strip_prefix('/') else { return refuse("is not absolute") };
+        let segments: Vec<&str> = relative.split('/').collect();
+        let plain = |s: &&str| {
+            !s.is_empty()
+                && *s != "."
+                && *s != ".."
+                && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        };
+        if !segments.iter().all(plain) {
+            return refuse("must be `/` and plain names of letters, digits, `.`, `_` and `-` (no `.` or `..`)");
+        }
+        let first = segments[0];
+        if RESERVED.contains(&first) {
+            return refuse(&format!("is under /{first}, which the sandbox needs for itself"));
+        }
+        Ok(())
+    }
+}
+
+/// First segments a home path may not have: `/data` (the scratch) and the system directories every sandbox has.
+const RESERVED: &[&str] =
+    &["data", "proc", "sys", "dev", "etc", "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "tmp"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_home_path_must_be_absolute_plain_and_outside_system_dirs() {
+        for path in ["/home/baponi", "/workspace", "/home/a.b_c-1", "/root/x", "/opt/work", "/library"] {
+            assert!(Layout::Home { path }.validate().is_ok(), "{path}");
+        }
+        for path in [
+            "",
+            "/",
+            "home/baponi",
+            "/data",
+            "/data/x",
+            "/proc",
+            "/proc/1",
+            "/sys/x",
+            "/dev/shm",
+            "/etc/baponi",
+            "/usr/local/x",
+            "/bin/x",
+            "/sbin",
+            "/lib",
+            "/lib64/x",
+            "/libx32",
+            "/tmp",
+            "/tmp/x",
+            "/home/",
+            "//home",
+            "/home/../etc",
+            "/home/./x",
+            "/home/a:b",
+            "/home/a,b",
+            "/home/a b",
+            "/home/\u{0}",
+        ] {
+            match (Layout::Home { path }).validate() {
+                Err(crate::Error::InvalidArgument { field: "layout", .. }) => {}
+                other => panic!("{path:?}: {other:?}"),
+            }
+        }
+        assert!(Layout::Data.validate().is_ok());
+    }
+
+    #[test]
+    fn the_scratch_is_the_quota_at_most_half_the_memory() {
+        let limits = |disk_mb, memory_mb| crate::Limits { disk_mb, memory_mb, ..crate::Limits::default() };
+        let home = Layout::Home { path: "/home/baponi" };
+        assert_eq!(
+            [
+                home.scratch_data_mb(&limits(16, 256)),
+                home.scratch_data_mb(&limits(1024, 64)),
+                home.scratch_data_mb(&limits(8, 1))
+            ],
+            [Some(16), Some(32), Some(1)]
+        );
+        assert_eq!(Layout::Data.scratch_data_mb(&limits(16, 256)), None);
+    }
 }

@@ -1,6 +1,6 @@
 //! The Docker [`Backend`]: discovery of runner images, and one hardened container per run.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -50,6 +50,22 @@ struct Runner {
     language: Language,
     image: String,
     version: String,
+    /// Its `sandbox.packages` label, read (see [`packages_label`]).
+    packages: BTreeMap<String, String>,
+}
+
+/// The label a runner image lists its key packages in: `name==version` pins separated by whitespace
+/// (scripts/build-runners.sh writes scripts/python-env.sh's pins on runner-python, whose build checks them).
+const PACKAGES_LABEL: &str = "sandbox.packages";
+
+/// The packages of a [`PACKAGES_LABEL`] value, name → version; a word that is no `name==version` pin is left out.
+fn packages_label(value: &str) -> BTreeMap<String, String> {
+    value
+        .split_whitespace()
+        .filter_map(|pin| pin.split_once("=="))
+        .filter(|(name, version)| !name.is_empty() && !version.is_empty())
+        .map(|(name, version)| (name.to_owned(), version.to_owned()))
+        .collect()
 }
 
 /// How long [`DockerBackend::abort_all`] keeps removing and waiting for this sandlot's containers to be gone.
@@ -119,18 +135,29 @@ impl DockerBackend {
         let limits = &job.limits;
         let memory = i64::try_from(limits.memory_mb * 1024 * 1024).unwrap_or(i64::MAX);
         let mut env = vec![format!("SANDLOT_CODE_BYTES={}", job.code.len())];
+        // The Home layout: the conversation at its path (also HOME), and a scratch tmpfs of its own at /data.
+        let conversation_path = job.layout.conversation_path();
+        let mut tmpfs =
+            HashMap::from([("/tmp".to_owned(), format!("rw,nosuid,nodev,size={}m,mode=1777", limits.tmp_mb))]);
+        if let Some(scratch_mb) = job.layout.scratch_data_mb(limits) {
+            env.push(format!("HOME={conversation_path}"));
+            // Owned by the runner's user: Docker copies the image's `/data` (root's, 0755) over a `mode` option.
+            // `exec` as a bind's `/data` is (Docker's tmpfs default is noexec).
+            let (uid, gid) = (self.config.runner_uid, self.config.runner_gid);
+            tmpfs.insert(
+                "/data".to_owned(),
+                format!("rw,exec,nosuid,nodev,size={scratch_mb}m,uid={uid},gid={gid},mode=0755"),
+            );
+        }
         env.extend(job.env.iter().map(|(k, v)| format!("{k}={v}")));
         let file_size = i64::try_from(limits.disk_mb * 1024 * 1024).unwrap_or(i64::MAX);
         let ulimit =
             |name: &str, value: i64| ResourcesUlimits { name: Some(name.into()), soft: Some(value), hard: Some(value) };
         let host = HostConfig {
-            binds: Some(vec![format!("{}:/data:rw", job.workspace.display())]),
+            binds: Some(vec![format!("{}:{conversation_path}:rw", job.workspace.display())]),
             network_mode: Some("none".into()),
             readonly_rootfs: Some(true),
-            tmpfs: Some(HashMap::from([(
-                "/tmp".to_owned(),
-                format!("rw,nosuid,nodev,size={}m,mode=1777", limits.tmp_mb),
-            )])),
+            tmpfs: Some(tmpfs),
             cap_drop: Some(vec!["ALL".into()]),
             security_opt: Some(vec!["no-new-privileges:true".into()]),
             memory: Some(memory),
@@ -183,7 +210,8 @@ async fn discover(docker: &Docker) -> Result<Vec<Runner>> {
         }
         let name = image.repo_tags.first().cloned().unwrap_or_else(|| image.id.clone());
         let version = image.labels.get("sandbox.version").cloned().unwrap_or_else(|| name.clone());
-        runners.push(Runner { language, image: name, version });
+        let packages = image.labels.get(PACKAGES_LABEL).map(|v| packages_label(v)).unwrap_or_default();
+        runners.push(Runner { language, image: name, version, packages });
     }
     runners.sort_by_key(|r| r.language);
     Ok(runners)
@@ -240,7 +268,7 @@ impl Backend for DockerBackend {
                 language: r.language,
                 image: r.image.clone(),
                 version: r.version.clone(),
-                packages: Default::default(),
+                packages: r.packages.clone(),
             })
             .collect()
     }
@@ -455,5 +483,20 @@ impl DockerBackend {
             ending
         });
         Ok((ending, stdout, stderr))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_packages_label_reads_pins_and_leaves_other_words_out() {
+        let packages = packages_label(" numpy==2.2.6  pandas==2.2.3\nmatplotlib==3.10.3 scipy ==1 x== ");
+        let expected: BTreeMap<String, String> = [("matplotlib", "3.10.3"), ("numpy", "2.2.6"), ("pandas", "2.2.3")]
+            .into_iter()
+            .map(|(name, version)| (name.to_owned(), version.to_owned()))
+            .collect();
+        assert_eq!(packages, expected);
     }
 }

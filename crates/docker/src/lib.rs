@@ -1,5 +1,6 @@
 //! sandlot-docker: the Docker backend. Runner images are found by their labels (`sandbox.runner=true`,
-//! `sandbox.language=<language>`); each run is one container with `/data` bound, no network, a read-only root, a
+//! `sandbox.language=<language>`, optionally `sandbox.version` and `sandbox.packages`, the key packages reported by
+//! `sandbox_list_runners`); each run is one container with `/data` bound, no network, a read-only root, a
 //! sized `/tmp`, no capabilities, `no-new-privileges`, the run's memory (no swap), CPU and pids limits and an init,
 //! removed afterwards. The images and their contract are in `runners/`.
 

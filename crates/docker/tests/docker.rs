@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sandlot_core::{Engine, EngineConfig, Limits, RunReport, RunRequest, Termination, Workspaces};
+use sandlot_core::{Engine, EngineConfig, Layout, Limits, RunReport, RunRequest, Termination, Workspaces};
 use sandlot_docker::{DockerBackend, DockerConfig};
 
 struct Sandbox {
@@ -116,6 +116,41 @@ async fn stdin_reaches_the_program() {
     };
     let report = sandbox.engine.run(request, &()).await.unwrap();
     assert_eq!(report.outcome.stdout, "HELLO CONTAINER\n");
+}
+
+/// runner-python carries the scientific environment of scripts/python-env.sh (issue 20, item 5): the backend reports
+/// exactly its pins as the runner's packages (the image's `sandbox.packages` label, which its build checks), numpy
+/// and pandas import at those versions, and `plt.show()` saves the figure where the server returns it as an image
+/// (the end-to-end test `test_plots_come_back_as_images_through_the_docker_backend` decodes it). Fails against a bare
+/// image: run scripts/build-runners.sh.
+#[tokio::test]
+async fn runner_python_has_the_scientific_stack_and_plt_show_saves_figures() {
+    let sandbox = sandbox(|_| {}).await;
+    let pins = std::process::Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/python-env.sh"))
+        .arg("--pins")
+        .output()
+        .expect("scripts/python-env.sh --pins");
+    let pins: std::collections::BTreeMap<String, String> = String::from_utf8(pins.stdout)
+        .unwrap()
+        .split_whitespace()
+        .map(|pin| pin.split_once("==").map(|(n, v)| (n.to_owned(), v.to_owned())).unwrap())
+        .collect();
+    assert_eq!(pins.keys().collect::<Vec<_>>(), ["matplotlib", "numpy", "pandas"]);
+    let python = sandbox.engine.runners().into_iter().find(|r| r.language.as_str() == "python").unwrap();
+    assert_eq!(python.packages, pins, "runner-python without the scientific stack: run scripts/build-runners.sh");
+
+    let code = "import numpy as np, pandas as pd, matplotlib.pyplot as plt\n\
+        print(np.__version__, pd.__version__, int(np.arange(4).sum()))\n\
+        plt.figure(figsize=(4, 3), dpi=100)\nplt.plot(np.arange(4))\nplt.show()\n";
+    let report = run(&sandbox, "plots", "python", code).await;
+    let outcome = &report.outcome;
+    // stderr empty: matplotlib found the font cache built with the environment, no rebuild in the run.
+    assert_eq!(
+        (outcome.stdout.as_str(), outcome.stderr.as_str(), outcome.termination.clone()),
+        (format!("{} {} 6\n", pins["numpy"], pins["pandas"]).as_str(), "", Termination::Exited { code: 0 }),
+    );
+    let files: Vec<&str> = report.files.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(files, [".sandlot/figures/figure-1.png"]);
 }
 
 #[tokio::test]
@@ -281,4 +316,68 @@ async fn symlink_targets_and_directories_count_towards_the_quota() {
     let data = sandbox.engine.workspaces().files_dir(&sandlot_core::ConversationId::parse("links").unwrap());
     let held = sandlot_core::directory_usage(&data, u64::MAX).unwrap().bytes;
     assert!(held < 48 << 20, "/data holds {held} bytes under an 8 MiB quota");
+}
+
+const HOME: Layout = Layout::Home { path: "/home/baponi" };
+
+async fn run_home(sandbox: &Sandbox, conversation: &str, language: &str, code: &str) -> RunReport {
+    let request = RunRequest {
+        conversation_id: conversation.into(),
+        language: language.into(),
+        code: code.into(),
+        layout: HOME,
+        ..RunRequest::default()
+    };
+    sandbox.engine.run(request, &()).await.expect("run")
+}
+
+/// The Home layout: the conversation at `/home/baponi` (also `HOME`) persists; `/data`, the working directory, is
+/// an empty scratch tmpfs of the run's own.
+#[tokio::test]
+async fn home_layout_persists_home_and_scratches_data() {
+    let sandbox = sandbox(|_| {}).await;
+    let code = "pwd; echo $HOME; echo scratch > /data/scratch.txt; echo kept > /home/baponi/kept.txt; ls -A /data; \
+                printf '#!/bin/sh\\necho ran\\n' > /data/s.sh; chmod +x /data/s.sh; /data/s.sh";
+    let first = run_home(&sandbox, "home", "bash", code).await;
+    assert_eq!(first.outcome.stdout, "/data\n/home/baponi\nscratch.txt\nran\n", "{first:?}");
+    assert_eq!(first.files.files.iter().map(|f| f.path.as_str()).collect::<Vec<_>>(), ["kept.txt"]);
+    let second = run_home(&sandbox, "home", "bash", "ls -A /data; cat /home/baponi/kept.txt; ls -A /home/baponi").await;
+    assert_eq!(second.outcome.stdout, "kept\nkept.txt\n", "{second:?}");
+    assert_eq!(containers_left(&second), 0);
+}
+
+/// A Home run writes under `/home/baponi`, `/data`, `/tmp` and nowhere else; a symlink it plants to `/` leads the
+/// next run into its own read-only container.
+#[tokio::test]
+async fn home_layout_writes_only_home_data_and_tmp() {
+    let sandbox = sandbox(|_| {}).await;
+    run_home(&sandbox, "home", "bash", "ln -s / /home/baponi/root; ln -s /etc /home/baponi/etc").await;
+    let code = r#"
+import errno
+for d in ["/", "/home", "/etc", "/usr/bin", "/root", "/home/baponi/root", "/home/baponi/etc", "/home/baponi/root/usr", "/home/baponi", "/data", "/tmp"]:
+    try:
+        open(d.rstrip("/") + "/marker", "w").write("x")
+        print(d, "WROTE")
+    except OSError as e:
+        print(d, "refused" if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT) else errno.errorcode[e.errno])
+"#;
+    let report = run_home(&sandbox, "home", "python", code).await;
+    let expected = "/ refused\n/home refused\n/etc refused\n/usr/bin refused\n/root refused\n/home/baponi/root refused\n\
+                    /home/baponi/etc refused\n/home/baponi/root/usr refused\n/home/baponi WROTE\n/data WROTE\n/tmp WROTE\n";
+    assert_eq!(report.outcome.stdout, expected, "{report:?}");
+}
+
+/// The scratch `/data` has a size (the disk quota, at most half the memory limit, in the container's memory):
+/// 32 MiB under a 64 MiB memory limit; filling it fails with ENOSPC there, and the next run finds it empty again.
+#[tokio::test]
+async fn home_layout_scratch_data_stops_at_its_size() {
+    let sandbox = sandbox(|limits| limits.memory_mb = 64).await;
+    let code = "dd if=/dev/zero of=/data/fill bs=1M count=100 2>&1; echo exit=$?; du -m /data/fill | cut -f1";
+    let report = run_home(&sandbox, "fill", "bash", code).await;
+    let out = &report.outcome.stdout;
+    assert_eq!(report.outcome.termination, Termination::Exited { code: 0 }, "{report:?}");
+    assert!(out.contains("No space left on device") && out.contains("exit=1\n"), "{report:?}");
+    assert!(out.ends_with("\n32\n") || out.ends_with("\n31\n"), "{report:?}");
+    let next = run_home(&sandbox, "fill", "bash", "ls -A /data; echo done").await;
+    assert_eq!(next.outcome.stdout, "done\n", "{next:?}");
 }

@@ -6,8 +6,8 @@
 //!   assembles it once ([`crate::root_template`]) and each run clones it with one `open_tree`; without a zygote,
 //!   pid 1 assembles it per run. Every host source is captured as a detached mount tree before anything is
 //!   covered, so later mounts cannot hide it.
-//! - the run's own mounts ([`build`]): a sized `/tmp` and `/dev/shm`, the conversation at `/data`, a fresh
-//!   `/proc`. `pivot_root` makes the result `/`, the old root is detached, and `/` itself is read-only.
+//! - the run's own mounts ([`build`]): a sized `/tmp` and `/dev/shm`, the conversation at `/data` (in the Home
+//!   layout at its home path, with a sized scratch tmpfs at `/data`), a fresh `/proc`. `pivot_root` makes the result `/`, the old root is detached, and `/` itself is read-only.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
@@ -292,16 +292,28 @@ pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError
                 attach_tree(&tree, &target).step(|| format!("move_mount {}", target.display()))?;
             }
         }
-        None => assemble_skeleton(staging, &Identity::of(spec), extra_ro_binds, &[])?,
+        None => {
+            let home_mount_point = spec.home.as_ref().map(|home| std::slice::from_ref(&home.path)).unwrap_or(&[]);
+            assemble_skeleton(staging, &Identity::of(spec), extra_ro_binds, home_mount_point)?
+        }
     }
 
-    // 3. The run's own writable places: /dev/shm, /tmp and /data.
+    // 3. The run's own writable places: /dev/shm, /tmp and /data (in the Home layout a scratch tmpfs, and the
+    // conversation at the home path, on the mount point the skeleton has for it).
     let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     let shm_options = format!("size={}m,nr_inodes=1024,mode=1777", spec.tmp_mb.min(64));
     mount_tmpfs(&staged("/dev/shm"), &shm_options, nosuid_nodev)?;
     let tmp_options = format!("size={}m,nr_inodes=16384,mode=1777", spec.tmp_mb);
     mount_tmpfs(&staged("/tmp"), &tmp_options, nosuid_nodev)?;
-    attach_tree(&data, &staged("/data")).step(|| "move_mount /data".into())?;
+    match &spec.home {
+        None => attach_tree(&data, &staged("/data")).step(|| "move_mount /data".into())?,
+        Some(home) => {
+            let scratch_options = format!("size={}m,nr_inodes=16384,mode=1777", home.scratch_mb);
+            mount_tmpfs(&staged("/data"), &scratch_options, nosuid_nodev)?;
+            let target = staged(&home.path.to_string_lossy());
+            attach_tree(&data, &target).step(|| format!("move_mount {}", home.path.display()))?;
+        }
+    }
 
     // 4. A fresh /proc for the new pid namespace, with the kernel knobs read-only.
     let proc_dir = staged("/proc");

@@ -1,6 +1,9 @@
 //! Landlock, a second fence behind the mount namespace: the program may read and execute what the sandbox shows,
-//! write only under `/data`, `/tmp` and `/dev/shm` (plus the harmless devices), and, on kernels with ABI 6, can
+//! write only under `/data`, `/tmp` and `/dev/shm` (plus the harmless devices, and in the Home layout the
+//! conversation's home path), and, on kernels with ABI 6, can
 //! neither signal processes outside its domain nor reach abstract unix sockets created outside it.
+
+use std::path::Path;
 
 use landlock::{
     ABI, Access, AccessFs, RestrictionStatus, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetError, Scope,
@@ -12,9 +15,10 @@ const WRITABLE: &[&str] = &["/data", "/tmp", "/dev/shm"];
 /// Device files the program may write to.
 const WRITABLE_DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"];
 
-/// Restricts the calling process (and its future children). Best effort: on a kernel without Landlock, or with an
-/// older ABI, what the kernel supports is enforced and the status says so.
-pub fn apply() -> Result<RestrictionStatus, RulesetError> {
+/// Restricts the calling process (and its future children), with `home` (the Home layout's conversation path)
+/// writable too. Best effort: on a kernel without Landlock, or with an older ABI, what the kernel supports is
+/// enforced and the status says so.
+pub fn apply(home: Option<&Path>) -> Result<RestrictionStatus, RulesetError> {
     let abi = ABI::V6;
     Ruleset::default()
         .handle_access(AccessFs::from_all(abi))?
@@ -22,6 +26,7 @@ pub fn apply() -> Result<RestrictionStatus, RulesetError> {
         .create()?
         .add_rules(path_beneath_rules(["/"], AccessFs::from_read(abi)))?
         .add_rules(path_beneath_rules(WRITABLE, AccessFs::from_all(abi)))?
+        .add_rules(path_beneath_rules(home, AccessFs::from_all(abi)))?
         .add_rules(path_beneath_rules(
             WRITABLE_DEVICES,
             AccessFs::from_read(abi) | AccessFs::WriteFile | AccessFs::IoctlDev,

@@ -61,10 +61,13 @@ impl RootTemplate {
         &self.request.dir
     }
 
-    /// Whether a run of `spec` may use this skeleton: same sandbox user, and a mount point for every bind it needs.
+    /// Whether a run of `spec` may use this skeleton: same sandbox user, and a mount point for every bind it needs
+    /// (its runner's prefixes, its home path in the Home layout; a skeleton without one is read-only, so such a run
+    /// assembles its own).
     pub fn fits(&self, spec: &JailSpec) -> bool {
         Identity::of(spec) == self.request.identity
             && spec.extra_ro_binds.iter().all(|dir| self.request.mount_points.contains(dir))
+            && spec.home.as_ref().is_none_or(|home| self.request.mount_points.contains(&home.path))
     }
 }
 
@@ -106,10 +109,10 @@ pub fn assemble_detached() -> Result<DetachedSkeleton, SetupError> {
     assembled
 }
 
-/// Whether the standard skeleton suits a run of `spec`: its sandbox user, and no interpreter prefix to bind (it has
-/// no mount point for one).
+/// Whether the standard skeleton suits a run of `spec`: its sandbox user, no interpreter prefix to bind and no
+/// home path (it has no mount point for either).
 pub fn standard_fits(spec: &JailSpec) -> bool {
-    Identity::of(spec) == Identity::standard() && spec.extra_ro_binds.is_empty()
+    Identity::of(spec) == Identity::standard() && spec.extra_ro_binds.is_empty() && spec.home.is_none()
 }
 
 /// Leaves the host's mount namespace for a copy of it that is a slave of it: mounts made on the host later still

@@ -26,8 +26,12 @@ pub struct JailSpec {
     pub code: String,
     /// The whole environment of the program.
     pub env: Vec<(String, String)>,
-    /// Host directory mounted read-write at `/data`.
+    /// Host directory mounted read-write at `/data`, or at `home.path`.
     pub workspace: PathBuf,
+    /// The Home layout (see `sandlot_core::Layout`): the workspace at another path, and `/data` a scratch tmpfs of
+    /// the run's own. `None`, sandlot's layout, leaves the spec's JSON as it was before layouts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home: Option<HomeMount>,
     /// Host directories mounted read-only at the same path (interpreter prefixes outside the system dirs).
     pub extra_ro_binds: Vec<PathBuf>,
     /// The run's `cgroup.procs` files: the init opens them as root, the worker joins them (writes `0`) just before
@@ -60,6 +64,16 @@ pub struct JailSpec {
     /// Where the read-only skeleton of the root is already assembled, in the init's mount namespace (a zygote's
     /// clone; see `root_template`); `None`: pid 1 assembles it.
     pub root_template: Option<PathBuf>,
+}
+
+/// Where a run of the Home layout sees its workspace, and the size of its scratch `/data`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HomeMount {
+    /// Absolute, validated by the engine (`Layout::validate`): not `/data`, not under a system directory.
+    pub path: PathBuf,
+    /// Size of the scratch tmpfs at `/data`, in MiB (memory of the run's cgroup: its pages are charged to the
+    /// writer).
+    pub scratch_mb: u64,
 }
 
 /// A descriptor of another process: the supervisor's lock on the run's cgroup slot (see `cgroup`) or on its uid

@@ -27,7 +27,7 @@ use crate::pinned_netns::PinnedNetns;
 use crate::report::Report;
 use crate::root_template::TemplateRequest;
 use crate::runners::{HostRunner, RefusedRunner, RunnerOverrides, discover_runners, protected_dirs, screen_runners};
-use crate::spec::{JailSpec, RlimitSpec, SlotLock};
+use crate::spec::{HomeMount, JailSpec, RlimitSpec, SlotLock};
 use crate::warm_pool::WarmPool;
 use crate::{Error, Result};
 
@@ -204,6 +204,11 @@ impl JailBackend {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
+        let home = job.layout.scratch_data_mb(&job.limits).map(|scratch_mb| {
+            let path = job.layout.conversation_path();
+            env.insert("HOME".into(), path.into()); // the conversation's home: Baponi's `~` persists
+            HomeMount { path: path.into(), scratch_mb }
+        });
         env.extend(job.env.clone());
         let mut args = runner.args.clone();
         args.push(code_path.to_string_lossy().into_owned());
@@ -216,6 +221,7 @@ impl JailBackend {
             code: job.code.clone(),
             env: env.into_iter().collect(),
             workspace: job.workspace.clone(),
+            home,
             extra_ro_binds: runner.extra_ro_binds.clone(),
             cgroup_procs: cgroup.map(RunCgroup::procs_files).unwrap_or_default(),
             slot_lock: cgroup.map(|c| SlotLock { holder_pid: std::process::id(), fd: c.lock_fd() }),

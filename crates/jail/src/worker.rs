@@ -61,7 +61,7 @@ fn prepare_and_exec(task: &Task) -> Result<Infallible, SetupError> {
         return Err(SetupError::new("prctl(PR_SET_NO_NEW_PRIVS)", std::io::Error::last_os_error()));
     }
     if spec.landlock {
-        landlock_rules::apply().step(|| "landlock".into())?;
+        landlock_rules::apply(spec.home.as_ref().map(|home| home.path.as_path())).step(|| "landlock".into())?;
     }
 
     let program = mount_api::cpath(&spec.program).step(|| "program path".into())?;

@@ -101,24 +101,17 @@ print(sorted(os.listdir("/etc")))
 fn system_dirs_and_root_are_read_only() -> Result<(), Failed> {
     let sandbox = Sandbox::new(|_| {});
     let marker = format!("sandlot-attack-{}", std::process::id());
+    let dirs =
+        ["/usr/bin", "/usr/lib", "/etc", "/", "/bin", "/lib", "/root", "/dev", "/proc/sys/kernel", "/tmp", "/data"];
     let code = format!(
-        r#"
-import errno
-for d in ["/usr/bin", "/usr/lib", "/etc", "/", "/bin", "/lib", "/root", "/dev", "/proc/sys/kernel", "/tmp", "/data"]:
-    path = d.rstrip("/") + "/{marker}"
-    try:
-        with open(path, "w") as f:
-            f.write("x")
-        print(d, "WROTE")
-    except OSError as e:
-        refused = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT)
-        print(d, "refused" if e.errno in refused else errno.errorcode[e.errno])
+        r#"{probe}
 try:
     open("/proc/sys/kernel/hostname", "w").write("pwned")
     print("proc/sys WROTE")
 except OSError:
     print("proc/sys refused")
-"#
+"#,
+        probe = common::write_probe(&dirs, &marker)
     );
     let report = python(&sandbox, &code);
     let expected = "/usr/bin refused\n/usr/lib refused\n/etc refused\n/ refused\n/bin refused\n/lib refused\n/root refused\n\

@@ -1,7 +1,10 @@
 """`SANDLOT_BACKEND=docker sandlot serve` passes the same real-client test as the native backend, for all four
 languages: initialize, list the tools and runners, run code that writes a file, download it by its URL."""
 
+import base64
 import json
+import pathlib
+import subprocess
 
 import httpx
 import pytest
@@ -9,6 +12,9 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 
 from conftest import call_in_background, wait_until
+from test_images import PLOT, blocks, decode_png
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
 
 PROGRAMS = {
     "python": ("open('/data/py.txt', 'w').write('python in docker\\n')\nprint('py ok')", "py.txt", b"python in docker\n"),
@@ -39,6 +45,34 @@ async def test_every_language_through_the_docker_backend(docker_server):
             failed = await session.call_tool("sandbox.run_code", {"conversationId": "docker-e2e", "language": "python", "code": "import sys; sys.exit(9)"})
             assert (failed.isError, failed.structuredContent["exitCode"]) == (True, 9)
 
+
+
+@pytest.mark.anyio
+async def test_plots_come_back_as_images_through_the_docker_backend(docker_server):
+    """runner-python carries the scientific environment of scripts/python-env.sh (issue 20, item 5): list_runners
+    reports its pins, and numpy with a matplotlib `plt.show()` comes back as an `image` block whose PNG decodes.
+    Fails against a runner-python built without it (run scripts/build-runners.sh)."""
+    pins = subprocess.run([str(REPO / "scripts/python-env.sh"), "--pins"], capture_output=True, text=True,
+                          check=True).stdout.split()
+    expected = dict(pin.split("==") for pin in pins)
+    assert sorted(expected) == ["matplotlib", "numpy", "pandas"], pins
+    async with streamablehttp_client(docker_server.mcp_url, headers=docker_server.auth) as (read, write, _):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            runners = await session.call_tool("sandbox_list_runners", {})
+            python = next(r for r in runners.structuredContent["languages"] if r["language"] == "python")
+            assert python["packages"] == expected, python
+
+            code = "import numpy as np\n" + PLOT.replace("[3, 1, 2]", "np.array([3, 1, 2])")
+            shown = await session.call_tool("sandbox_run_code", {"conversationId": "docker-img", "language": "python",
+                                                                 "code": code})
+            assert shown.isError is False, shown.structuredContent
+            # stderr empty: matplotlib found the font cache built with the environment.
+            assert (shown.structuredContent["stdout"], shown.structuredContent["stderr"]) == ("shown\n", "")
+            [image] = blocks(shown, "image")
+            assert image.mimeType == "image/png"
+            assert decode_png(base64.b64decode(image.data)) == (400, 300)
+            assert [link.name for link in blocks(shown, "resource_link")] == [".sandlot/figures/figure-1.png"]
 
 @pytest.fixture
 def anyio_backend():

@@ -102,6 +102,11 @@ impl Sandbox {
             env,
             ..RunRequest::default()
         };
+        self.run_request(request)
+    }
+
+    /// Runs a whole request (its layout, say) to its end.
+    pub fn run_request(&self, request: RunRequest) -> RunReport {
         self.runtime.block_on(self.engine.run(request, &())).expect("run")
     }
 
@@ -234,4 +239,23 @@ pub fn check_no_host_layout(output: &str, needles: &[&str]) -> Result<(), Failed
         }
     }
     Ok(())
+}
+
+/// Python that tries to create `<dir>/<marker>` in each of `dirs` and prints, a line each, `<dir> WROTE` or
+/// `<dir> refused` (read-only, denied or missing; another errno by its name).
+pub fn write_probe(dirs: &[&str], marker: &str) -> String {
+    format!(
+        r#"
+import errno
+for d in {dirs:?}:
+    path = d.rstrip("/") + "/{marker}"
+    try:
+        with open(path, "w") as f:
+            f.write("x")
+        print(d, "WROTE")
+    except OSError as e:
+        refused = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT)
+        print(d, "refused" if e.errno in refused else errno.errorcode[e.errno])
+"#
+    )
 }

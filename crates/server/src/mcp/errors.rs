@@ -41,6 +41,12 @@ pub fn from_engine(error: &Error) -> McpError {
     }
 }
 
+/// Whether `version` (`None`: a client that never said, read as the oldest) is `since` or later.
+pub fn at_least(version: Option<&ProtocolVersion>, since: &ProtocolVersion) -> bool {
+    // Versions are dates, `YYYY-MM-DD`: their text order is their order in time.
+    version.is_some_and(|v| v.as_str() >= since.as_str())
+}
+
 /// The first protocol version whose clients get invalid tool arguments as a tool result (SEP-1303).
 const ARGUMENT_ERRORS_AS_RESULTS_SINCE: ProtocolVersion = ProtocolVersion::V_2025_11_25;
 
@@ -52,8 +58,7 @@ pub fn arguments_errors_as_results(
     result: Result<CallToolResult, McpError>,
     version: Option<&ProtocolVersion>,
 ) -> Result<CallToolResult, McpError> {
-    // Versions are dates, `YYYY-MM-DD`: their text order is their order in time.
-    let new_enough = version.is_some_and(|v| v.as_str() >= ARGUMENT_ERRORS_AS_RESULTS_SINCE.as_str());
+    let new_enough = at_least(version, &ARGUMENT_ERRORS_AS_RESULTS_SINCE);
     match result {
         Err(error) if new_enough && is_invalid_argument(&error) => {
             Ok(CallToolResult::error(vec![ContentBlock::text(format!("invalid arguments: {}", error.message))]))

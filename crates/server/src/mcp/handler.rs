@@ -116,7 +116,9 @@ impl SandlotMcp {
         let arguments = request.arguments.unwrap_or_default();
         let started = std::time::Instant::now();
         let caller = self.caller_of(&context);
-        let listeners = Listeners { progress: context.meta.get_progress_token(), log_level: self.log_level() };
+        let version = context.protocol_version();
+        let log_level = live_output::log_level_of_request(&context.meta, version.as_ref(), self.log_level());
+        let listeners = Listeners { progress: context.meta.get_progress_token(), log_level };
         // The run is killed, and ends as cancelled, on `notifications/cancelled` or a stateless HTTP request
         // dropped (rmcp cancels `context.ct`), or when the session's client goes away (`session_end`).
         // Over Streamable HTTP, also when the session is ended with `DELETE /mcp` (see `SessionRuns`).
@@ -132,7 +134,6 @@ impl SandlotMcp {
                 () = linked.cancelled() => {}
             }
         });
-        let version = context.protocol_version();
         let result = match live_output::forward(context.peer.clone(), listeners) {
             Some((sink, forwarder)) => {
                 let result = tools::call(&self.state, &request.name, arguments, caller, &sink, cancel).await;

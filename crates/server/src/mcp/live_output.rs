@@ -1,8 +1,10 @@
 //! Live output over MCP: while code runs, its output is sent to the caller
 //! - as `notifications/progress` when the `tools/call` carried a progress token (progress = output bytes so far,
 //!   message = the text), and
-//! - as `notifications/message` when the client set a logging level (`logging/setLevel`) that lets them through:
-//!   stdout at level `info`, stderr at `warning`, with `data: {stream, text}` and logger `sandlot`.
+//! - as `notifications/message` when a logging level lets them through: stdout at level `info`, stderr at
+//!   `warning`, with `data: {stream, text}` and logger `sandlot`. The level is the request's own
+//!   (`_meta["io.modelcontextprotocol/logLevel"]`, SEP-2575), else, before protocol 2026-07-28, the one the session
+//!   set with `logging/setLevel` ([`log_level_of_request`]).
 //!
 //! A notification carries whole lines, not the program's writes as they came (`"tick"`, `" "`, `"1\n"`): output is
 //! gathered per stream until a line ends; a line still unfinished [`PARTIAL_LINE_WAIT`] after its first byte goes
@@ -13,7 +15,10 @@
 #![allow(deprecated)] // MCP logging is deprecated by SEP-2577, but clients of earlier protocol versions use it
 
 use rmcp::RoleServer;
-use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken};
+use rmcp::model::{
+    LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, ProtocolVersion,
+    RequestMetaObject,
+};
 use rmcp::service::Peer;
 use sandlot_core::{OutputChunk, OutputSink, Stream};
 use std::time::Duration;
@@ -29,8 +34,21 @@ const PARTIAL_LINE_WAIT: Duration = Duration::from_millis(50);
 pub struct Listeners {
     /// The call's progress token, if it sent one.
     pub progress: Option<ProgressToken>,
-    /// The session's logging level, if the client set one.
+    /// The level of log messages this call gets, if any ([`log_level_of_request`]).
     pub log_level: Option<LoggingLevel>,
+}
+
+/// The logging level of one request: the one its `_meta` asks for (`io.modelcontextprotocol/logLevel`), for this
+/// request only, whatever the session set; without it, the session's (`logging/setLevel`), but only under a protocol
+/// before 2026-07-28 (`version`: the request's, else the session's), which has no session level and whose server
+/// MUST NOT send `notifications/message` for a request that did not ask.
+pub fn log_level_of_request(
+    meta: &RequestMetaObject,
+    version: Option<&ProtocolVersion>,
+    session: Option<LoggingLevel>,
+) -> Option<LoggingLevel> {
+    let per_request_only = super::errors::at_least(version, &ProtocolVersion::V_2026_07_28);
+    meta.log_level().or(if per_request_only { None } else { session })
 }
 
 /// A sink that hands chunks to the task sending the notifications.
@@ -227,6 +245,26 @@ mod tests {
         assert_eq!(texts(lines.push(chunk(Stream::Stderr, "a\nb\nc"))), [(Stream::Stderr, "a\nb\n".into())]);
         assert_eq!(texts(lines.take_all()), [(Stream::Stderr, "c".into())]);
         assert_eq!(texts(lines.take_all()), []);
+    }
+
+    #[test]
+    fn a_request_s_own_level_wins_and_2026_requests_get_logs_only_when_they_ask() {
+        let asking: RequestMetaObject =
+            serde_json::from_value(serde_json::json!({ "io.modelcontextprotocol/logLevel": "warning" })).unwrap();
+        let silent = RequestMetaObject::default();
+        let (old, new) = (ProtocolVersion::V_2025_11_25, ProtocolVersion::V_2026_07_28);
+        let session = Some(LoggingLevel::Debug);
+        let cases = [
+            (log_level_of_request(&asking, Some(&new), None), Some(LoggingLevel::Warning)),
+            (log_level_of_request(&asking, Some(&old), session), Some(LoggingLevel::Warning)),
+            (log_level_of_request(&asking, None, None), Some(LoggingLevel::Warning)),
+            (log_level_of_request(&silent, Some(&new), session), None),
+            (log_level_of_request(&silent, Some(&new), None), None),
+            (log_level_of_request(&silent, Some(&old), session), session),
+            (log_level_of_request(&silent, None, session), session),
+            (log_level_of_request(&silent, Some(&old), None), None),
+        ];
+        assert_eq!(cases.map(|(got, _)| got), cases.map(|(_, want)| want));
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod list_runners;
 mod result_files;
 mod run_code;
 mod run_code_args;
+mod run_code_output;
 mod run_result;
 mod schema;
 mod upload_file;
@@ -112,5 +113,56 @@ pub async fn call(
                 ),
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every tool's `outputSchema` is the one derived from the type its `structuredContent` is serialized from: a
+    /// hand-written schema (or a tool without a typed result) fails here. That the results are valid against these
+    /// schemas is `tests/output_schemas.rs`.
+    #[test]
+    fn every_output_schema_is_derived_from_the_result_type() {
+        for names in [ToolNames::Underscore, ToolNames::Dotted] {
+            for tool in catalogue(names) {
+                let derived = match canonical_name(&tool.name) {
+                    run_code::NAME => schema::output_schema_of::<run_code_output::RunCodeOutput>(),
+                    list_runners::NAME => schema::output_schema_of::<list_runners::ListRunnersOutput>(),
+                    upload_file::NAME => schema::output_schema_of::<upload_file::UploadFileOutput>(),
+                    other => panic!("{other} has no result type to derive its output schema from"),
+                };
+                assert_eq!(tool.output_schema.as_deref(), Some(&derived), "{}", tool.name);
+            }
+        }
+    }
+
+    /// What a client that validates results needs of a schema: an object at the top, every nested type inlined
+    /// (no `$ref`), no `null` type (results skip absent fields), no Rust integer format (Ajv warns of each).
+    #[test]
+    fn output_schemas_are_self_contained_objects() {
+        let tool = find(RUN_CODE).unwrap();
+        let schema = tool.output_schema.unwrap();
+        assert_eq!(schema["type"], "object");
+        let text = serde_json::to_string(&schema).unwrap();
+        assert!(!text.contains("$ref") && !text.contains("$defs") && !text.contains("null"), "{text}");
+        assert!(!text.contains("\"format\""), "{text}");
+        assert_eq!(
+            schema["required"],
+            serde_json::json!([
+                "success",
+                "output",
+                "stdout",
+                "stderr",
+                "exitCode",
+                "timedOut",
+                "truncated",
+                "durationMs",
+                "files",
+                "filesTruncated"
+            ])
+        );
+        assert_eq!(schema["properties"]["files"]["items"]["required"], serde_json::json!(["name", "url", "size"]));
     }
 }

@@ -1,8 +1,9 @@
 //! `sandbox.run_code {conversationId, language, code, timeoutSeconds?, env?, stdin?, metadata?}`: runs code in the
 //! conversation's sandbox and returns `{success, output, stdout, stderr, exitCode, timedOut, truncated, durationMs,
-//! files: [{name, url, size}], filesTruncated, runId, outcome}` as structured content, and a text block written
-//! for a model (see `run_result`: outcome, exit code, output within a budget, each byte once). A server too busy to queue the run answers at once with `{success: false, busy: true,
-//! retryAfterSeconds, outcome: "busy", ...}`.
+//! files: [{name, url, size}], filesTruncated, runId, outcome}` as structured content (a serialized
+//! `run_code_output::RunCodeOutput`, the type the `outputSchema` is derived from), and a text block written for a
+//! model (see `run_result`: outcome, exit code, output within a budget, each byte once). A server too busy to queue
+//! the run answers at once with `{success: false, busy: true, retryAfterSeconds, outcome: "busy", ...}`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,9 +11,9 @@ use std::time::Duration;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{CallToolResult, JsonObject, Tool, ToolAnnotations};
 use sandlot_core::{Error, Outcome, RunReport, RunRequest, Termination, timeout_from_secs};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::list_runners::object;
+use super::run_code_output::{ResultFile, RunCodeOutput};
 use super::run_result;
 use crate::AppState;
 use crate::mcp::errors;
@@ -20,37 +21,6 @@ use crate::mcp::errors;
 pub const NAME: &str = "sandbox.run_code";
 
 pub fn definition() -> Tool {
-    let output = json!({
-        "type": "object",
-        "properties": {
-            "success": { "type": "boolean" },
-            "output": { "type": "string", "description": "stdout, then stderr, then sandlot's diagnostic if any" },
-            "stdout": { "type": "string" },
-            "stderr": { "type": "string" },
-            "exitCode": { "type": "integer" },
-            "timedOut": { "type": "boolean" },
-            "truncated": { "type": "boolean" },
-            "durationMs": { "type": "integer" },
-            "files": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": { "name": { "type": "string" }, "url": { "type": "string" }, "size": { "type": "integer" } },
-                    "required": ["name", "url", "size"]
-                }
-            },
-            "filesTruncated": { "type": "boolean" },
-            "runId": { "type": "string", "description": "The run's id in the history (sandlot://runs/{runId})" },
-            "outcome": {
-                "type": "string",
-                "enum": ["ok", "error", "timeout", "oom", "cancelled", "busy", "internal"],
-                "description": "How the run ended"
-            },
-            "busy": { "type": "boolean", "description": "The server was too busy to queue the run; retry later" },
-            "retryAfterSeconds": { "type": "integer", "description": "With busy: when to retry" }
-        },
-        "required": ["success", "output", "stdout", "stderr", "exitCode", "timedOut", "truncated", "durationMs", "files"]
-    });
     Tool::new(
         NAME,
         "Run Python, TypeScript, JavaScript or Bash in an isolated sandbox with no network. /data is a directory \
@@ -58,7 +28,7 @@ pub fn definition() -> Tool {
         super::run_code_args::input_schema(),
     )
     .with_title("Run code in a sandbox")
-    .with_raw_output_schema(Arc::new(object(output)))
+    .with_raw_output_schema(Arc::new(super::schema::output_schema_of::<RunCodeOutput>()))
     .with_annotations(ToolAnnotations::new().read_only(false).destructive(false).idempotent(false).open_world(false))
 }
 
@@ -123,11 +93,12 @@ pub fn combined_output(stdout: &str, stderr: &str, diagnostic: Option<&str>) -> 
     output
 }
 
-/// The result: `value` as structured content, and the text a model reads ([`run_result::model_text`]).
-fn result(value: Value, success: bool) -> CallToolResult {
-    let mut result = CallToolResult::success(vec![rmcp::model::ContentBlock::text(run_result::model_text(&value))]);
-    result.structured_content = Some(value);
-    result.is_error = Some(!success);
+/// The result: `output` as structured content, and the text a model reads ([`run_result::model_text`]);
+/// `isError` exactly when it is not a success.
+fn result(output: &RunCodeOutput) -> CallToolResult {
+    let mut result = CallToolResult::success(vec![rmcp::model::ContentBlock::text(run_result::model_text(output))]);
+    result.structured_content = Some(super::schema::structured(output));
+    result.is_error = Some(!output.success);
     result
 }
 
@@ -159,64 +130,49 @@ fn render(state: &AppState, report: &RunReport) -> CallToolResult {
     }
     let cut = stdout_cut || stderr_cut || output_cut;
     let diagnostic = (!notes.is_empty()).then(|| notes.join("\n"));
-    let files: Vec<Value> = report
+    let files = report
         .files
         .files
         .iter()
-        .map(|f| {
-            json!({ "name": f.path, "url": state.files.url(report.conversation_id.as_str(), &f.path), "size": f.size })
+        .map(|f| ResultFile {
+            name: f.path.clone(),
+            url: state.files.url(report.conversation_id.as_str(), &f.path),
+            size: f.size,
         })
         .collect();
-    let value = json!({
-        "success": outcome.success(),
-        "output": combined_output(&output, "", diagnostic.as_deref()),
-        "stdout": stdout,
-        "stderr": stderr,
-        "exitCode": outcome.exit_code(),
-        "timedOut": outcome.termination == Termination::TimedOut,
-        "truncated": outcome.truncated() || cut,
-        "durationMs": outcome.duration.as_millis() as u64,
-        "files": files,
-        "filesTruncated": report.files.truncated,
-        "runId": report.run_id,
-        "outcome": Outcome::of(&outcome.termination),
-    });
-    let mut result = result(value, outcome.success());
+    let output = RunCodeOutput {
+        success: outcome.success(),
+        output: combined_output(&output, "", diagnostic.as_deref()),
+        stdout,
+        stderr,
+        exit_code: outcome.exit_code(),
+        timed_out: outcome.termination == Termination::TimedOut,
+        truncated: outcome.truncated() || cut,
+        duration_ms: outcome.duration.as_millis() as u64,
+        files,
+        files_truncated: report.files.truncated,
+        run_id: Some(report.run_id.clone()),
+        outcome: Some(Outcome::of(&outcome.termination)),
+        ..RunCodeOutput::failure(String::new())
+    };
+    let mut result = result(&output);
     result.content.extend(super::result_files::blocks(state, report));
     result
 }
 
 /// The answer when the queue is full (or the wait was too long): nothing ran; try again after the hint.
 fn busy(error: &Error, retry_after: Duration) -> CallToolResult {
-    let mut value = failure_value(error.to_string());
-    value["busy"] = Value::Bool(true);
-    value["retryAfterSeconds"] = json!(retry_after.as_secs().max(1));
-    value["outcome"] = json!(Outcome::Busy);
-    result(value, false)
+    result(&RunCodeOutput {
+        busy: true,
+        retry_after_seconds: Some(retry_after.as_secs().max(1)),
+        outcome: Some(Outcome::Busy),
+        ..RunCodeOutput::failure(error.to_string())
+    })
 }
 
 fn no_runner(language: &str, available: &[String]) -> CallToolResult {
     let available = if available.is_empty() { "none".to_owned() } else { available.join(", ") };
-    failure_without_run(format!("no runner for language {language}; available: {available}"))
-}
-
-fn failure_without_run(output: String) -> CallToolResult {
-    result(failure_value(output), false)
-}
-
-fn failure_value(output: String) -> Value {
-    json!({
-        "success": false,
-        "output": output,
-        "stdout": "",
-        "stderr": "",
-        "exitCode": -1,
-        "timedOut": false,
-        "truncated": false,
-        "durationMs": 0,
-        "files": [],
-        "filesTruncated": false,
-    })
+    result(&RunCodeOutput::failure(format!("no runner for language {language}; available: {available}")))
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@
 //! budgets of output as JSON (60 KiB by default: the text, `output`, and both streams), whatever the run printed.
 
 use sandlot_core::{Excerpt, head_and_tail};
-use serde_json::Value;
+
+use super::run_code_output::RunCodeOutput;
 
 /// Where the whole output of `run_id` can be read, for a cut marker.
 fn whole_output_at(run_id: &str) -> String {
@@ -33,20 +34,19 @@ pub fn excerpt(text: &str, budget: usize, run_id: &str) -> (String, bool) {
     (kept, true)
 }
 
-/// The text block of a result whose structured content is `value`: its header line, then its `output` (already
+/// The text block of a result whose structured content is `result`: its header line, then its `output` (already
 /// bounded), so a model reads each byte once.
-pub fn model_text(value: &Value) -> String {
+pub fn model_text(result: &RunCodeOutput) -> String {
     let mut header = Vec::new();
-    if let Some(outcome) = value.get("outcome").and_then(Value::as_str) {
-        header.push(format!("outcome: {outcome}"));
+    if let Some(outcome) = result.outcome {
+        header.push(format!("outcome: {}", outcome.as_str()));
     }
     // Exit code and duration only for a run that ran (a refused one has neither).
-    if value.get("runId").is_some() {
-        let field = |name: &str| value.get(name).and_then(Value::as_i64).unwrap_or_default();
-        header.push(format!("exit code {}", field("exitCode")));
-        header.push(format!("{} ms", field("durationMs")));
+    if result.run_id.is_some() {
+        header.push(format!("exit code {}", result.exit_code));
+        header.push(format!("{} ms", result.duration_ms));
     }
-    let output = value.get("output").and_then(Value::as_str).unwrap_or_default();
+    let output = &result.output;
     match (header.is_empty(), output.is_empty()) {
         (true, _) => output.to_owned(),
         (false, true) => format!("{}\n(no output)", header.join(", ")),
@@ -57,7 +57,7 @@ pub fn model_text(value: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use sandlot_core::Outcome;
 
     #[test]
     fn a_long_output_keeps_its_head_and_tail_and_says_where_the_rest_is() {
@@ -75,14 +75,21 @@ mod tests {
 
     #[test]
     fn the_text_block_holds_the_output_once_after_a_header() {
-        let value = json!({ "outcome": "error", "exitCode": 3, "durationMs": 12, "runId": "r", "output": "out\nerr\n",
-                            "stdout": "out\n", "stderr": "err\n" });
-        assert_eq!(model_text(&value), "outcome: error, exit code 3, 12 ms\nout\nerr\n");
-        let silent = json!({ "outcome": "ok", "exitCode": 0, "durationMs": 0, "runId": "r", "output": "" });
-        assert_eq!(model_text(&silent), "outcome: ok, exit code 0, 0 ms\n(no output)");
-        let busy = json!({ "outcome": "busy", "exitCode": -1, "output": "server busy" });
+        let ran = |outcome, exit_code, duration_ms, output: &str| RunCodeOutput {
+            exit_code,
+            duration_ms,
+            run_id: Some("r".into()),
+            outcome: Some(outcome),
+            ..RunCodeOutput::failure(output.into())
+        };
+        assert_eq!(
+            model_text(&ran(Outcome::Error, 3, 12, "out\nerr\n")),
+            "outcome: error, exit code 3, 12 ms\nout\nerr\n"
+        );
+        assert_eq!(model_text(&ran(Outcome::Ok, 0, 0, "")), "outcome: ok, exit code 0, 0 ms\n(no output)");
+        let busy = RunCodeOutput { outcome: Some(Outcome::Busy), ..RunCodeOutput::failure("server busy".into()) };
         assert_eq!(model_text(&busy), "outcome: busy\nserver busy");
-        let no_run = json!({ "success": false, "exitCode": -1, "output": "no runner for language ruby" });
+        let no_run = RunCodeOutput::failure("no runner for language ruby".into());
         assert_eq!(model_text(&no_run), "no runner for language ruby");
     }
 }

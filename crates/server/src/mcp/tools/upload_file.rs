@@ -1,9 +1,10 @@
 //! `sandbox.upload_file {conversationId, path, content | contentBase64}` → `{path, size, url}`: writes a file into
-//! the conversation's `/data` for the code of later runs to use. The arguments are one Rust type; the `inputSchema`
-//! is derived from it with schemars, as `run_code_args` does. The write is `Engine::upload_file`: symlink-safe,
-//! within the conversation's disk quota, owned by the sandbox's storage uid. A file is at most what one request
-//! carries (the 1 MiB body limit of `/mcp`, less the JSON around it, and base64 costs a third more); larger files go
-//! through a signed upload URL (`POST /v1/conversations/{id}/uploads`).
+//! the conversation's `/data` for the code of later runs to use. The arguments are one Rust type and the result
+//! another ([`UploadFileOutput`]); the `inputSchema` and `outputSchema` are derived from them with schemars, as for
+//! `run_code`. The write is `Engine::upload_file`: symlink-safe, within the conversation's disk quota, owned by the
+//! sandbox's storage uid. A file is at most what one request carries (the 1 MiB body limit of `/mcp`, less the JSON
+//! around it, and base64 costs a third more); larger files go through a signed upload URL
+//! (`POST /v1/conversations/{id}/uploads`).
 
 use std::sync::{Arc, OnceLock};
 
@@ -11,10 +12,9 @@ use base64::Engine as _;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{CallToolResult, JsonObject, Tool, ToolAnnotations};
 use schemars::JsonSchema;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use super::list_runners::object;
 use crate::AppState;
 use crate::mcp::errors::{self, invalid_argument};
 
@@ -42,16 +42,17 @@ pub fn input_schema() -> Arc<JsonObject> {
     SCHEMA.get_or_init(|| Arc::new(super::schema::input_schema_of::<UploadFileArgs>())).clone()
 }
 
+/// What `sandbox.upload_file` returns; the tool's `outputSchema` is derived from it.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct UploadFileOutput {
+    /// Where the file is, relative to /data.
+    pub path: String,
+    pub size: u64,
+    /// Signed download URL.
+    pub url: String,
+}
+
 pub fn definition() -> Tool {
-    let output = json!({
-        "type": "object",
-        "properties": {
-            "path": { "type": "string", "description": "Where the file is, relative to /data" },
-            "size": { "type": "integer" },
-            "url": { "type": "string", "description": "Signed download URL" }
-        },
-        "required": ["path", "size", "url"]
-    });
     Tool::new(
         NAME,
         "Write a file into the conversation's /data directory, for code run later with sandbox.run_code in the same \
@@ -59,7 +60,7 @@ pub fn definition() -> Tool {
         input_schema(),
     )
     .with_title("Upload a file to the sandbox")
-    .with_raw_output_schema(Arc::new(object(output)))
+    .with_raw_output_schema(Arc::new(super::schema::output_schema_of::<UploadFileOutput>()))
     .with_annotations(ToolAnnotations::new().read_only(false).destructive(true).idempotent(true).open_world(false))
 }
 
@@ -97,12 +98,14 @@ pub async fn call(state: &AppState, arguments: JsonObject) -> Result<CallToolRes
     let written =
         state.engine.upload_file(&conversation, &args.path, bytes).await.map_err(|e| errors::from_engine(&e))?;
     let url = state.files.url(conversation.as_str(), &written.path);
-    Ok(CallToolResult::structured(json!({ "path": written.path, "size": written.size, "url": url })))
+    let output = UploadFileOutput { path: written.path, size: written.size, url };
+    Ok(CallToolResult::structured(super::schema::structured(&output)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn arguments(value: Value) -> JsonObject {
         value.as_object().unwrap().clone()
