@@ -10,9 +10,9 @@ mod conversations;
 mod credentials;
 mod events;
 mod files;
-mod jsonrpc;
+pub(crate) mod jsonrpc;
 mod legacy_sse;
-mod mcp_endpoint;
+pub(crate) mod mcp_endpoint;
 mod ops;
 mod origin;
 mod playground;
@@ -28,7 +28,9 @@ use axum::routing::{any, delete, get, post};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
-pub use auth::{AuthLimits, Authenticator, Caller, MAX_TRACKED as MAX_TRACKED_CLIENTS};
+pub use auth::{
+    AuthLimits, Authenticator, Caller, FailureRendering, MAX_TRACKED as MAX_TRACKED_CLIENTS, require_bearer,
+};
 pub use client_addr::{ClientIpHeader, TrustedProxy};
 pub use connections::{ConnectionLimits, raise_nofile_limit, serve};
 pub use credentials::{Credentials, JwtSettings};

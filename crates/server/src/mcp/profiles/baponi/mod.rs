@@ -3,9 +3,14 @@
 //!
 //! - [`execute`]: the execution core both faces share (arguments, validation, the one-run-per-thread rule, trace
 //!   ids).
+//! - [`mcp`]: the MCP handler and its tools (`sandbox_execute`, `files_download` in `download`), served
+//!   statelessly at `<base>/mcp` by `http`, with Baponi's 401 and 429.
 //! - [`volumes`]: the named volumes `files_download` reads from (`SANDLOT_BAPONI_VOLUMES`).
 
+mod download;
 pub mod execute;
+mod http;
+pub mod mcp;
 pub mod volumes;
 
 use std::collections::HashSet;
@@ -48,6 +53,6 @@ impl BaponiState {
 }
 
 /// Baponi's routes, relative to the profile's base (`<base>/mcp`, `<base>/v1/...`).
-pub fn router(_state: BaponiState, _auth: Authenticator) -> Router {
-    Router::new()
+pub fn router(state: BaponiState, auth: Authenticator) -> Router {
+    http::router(state, &auth)
 }
