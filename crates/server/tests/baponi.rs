@@ -527,3 +527,88 @@ async fn a_wrong_key_gets_baponi_s_401_and_the_fourth_within_a_minute_429() {
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_ne!(serde_json::from_slice::<Value>(&bytes).unwrap()["message"], "Invalid or revoked API key.");
 }
+
+/// A server with `profile` at the root.
+fn server_at_root() -> Server {
+    let mut server = server();
+    let options = HttpOptions {
+        root_profile: Some(sandlot_server::mcp::profiles::Profile::Baponi),
+        ..HttpOptions::new(AllowedHosts::new(vec!["localhost".into()]))
+    };
+    server.router = app(server.state.clone(), Authenticator::token("tok"), options);
+    server
+}
+
+/// The names `tools/list` gives at `path`.
+async fn tool_names(server: &Server, path: &str) -> Vec<String> {
+    let list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+    let mut request = post(path, list, Some("tok"), "10.0.0.1");
+    request.headers_mut().insert(header::ACCEPT, "application/json, text/event-stream".parse().unwrap());
+    let (status, _, bytes) = server.send(request).await;
+    assert_eq!(status, StatusCode::OK, "{path}");
+    let answer = common::jsonrpc_answer(&bytes);
+    answer["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect()
+}
+
+#[tokio::test]
+async fn paths_by_default_and_with_baponi_at_the_root() {
+    let own = ["sandbox_run_code", "sandbox_list_runners", "sandbox_upload_file"].map(String::from).to_vec();
+    let baponi = ["sandbox_execute", "files_download"].map(String::from).to_vec();
+    let server = server();
+    assert_eq!(tool_names(&server, "/mcp").await, own);
+    assert_eq!(tool_names(&server, "/p/sandlot/mcp").await, own);
+    assert_eq!(tool_names(&server, "/p/baponi/mcp").await, baponi);
+
+    let server = server_at_root();
+    assert_eq!(tool_names(&server, "/mcp").await, baponi);
+    assert_eq!(tool_names(&server, "/p/baponi/mcp").await, baponi);
+    assert_eq!(tool_names(&server, "/p/sandlot/mcp").await, own);
+    let get = |path: &str| {
+        let mut request = Request::get(path)
+            .header(header::HOST, "localhost")
+            .header(header::AUTHORIZATION, "Bearer tok")
+            .header(header::ACCEPT, "text/event-stream")
+            .body(Body::empty())
+            .unwrap();
+        request.extensions_mut().insert(axum::extract::ConnectInfo(SocketAddr::from(([10, 0, 0, 1], 1))));
+        request
+    };
+    assert_eq!(server.send(get("/p/sandlot/v1/runs")).await.0, StatusCode::OK);
+    assert_eq!(server.send(get("/v1/runs")).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(server.send(get("/sse")).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(server.send(get("/healthz")).await.0, StatusCode::OK);
+    // sandlot's legacy SSE under the prefix names its message path under the prefix too.
+    let response = server.router.clone().oneshot(get("/p/sandlot/sse")).await.unwrap();
+    let mut body = response.into_body().into_data_stream();
+    let first = futures::StreamExt::next(&mut body).await.unwrap().unwrap();
+    let first = String::from_utf8_lossy(&first).into_owned();
+    assert!(first.starts_with("event: endpoint\ndata: /p/sandlot/message?sessionId="), "{first}");
+}
+
+#[tokio::test]
+async fn a_file_written_through_either_profile_is_seen_through_the_other() {
+    let server = server();
+    let own_call = |name: &str, arguments: Value| {
+        let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": name, "arguments": arguments } });
+        let mut request = post("/mcp", &body.to_string(), Some("tok"), "10.0.0.1");
+        request.headers_mut().insert(header::ACCEPT, "application/json, text/event-stream".parse().unwrap());
+        request
+    };
+    // sandlot's upload tool → Baponi's run and files_download in the thread of the same name.
+    let upload = json!({ "conversationId": "shared", "path": "notes.txt", "content": "from sandlot" });
+    let (status, _, _) = server.send(own_call("sandbox_upload_file", upload)).await;
+    assert_eq!(status, StatusCode::OK);
+    let read = server.execute(json!({ "code": "cat:notes.txt", "thread_id": "shared" })).await;
+    assert_eq!(
+        read["content"][0]["text"],
+        "## Execution Result\n\n**stdout:**\n```\nfrom sandlot\n```\n\n**Exit code:** 0"
+    );
+    let download =
+        server.call("files_download", json!({ "source": "thread", "id": "shared", "path": "notes.txt" })).await;
+    assert_eq!(download["result"], text_result("from sandlot", false));
+    // Baponi's run → sandlot's run_code in the conversation.
+    server.execute(json!({ "code": "write:out.txt:from baponi", "thread_id": "shared" })).await;
+    let run = json!({ "conversationId": "shared", "language": "python", "code": "cat:out.txt" });
+    let (_, _, bytes) = server.send(own_call("sandbox_run_code", run)).await;
+    assert_eq!(common::jsonrpc_answer(&bytes)["result"]["structuredContent"]["stdout"], "from baponi\n");
+}
