@@ -131,6 +131,18 @@ fn post(path: &str, body: &str, token: Option<&str>, peer: &str) -> Request<Body
     request
 }
 
+/// A GET with the right token that accepts an event stream.
+fn get(path: &str) -> Request<Body> {
+    let mut request = Request::get(path)
+        .header(header::HOST, "localhost")
+        .header(header::AUTHORIZATION, "Bearer tok")
+        .header(header::ACCEPT, "text/event-stream")
+        .body(Body::empty())
+        .unwrap();
+    request.extensions_mut().insert(axum::extract::ConnectInfo(SocketAddr::from(([10, 0, 0, 1], 1))));
+    request
+}
+
 impl Server {
     async fn send(&self, request: Request<Body>) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
         let response = self.router.clone().oneshot(request).await.unwrap();
@@ -486,14 +498,7 @@ async fn mcp_protocol_version_is_checked_when_present() {
 #[tokio::test]
 async fn get_opens_an_event_stream_that_stays_open() {
     let server = server();
-    let mut request = Request::get(MCP)
-        .header(header::HOST, "localhost")
-        .header(header::AUTHORIZATION, "Bearer tok")
-        .header(header::ACCEPT, "text/event-stream")
-        .body(Body::empty())
-        .unwrap();
-    request.extensions_mut().insert(axum::extract::ConnectInfo(SocketAddr::from(([10, 0, 0, 1], 1))));
-    let response = server.router.clone().oneshot(request).await.unwrap();
+    let response = server.router.clone().oneshot(get(MCP)).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(response.headers()[header::CONTENT_TYPE], "text/event-stream");
     assert!(response.headers().get("mcp-session-id").is_none());
@@ -563,16 +568,6 @@ async fn paths_by_default_and_with_baponi_at_the_root() {
     assert_eq!(tool_names(&server, "/mcp").await, baponi);
     assert_eq!(tool_names(&server, "/p/baponi/mcp").await, baponi);
     assert_eq!(tool_names(&server, "/p/sandlot/mcp").await, own);
-    let get = |path: &str| {
-        let mut request = Request::get(path)
-            .header(header::HOST, "localhost")
-            .header(header::AUTHORIZATION, "Bearer tok")
-            .header(header::ACCEPT, "text/event-stream")
-            .body(Body::empty())
-            .unwrap();
-        request.extensions_mut().insert(axum::extract::ConnectInfo(SocketAddr::from(([10, 0, 0, 1], 1))));
-        request
-    };
     assert_eq!(server.send(get("/p/sandlot/v1/runs")).await.0, StatusCode::OK);
     assert_eq!(server.send(get("/v1/runs")).await.0, StatusCode::NOT_FOUND);
     assert_eq!(server.send(get("/sse")).await.0, StatusCode::NOT_FOUND);
