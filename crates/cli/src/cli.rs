@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use sandlot_core::{EngineConfig, Limits};
+use sandlot_server::mcp::profiles::Profile;
 
 /// Run untrusted code for AI agents in a Linux-namespace sandbox.
 #[derive(Debug, Parser)]
@@ -127,6 +128,16 @@ pub struct ServeArgs {
     /// Jail inits kept started and waiting, so a call does not wait for one to start (0 turns this off).
     #[arg(long, env = "SANDLOT_WARM_INITS", default_value_t = 2)]
     pub warm_inits: usize,
+    /// Drop-in profiles served under /p/<name> (comma-separated: baponi; `all` or `none`).
+    #[arg(long, env = "SANDLOT_PROFILES", default_value = "all", value_parser = parse_profiles)]
+    pub profiles: Profiles,
+    /// A profile served at the root paths (/mcp, /v1/...) for clients whose URLs are fixed; sandlot's own MCP and
+    /// REST routes are then under /p/sandlot only. `sandlot` (the default) keeps sandlot's own at the root.
+    #[arg(long, env = "SANDLOT_ROOT_PROFILE", default_value = "sandlot", value_parser = parse_root_profile)]
+    pub root_profile: RootProfile,
+    /// Baponi's named volumes for files_download: `slug=/host/dir[:ro|:rw],...` (read-only by default).
+    #[arg(long, env = "SANDLOT_BAPONI_VOLUMES", default_value = "", value_parser = parse_baponi_volumes)]
+    pub baponi_volumes: sandlot_server::mcp::profiles::baponi::Volumes,
     /// Most Streamable HTTP sessions open at once.
     #[arg(long, env = "SANDLOT_MAX_SESSIONS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_sessions: u64,
@@ -222,6 +233,50 @@ impl From<ToolNamesArg> for sandlot_server::ToolNames {
 /// A time to live; `None` is "off".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ttl(pub Option<Duration>);
+
+/// The profiles `SANDLOT_PROFILES` enables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Profiles(pub Vec<Profile>);
+
+/// The profile `SANDLOT_ROOT_PROFILE` puts at the root; `None`: sandlot's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RootProfile(pub Option<Profile>);
+
+fn profile_names() -> String {
+    Profile::ALL.map(Profile::name).join(", ")
+}
+
+/// `all`, `none`, or names of profiles, comma-separated, each once.
+fn parse_profiles(text: &str) -> Result<Profiles, String> {
+    match text.trim() {
+        "all" => return Ok(Profiles(Profile::ALL.to_vec())),
+        "none" | "" => return Ok(Profiles(Vec::new())),
+        _ => {}
+    }
+    let mut profiles = Vec::new();
+    for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let profile = Profile::from_name(name)
+            .ok_or_else(|| format!("unknown profile {name:?}; known: {}, or all, none", profile_names()))?;
+        if !profiles.contains(&profile) {
+            profiles.push(profile);
+        }
+    }
+    Ok(Profiles(profiles))
+}
+
+/// `sandlot` or the name of a profile.
+fn parse_root_profile(text: &str) -> Result<RootProfile, String> {
+    match text.trim() {
+        "sandlot" | "" => Ok(RootProfile(None)),
+        name => Profile::from_name(name)
+            .map(|p| RootProfile(Some(p)))
+            .ok_or_else(|| format!("unknown profile {name:?}; known: sandlot, {}", profile_names())),
+    }
+}
+
+fn parse_baponi_volumes(text: &str) -> Result<sandlot_server::mcp::profiles::baponi::Volumes, String> {
+    sandlot_server::mcp::profiles::baponi::Volumes::parse(text)
+}
 
 /// `off` (or `0`), or a duration of at least a second and at most ten years: `90s`, `12h`, `30d`, `1w 2d`.
 fn parse_ttl(text: &str) -> Result<Ttl, String> {
@@ -534,6 +589,17 @@ mod tests {
         assert_eq!(root(false, some(""), some("/home/me")), Ok(PathBuf::from("/home/me/.local/share/sandlot")));
         assert!(root(false, None, None).is_err());
         assert!(root(false, None, some("")).is_err());
+    }
+
+    #[test]
+    fn profiles_are_all_none_or_names_and_the_root_one_sandlot_or_a_name() {
+        assert_eq!(parse_profiles("all").unwrap(), Profiles(Profile::ALL.to_vec()));
+        assert_eq!(parse_profiles("none").unwrap(), Profiles(Vec::new()));
+        assert_eq!(parse_profiles(" baponi, baponi").unwrap(), Profiles(vec![Profile::Baponi]));
+        assert_eq!(parse_profiles("e2b").unwrap_err(), "unknown profile \"e2b\"; known: baponi, or all, none");
+        assert_eq!(parse_root_profile("sandlot").unwrap(), RootProfile(None));
+        assert_eq!(parse_root_profile("baponi").unwrap(), RootProfile(Some(Profile::Baponi)));
+        assert_eq!(parse_root_profile("x").unwrap_err(), "unknown profile \"x\"; known: sandlot, baponi");
     }
 
     #[test]

@@ -50,5 +50,5 @@ pub use signer::Signer;
 pub use state_dir::{STATE_DIR_NAME, StateDir};
 pub use stop::{Stop, stop_reason};
 pub use workspaces::{
-    Claim, DiskUsage, FileEntry, FileListing, Workspaces, directory_usage, hand_over, validate_upload_path,
+    Claim, DiskUsage, FileEntry, FileListing, Workspaces, directory_usage, hand_over, open_in_dir, validate_upload_path,
 };

@@ -246,22 +246,7 @@ impl Workspaces {
         validate_relative_path(path)?;
         let not_found = || Error::FileNotFound { path: path.to_owned() };
         let root = self.open_files_dir(id)?.ok_or_else(not_found)?;
-        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY;
-        let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-        let fd = match rustix::fs::openat2(&root, path, flags, Mode::empty(), resolve) {
-            Ok(fd) => fd,
-            Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => return Err(not_found()),
-            Err(rustix::io::Errno::LOOP | rustix::io::Errno::XDEV) => {
-                return Err(Error::InvalidPath { path: path.to_owned(), message: "goes through a symlink".into() });
-            }
-            Err(e) => return Err(Error::io("open file", self.files_dir(id).join(path), e.into())),
-        };
-        let stat =
-            rustix::fs::fstat(&fd).map_err(|e| Error::io("stat file", self.files_dir(id).join(path), e.into()))?;
-        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-            return Err(not_found());
-        }
-        Ok(File::from(fd))
+        open_beneath(&root, &self.files_dir(id), path)
     }
 
     /// Writes `bytes` to `path` in the conversation's `/data` (an upload), creating the directories on the way, and
@@ -391,6 +376,36 @@ impl Drop for Claim {
     fn drop(&mut self) {
         self.touch();
     }
+}
+
+/// Opens a regular file at `path` beneath the directory `root` (its host path `dir`, for messages) for reading:
+/// `path` must be relative, without `..`, empty or `.` segments, and pass through no symlink.
+fn open_beneath(root: &OwnedFd, dir: &Path, path: &str) -> Result<File> {
+    let not_found = || Error::FileNotFound { path: path.to_owned() };
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY;
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    let fd = match rustix::fs::openat2(root, path, flags, Mode::empty(), resolve) {
+        Ok(fd) => fd,
+        Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => return Err(not_found()),
+        Err(rustix::io::Errno::LOOP | rustix::io::Errno::XDEV) => {
+            return Err(Error::InvalidPath { path: path.to_owned(), message: "goes through a symlink".into() });
+        }
+        Err(e) => return Err(Error::io("open file", dir.join(path), e.into())),
+    };
+    let stat = rustix::fs::fstat(&fd).map_err(|e| Error::io("stat file", dir.join(path), e.into()))?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return Err(not_found());
+    }
+    Ok(File::from(fd))
+}
+
+/// [`Workspaces::open`] for a directory that is not a conversation's (a configured volume): a regular file at
+/// `path` beneath `dir`, never through a symlink below it (`dir` itself is the operator's and may be one).
+pub fn open_in_dir(dir: &Path, path: &str) -> Result<File> {
+    validate_relative_path(path)?;
+    let root = rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| Error::io("open directory", dir, e.into()))?;
+    open_beneath(&root, dir, path)
 }
 
 /// Gives a conversation directory to the uid a backend runs code as (`owner`, when the server may change owners,

@@ -47,11 +47,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         allowed_hosts: AllowedHosts::new(allowed_hosts),
         session_idle: std::time::Duration::from_secs(args.session_idle_secs),
         max_sessions: usize::try_from(args.max_sessions).unwrap_or(usize::MAX),
-        profiles: sandlot_server::mcp::profiles::Profile::ALL.to_vec(),
-        profile_settings: Default::default(),
+        profiles: args.profiles.0.clone(),
+        profile_settings: sandlot_server::mcp::profiles::Settings { baponi_volumes: args.baponi_volumes.clone() },
+        root_profile: args.root_profile.0,
     };
     let listener = listen(args.addr).with_context(|| format!("cannot listen on {}", args.addr))?;
     let (authenticator, generated) = authenticator;
+    // With a profile at the root, sandlot's own MCP endpoint is under /p/sandlot.
+    let own_prefix = if args.root_profile.0.is_some() { sandlot_server::mcp::profiles::SANDLOT_PREFIX } else { "" };
     let token_file = keep_token(&args.sandbox.root, generated.as_deref())?;
     if crate::logs::json() {
         // One structured start event; the generated token stays out of the logs (which are often shipped
@@ -59,7 +62,9 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         tracing::info!(
             version = env!("CARGO_PKG_VERSION"),
             address = %args.addr,
-            url = format!("{base}/mcp"),
+            url = format!("{base}{own_prefix}/mcp"),
+            profiles = args.profiles.0.iter().map(|p| p.name()).collect::<Vec<_>>().join(","),
+            root_profile = args.root_profile.0.map(|p| p.name()),
             backend = state.engine.backend_name(),
             root = %args.sandbox.root.display(),
             runners = runner_names(&state, ","),
@@ -67,7 +72,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             "sandlot started"
         );
     } else {
-        eprintln!("sandlot: serving MCP at {base}/mcp (runners: {})", runner_names(&state, ", "));
+        eprintln!("sandlot: serving MCP at {base}{own_prefix}/mcp (runners: {})", runner_names(&state, ", "));
+        for profile in &args.profiles.0 {
+            eprintln!("sandlot: {} profile at {base}{}/mcp", profile.name(), profile.prefix());
+        }
+        if let Some(profile) = args.root_profile.0 {
+            eprintln!("sandlot: {} profile at the root paths ({base}/mcp)", profile.name());
+        }
         if let Some(token) = generated {
             eprintln!("sandlot: Authorization: Bearer {token}");
         }

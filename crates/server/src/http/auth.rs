@@ -66,6 +66,15 @@ struct FailureLimiter {
 }
 
 impl FailureLimiter {
+    /// A limiter allowing `per_minute` failures per address; `None` for 0 (no limit).
+    fn per_minute(per_minute: u32) -> Option<Arc<Self>> {
+        NonZeroU32::new(per_minute).map(|per_minute| {
+            let clock = DefaultClock::default();
+            let limiter = RateLimiter::dashmap_with_clock(Quota::per_minute(per_minute), clock.clone());
+            Arc::new(FailureLimiter { limiter, clock, last_sweep: Mutex::new(Instant::now()) })
+        })
+    }
+
     /// Counts one failure of `client`: `Err(retry after)` when it is past its allowance (the failure is then not
     /// counted again: the allowance refills at its steady pace whatever the client sends).
     fn count(&self, client: IpAddr) -> Result<(), Duration> {
@@ -92,6 +101,17 @@ pub struct Authenticator {
     credentials: Arc<Credentials>,
     limiter: Option<Arc<FailureLimiter>>,
     clients: Arc<ClientAddress>,
+    /// The message of every 401, when a profile fixes it (Baponi's); else each says what was wrong.
+    fixed_message: Option<&'static str>,
+}
+
+/// How a drop-in profile's clients are told their credential failed, and how many failures it allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailureRendering {
+    /// The `message` of every 401 body (`{"error":"unauthorized","message":...}`).
+    pub message: &'static str,
+    /// Wrong credentials one address may send per minute before 429.
+    pub failures_per_minute: u32,
 }
 
 impl Authenticator {
@@ -102,19 +122,22 @@ impl Authenticator {
 
     /// Requests must present a credential these accept (default limits).
     pub fn new(credentials: Credentials) -> Self {
-        Self { credentials: Arc::new(credentials), limiter: None, clients: Arc::default() }
+        Self { credentials: Arc::new(credentials), limiter: None, clients: Arc::default(), fixed_message: None }
             .with_limits(AuthLimits::default())
     }
 
     /// The same check with these limits (and a fresh count of failures).
     pub fn with_limits(self, limits: AuthLimits) -> Self {
-        let limiter = NonZeroU32::new(limits.failures_per_minute).map(|per_minute| {
-            let clock = DefaultClock::default();
-            let limiter = RateLimiter::dashmap_with_clock(Quota::per_minute(per_minute), clock.clone());
-            Arc::new(FailureLimiter { limiter, clock, last_sweep: Mutex::new(Instant::now()) })
-        });
+        let limiter = FailureLimiter::per_minute(limits.failures_per_minute);
         let clients = Arc::new(ClientAddress::new(limits.trusted_proxies, limits.client_ip_header));
         Self { limiter, clients, ..self }
+    }
+
+    /// The same credentials and client addresses for a profile's routes, with its own failure message and its own
+    /// count of failures (so a profile's stricter limit does not spend sandlot's allowance, nor the reverse).
+    pub fn for_profile(&self, rendering: FailureRendering) -> Self {
+        let limiter = FailureLimiter::per_minute(rendering.failures_per_minute);
+        Self { limiter, fixed_message: Some(rendering.message), ..self.clone() }
     }
 }
 
@@ -140,7 +163,9 @@ pub async fn require_bearer(State(auth): State<Authenticator>, mut request: Requ
     let presented = match request.headers().get(header::AUTHORIZATION) {
         None => {
             crate::telemetry::auth_failed("missing");
-            return unauthorized("missing Authorization header (expected: Bearer <token>)");
+            return unauthorized(
+                auth.fixed_message.unwrap_or("missing Authorization header (expected: Bearer <token>)"),
+            );
         }
         Some(value) => value.to_str().ok().and_then(|v| {
             let (scheme, token) = v.split_once(' ')?;
@@ -149,7 +174,7 @@ pub async fn require_bearer(State(auth): State<Authenticator>, mut request: Requ
     };
     let Some(presented) = presented else {
         crate::telemetry::auth_failed("malformed");
-        return unauthorized("Authorization must be: Bearer <token>");
+        return unauthorized(auth.fixed_message.unwrap_or("Authorization must be: Bearer <token>"));
     };
     let failure = match auth.credentials.verify(&presented) {
         Ok(caller) => {
@@ -171,5 +196,5 @@ pub async fn require_bearer(State(auth): State<Authenticator>, mut request: Requ
     }
     crate::telemetry::auth_failed("rejected");
     tracing::info!(client = client.map(|c| c.to_string()), reason = failure, "authentication failed");
-    unauthorized(&failure)
+    unauthorized(auth.fixed_message.unwrap_or(&failure))
 }

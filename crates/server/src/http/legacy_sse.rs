@@ -64,12 +64,17 @@ impl Drop for SessionGuard {
     }
 }
 
-/// `GET /sse` and `GET /mcp/sse`: the message path is a sibling of the SSE path.
+/// `GET /sse` and `GET /mcp/sse`: the message path is a sibling of the SSE path (under the same prefix).
 pub async fn open(State(sessions): State<LegacySessions>, request: Request) -> Response {
-    let message_path = match request.uri().path().trim_end_matches('/') {
+    let path = request.uri().path();
+    let sibling = match path.trim_end_matches('/') {
         "/mcp/sse" => "/mcp/message",
         _ => "/message",
     };
+    // Under a prefix (`/p/sandlot` when another profile has the root), the message path keeps it.
+    let original = request.extensions().get::<axum::extract::OriginalUri>().map(|uri| uri.path());
+    let prefix = original.and_then(|original| original.strip_suffix(path)).unwrap_or("");
+    let message_path = format!("{prefix}{sibling}");
     if sessions.senders().len() >= sessions.max_sessions {
         let message = format!("too many open SSE sessions (at most {}); retry later", sessions.max_sessions);
         return (StatusCode::SERVICE_UNAVAILABLE, message).into_response();

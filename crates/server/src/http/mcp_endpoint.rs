@@ -48,13 +48,13 @@ fn media_types(headers: &HeaderMap) -> Vec<String> {
 }
 
 /// What a client's `Accept` allows.
-struct Accepts {
-    json: bool,
-    sse: bool,
+pub struct Accepts {
+    pub json: bool,
+    pub sse: bool,
 }
 
 /// Reads `Accept` as a list, then rewrites it to what rmcp insists on (both types).
-fn accepts(headers: &mut HeaderMap) -> Accepts {
+pub fn accepts(headers: &mut HeaderMap) -> Accepts {
     let types = media_types(headers);
     let any = types.is_empty() || types.iter().any(|t| t == "*/*" || t == "application/*" || t == "text/*");
     let json = any || types.iter().any(|t| t == "application/json");
@@ -114,7 +114,11 @@ pub async fn endpoint(State(services): State<McpServices>, request: Request) -> 
     forward(service, request).await
 }
 
-async fn forward(service: Service, request: Request) -> Response {
+/// Hands a request to an rmcp service (sandlot's or a profile's).
+pub async fn forward<H>(service: StreamableHttpService<H, LocalSessionManager>, request: Request) -> Response
+where
+    H: rmcp::ServerHandler + Send + 'static,
+{
     match service.oneshot(request).await {
         Ok(response) => response.map(Body::new),
         Err(never) => match never {},

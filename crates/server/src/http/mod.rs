@@ -1,7 +1,7 @@
 //! The HTTP face: `fn app(state) -> Router` with `/mcp` (Streamable HTTP), the legacy SSE pair, `/mcp/events`,
 //! the run history at `/v1/runs`, the playground at `/`, signed `/files` downloads, `/healthz` and `/readyz`, behind
-//! bearer-token authentication
-//! where the contract asks for it.
+//! bearer-token authentication where the contract asks for it; the drop-in profiles under `/p/<name>`, one of them
+//! possibly at the root (then sandlot's own MCP and REST routes are only under `/p/sandlot`).
 
 mod auth;
 mod client_addr;
@@ -10,9 +10,9 @@ mod conversations;
 mod credentials;
 mod events;
 mod files;
-mod jsonrpc;
+pub(crate) mod jsonrpc;
 mod legacy_sse;
-mod mcp_endpoint;
+pub(crate) mod mcp_endpoint;
 mod ops;
 mod origin;
 mod playground;
@@ -28,7 +28,9 @@ use axum::routing::{any, delete, get, post};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
-pub use auth::{AuthLimits, Authenticator, Caller, MAX_TRACKED as MAX_TRACKED_CLIENTS};
+pub use auth::{
+    AuthLimits, Authenticator, Caller, FailureRendering, MAX_TRACKED as MAX_TRACKED_CLIENTS, require_bearer,
+};
 pub use client_addr::{ClientIpHeader, TrustedProxy};
 pub use connections::{ConnectionLimits, raise_nofile_limit, serve};
 pub use credentials::{Credentials, JwtSettings};
@@ -36,7 +38,6 @@ pub use ops::ops_app;
 pub use origin::AllowedHosts;
 pub use request_log::{REQUEST_ID, RequestSpan};
 
-pub(crate) use auth::require_bearer;
 pub(crate) use files::{MAX_UPLOAD_BYTES, UPLOAD_URL_TTL};
 pub(crate) use rest_error::rest_error;
 
@@ -56,6 +57,8 @@ pub struct HttpOptions {
     pub profiles: Vec<crate::mcp::profiles::Profile>,
     /// What the profiles are configured with (Baponi's volumes).
     pub profile_settings: crate::mcp::profiles::Settings,
+    /// A profile served at the root paths; sandlot's own MCP and REST routes are then only under `/p/sandlot`.
+    pub root_profile: Option<crate::mcp::profiles::Profile>,
 }
 
 impl HttpOptions {
@@ -67,6 +70,7 @@ impl HttpOptions {
             max_sessions: 1000,
             profiles: crate::mcp::profiles::Profile::ALL.to_vec(),
             profile_settings: Default::default(),
+            root_profile: None,
         }
     }
 }
@@ -76,7 +80,7 @@ impl HttpOptions {
 /// OAuth) do not; any other path is 404 without asking for a credential. Every route checks `Host` and
 /// `Origin`; CORS lets browser clients on allowed origins call the MCP endpoints.
 pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Router {
-    let HttpOptions { allowed_hosts, session_idle, max_sessions, profiles, profile_settings } = options;
+    let HttpOptions { allowed_hosts, session_idle, max_sessions, profiles, profile_settings, root_profile } = options;
     let handler = SandlotMcp::new(state.clone(), "anonymous");
     let session_manager = |idle: Duration| {
         let mut manager = LocalSessionManager::default();
@@ -131,8 +135,19 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
         // A route layer: only the routes above need the token; an unknown path falls through to 404 below, with or
         // without a credential, and is never counted as a failed authentication.
         .route_layer(axum::middleware::from_fn_with_state(token.clone(), auth::require_bearer));
+    // Each profile's router is built once (its state, Baponi's busy threads, is shared by its two mounts).
+    let mut mounted: Vec<(crate::mcp::profiles::Profile, Router)> = Vec::new();
+    for profile in profiles.iter().copied().chain(root_profile) {
+        if !mounted.iter().any(|(p, _)| *p == profile) {
+            mounted.push((profile, profile.router(state.clone(), token.clone(), &profile_settings)));
+        }
+    }
+    let router_of = |profile| mounted.iter().find(|(p, _)| *p == profile).map(|(_, r)| r.clone()).unwrap_or_default();
+    // sandlot's own surface: at the root unless a profile has it, and always under /p/sandlot.
+    let own_at_root = if root_profile.is_none() { protected.clone() } else { Router::new() };
     let mut router = Router::new()
-        .merge(protected)
+        .merge(own_at_root)
+        .nest(crate::mcp::profiles::SANDLOT_PREFIX, protected)
         .route("/", get(playground::index))
         .route("/assets/playground.css", get(playground::css))
         .route("/assets/playground.js", get(playground::js))
@@ -142,8 +157,11 @@ pub fn app(state: AppState, token: Authenticator, options: HttpOptions) -> Route
         .route("/.well-known/{*probe}", any(not_found))
         .fallback(not_found)
         .with_state(state.clone());
+    if let Some(profile) = root_profile {
+        router = router.merge(router_of(profile));
+    }
     for profile in profiles {
-        router = router.nest(&profile.prefix(), profile.router(state.clone(), token.clone(), &profile_settings));
+        router = router.nest(&profile.prefix(), router_of(profile));
     }
     let router = router
         .layer(axum::middleware::from_fn_with_state(allowed_hosts.clone(), origin::check))

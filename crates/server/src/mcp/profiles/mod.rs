@@ -2,7 +2,8 @@
 //! clients change only the base URL (docs/profiles.md; the wire surfaces are in `reference/profiles.md`).
 //!
 //! One folder per profile; each has a `router` that serves the product's paths relative to its base. The HTTP app
-//! mounts every enabled profile under `/p/<name>`. Every run still goes through `Engine::run`, so history, limits,
+//! mounts every enabled profile under `/p/<name>`, sandlot's own surface also under [`SANDLOT_PREFIX`], and one
+//! profile may take the root paths instead of sandlot's own (`SANDLOT_ROOT_PROFILE`; docs/profiles.md). Every run still goes through `Engine::run`, so history, limits,
 //! auth and metrics are shared with sandlot's own tools. Where a product is looser than sandlot on safety (symlink
 //! escapes, missing auth), the profile stays as strict as sandlot.
 
@@ -12,6 +13,9 @@ use axum::Router;
 
 use crate::AppState;
 use crate::http::Authenticator;
+
+/// Where sandlot's own MCP and REST surface is always served, and only there when a profile has the root.
+pub const SANDLOT_PREFIX: &str = "/p/sandlot";
 
 /// What the profiles are configured with, beyond sandlot's own state.
 #[derive(Debug, Clone, Default)]
@@ -36,6 +40,11 @@ impl Profile {
         match self {
             Profile::Baponi => "baponi",
         }
+    }
+
+    /// The profile called `name` (as in `SANDLOT_PROFILES`).
+    pub fn from_name(name: &str) -> Option<Profile> {
+        Profile::ALL.into_iter().find(|profile| profile.name() == name)
     }
 
     /// Where the profile is mounted beside sandlot's own surface: `/p/<name>`.

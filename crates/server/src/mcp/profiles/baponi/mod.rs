@@ -3,14 +3,19 @@
 //!
 //! - [`execute`]: the execution core both faces share (arguments, validation, the one-run-per-thread rule, trace
 //!   ids).
+//! - [`mcp`]: the MCP handler and its tools (`sandbox_execute`, `files_download` in `download`), served
+//!   statelessly at `<base>/mcp` by `http`, with Baponi's 401 and 429.
 //! - [`volumes`]: the named volumes `files_download` reads from (`SANDLOT_BAPONI_VOLUMES`).
 //! - REST (`docs/profiles.md`, "Baponi: REST and Files API"): `rest_execute` (`POST /v1/sandbox/execute`, JSON or
 //!   live NDJSON), `executions` (`/v1/executions/{trace_id}`, its cancel and output replay) and `files_api`
 //!   (`/v1/files/list`, `download_url`, `upload_url` over sandlot's signed `/files` URLs).
 
+mod download;
 pub mod execute;
 mod executions;
 mod files_api;
+mod http;
+pub mod mcp;
 mod rest_execute;
 pub mod volumes;
 
@@ -56,8 +61,9 @@ impl BaponiState {
 
 /// Baponi's routes, relative to the profile's base (`<base>/mcp`, `<base>/v1/...`).
 pub fn router(state: BaponiState, auth: Authenticator) -> Router {
-    let rest = executions::RestState::new(state);
-    Router::new()
+    // One count of wrong keys per address for the whole profile (MCP and REST), with Baponi's 401 body.
+    let auth = auth.for_profile(http::AUTH);
+    let rest = Router::new()
         .route("/v1/sandbox/execute", post(rest_execute::execute))
         .route("/v1/executions/{trace_id}", get(executions::get))
         .route("/v1/executions/{trace_id}/cancel", post(executions::cancel))
@@ -65,6 +71,7 @@ pub fn router(state: BaponiState, auth: Authenticator) -> Router {
         .route("/v1/files/list", post(files_api::list))
         .route("/v1/files/download_url", post(files_api::download_url))
         .route("/v1/files/upload_url", post(files_api::upload_url))
-        .route_layer(axum::middleware::from_fn_with_state(auth, crate::http::require_bearer))
-        .with_state(rest)
+        .with_state(executions::RestState::new(state.clone()))
+        .route_layer(axum::middleware::from_fn_with_state(auth.clone(), crate::http::require_bearer));
+    http::router(state, &auth).merge(rest)
 }
