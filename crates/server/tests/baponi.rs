@@ -189,6 +189,10 @@ async fn initialize_answers_with_baponi_info_and_no_session() {
     assert_eq!(result["instructions"], baponi::mcp::INSTRUCTIONS);
     let instructions = result["instructions"].as_str().unwrap();
     assert!(instructions.contains("sandbox_execute") && instructions.contains("files_download"));
+    // An older client gets its own version, as rmcp negotiates.
+    let params =
+        json!({ "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "t", "version": "1" } });
+    assert_eq!(server.rpc("initialize", params).await["result"]["protocolVersion"], "2025-06-18");
 }
 
 #[tokio::test]
