@@ -14,6 +14,8 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 
+from conftest import start_server
+
 WRITE = (
     "import json, os, zlib, struct\n"
     "os.makedirs('/home/baponi/output', exist_ok=True)\n"
@@ -85,3 +87,34 @@ def test_sandlot_s_and_baponi_s_tools_share_a_conversation(server):
     back = rpc(server.mcp_url, server, "sandbox_run_code",
                {"conversationId": "both", "language": "bash", "code": "cat back.txt"})
     assert back["structuredContent"]["stdout"] == "from-baponi\n"
+
+
+@pytest.fixture
+def root_baponi_server(root):
+    """`sandlot serve` with SANDLOT_ROOT_PROFILE=baponi."""
+    yield from start_server(root, {"SANDLOT_ROOT_PROFILE": "baponi"})
+
+
+def tool_names(url, server):
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    response = httpx.post(url, json=body, timeout=30,
+                          headers={**server.auth, "Accept": "application/json, text/event-stream"})
+    assert response.status_code == 200, response.text
+    text = response.text
+    if response.headers["content-type"].startswith("text/event-stream"):
+        text = [line[6:] for line in text.splitlines() if line.startswith("data: ")][-1]
+    return [tool["name"] for tool in json.loads(text)["result"]["tools"]]
+
+
+def test_baponi_at_the_root_moves_sandlot_s_own_surface_to_p_sandlot(root_baponi_server):
+    server = root_baponi_server
+    assert tool_names(f"{server.base_url}/mcp", server) == ["sandbox_execute", "files_download"]
+    assert tool_names(f"{server.base_url}/p/baponi/mcp", server) == ["sandbox_execute", "files_download"]
+    assert tool_names(f"{server.base_url}/p/sandlot/mcp", server) == [
+        "sandbox_run_code", "sandbox_list_runners", "sandbox_upload_file"]
+    assert httpx.get(f"{server.base_url}/p/sandlot/v1/runs", headers=server.auth).status_code == 200
+    assert httpx.get(f"{server.base_url}/v1/runs", headers=server.auth).status_code == 404
+    wrong = httpx.post(f"{server.base_url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                       headers={"Authorization": "Bearer wrong"})
+    assert (wrong.status_code, wrong.json()) == (
+        401, {"error": "unauthorized", "message": "Invalid or revoked API key."})
