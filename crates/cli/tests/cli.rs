@@ -476,7 +476,7 @@ fn serve_with(env: &[(&str, &str)]) -> Output {
 
 #[test]
 fn bad_configuration_stops_the_start_with_one_line_naming_the_variable() {
-    let cases: [(&[(&str, &str)], &str); 17] = [
+    let cases: [(&[(&str, &str)], &str); 20] = [
         (
             &[("SANDLOT_SANDBOX_UIDS", "0-999")],
             "sandlot: invalid SANDLOT_SANDBOX_UIDS=\"0-999\": the sandbox uids must not include 0 (root)\n",
@@ -526,6 +526,19 @@ fn bad_configuration_stops_the_start_with_one_line_naming_the_variable() {
             "sandlot: invalid SANDLOT_AUTH_FAILURES_PER_MINUTE=\"-1\": -1 is not in 0..=1000000\n",
         ),
         (&[("SANDLOT_LOG_FORMAT", "xml")], "sandlot: invalid SANDLOT_LOG_FORMAT=\"xml\": expected text or json\n"),
+        (
+            &[("SANDLOT_PROFILES", "baponi,e2b")],
+            "sandlot: invalid SANDLOT_PROFILES=\"baponi,e2b\": unknown profile \"e2b\"; known: baponi, or all, none\n",
+        ),
+        (
+            &[("SANDLOT_ROOT_PROFILE", "codegen")],
+            "sandlot: invalid SANDLOT_ROOT_PROFILE=\"codegen\": unknown profile \"codegen\"; known: sandlot, baponi\n",
+        ),
+        (
+            &[("SANDLOT_BAPONI_VOLUMES", "docs=/nonexistent/dir")],
+            "sandlot: invalid SANDLOT_BAPONI_VOLUMES=\"docs=/nonexistent/dir\": volume docs: \"/nonexistent/dir\" is not a \
+             directory\n",
+        ),
         (&[("SANDLOT_LOG", "info,=")], "sandlot: invalid SANDLOT_LOG=\"info,=\": invalid filter directive\n"),
         (
             &[("MCP_AUTH_ENABLED", "true"), ("MCP_AUTH_JWT_SECRET", "s"), ("MCP_API_TOKEN", "t")],

@@ -189,6 +189,10 @@ async fn initialize_answers_with_baponi_info_and_no_session() {
     assert_eq!(result["instructions"], baponi::mcp::INSTRUCTIONS);
     let instructions = result["instructions"].as_str().unwrap();
     assert!(instructions.contains("sandbox_execute") && instructions.contains("files_download"));
+    // An older client gets its own version, as rmcp negotiates.
+    let params =
+        json!({ "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "t", "version": "1" } });
+    assert_eq!(server.rpc("initialize", params).await["result"]["protocolVersion"], "2025-06-18");
 }
 
 #[tokio::test]
@@ -307,12 +311,40 @@ async fn a_thread_persists_and_is_a_conversation_and_no_thread_persists_nothing(
     server.execute(json!({ "code": "write:eph.txt:x\ncat:eph.txt" })).await;
     server.execute(json!({ "code": "write:eph.txt:x\nexit:3" })).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(conversations(&server), ["t-1", "t-2"]);
+}
+
+/// The conversations left under the root.
+fn conversations(server: &Server) -> Vec<String> {
     let mut left: Vec<String> = std::fs::read_dir(server.root.path().join("conversations"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     left.sort();
-    assert_eq!(left, ["t-1", "t-2"]);
+    left
+}
+
+#[tokio::test]
+async fn a_dropped_request_cancels_the_run_and_still_removes_its_ephemeral_conversation() {
+    let server = Arc::new(server());
+    let call = {
+        let server = server.clone();
+        tokio::spawn(async move { server.execute(json!({ "code": "write:x.txt:x\nsleep:10000" })).await })
+    };
+    // Running: its conversation exists.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while server.state.engine.active_runs() == 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(conversations(&server).len(), 1);
+    call.abort();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !conversations(&server).is_empty() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(conversations(&server), Vec::<String>::new());
+    let runs = server.state.engine.history().unwrap().list(None, 1).unwrap();
+    assert_eq!(runs[0].outcome.map(|o| o.as_str()), Some("cancelled"));
 }
 
 #[tokio::test]
