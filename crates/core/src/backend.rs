@@ -35,6 +35,8 @@ pub struct Job {
     pub workspace: PathBuf,
     /// Where the sandbox mounts `workspace`, and whether `/data` is a scratch directory instead.
     pub layout: crate::Layout,
+    /// Host directories bound at their paths, read-only unless said otherwise (validated: see [`crate::Mount`]).
+    pub mounts: Vec<crate::Mount>,
     /// Cancelled when the caller gives up: the backend kills the sandbox and reports `Termination::Cancelled`.
     pub cancel: tokio_util::sync::CancellationToken,
 }

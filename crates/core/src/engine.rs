@@ -204,6 +204,7 @@ impl Engine {
             validate_metadata(metadata)?;
         }
         request.layout.validate()?;
+        crate::mount::validate(&request.mounts, request.layout)?;
         let mut limits = self.config.limits.clone();
         if let Some(timeout) = request.timeout {
             if timeout.is_zero() {
@@ -278,6 +279,7 @@ impl Engine {
             limits: limits.clone(),
             workspace,
             layout: request.layout,
+            mounts: request.mounts,
             cancel: request.cancel,
         };
         let started_at = std::time::SystemTime::now();

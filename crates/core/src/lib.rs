@@ -17,6 +17,7 @@ mod language;
 mod layout;
 mod ledger;
 mod limits;
+mod mount;
 mod outcome;
 mod output;
 mod private_dir;
@@ -40,6 +41,7 @@ pub use history::{DEFAULT_OUTPUT_BUDGET, History, MAX_LISTED_RUNS, Outcome, Outp
 pub use language::Language;
 pub use layout::Layout;
 pub use limits::{Limits, MIN_TIMEOUT, timeout_from_secs};
+pub use mount::{MAX_MOUNTS, Mount, hand_over_writable};
 pub use outcome::{RunOutcome, Termination};
 pub use output::{CapturedStream, Excerpt, OutputChunk, OutputSink, Stream, head_and_tail, json_prefix, json_suffix};
 pub use quota::{DISK_CHECK_INTERVAL, WALK_COST_FACTOR, at_quota, quota_exceeded};

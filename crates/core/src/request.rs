@@ -24,6 +24,8 @@ pub struct RunRequest {
     pub metadata: Option<serde_json::Value>,
     /// Where the run sees the conversation's directory (sandlot's own: at `/data`).
     pub layout: crate::Layout,
+    /// Host directories the run also sees (Baponi's volumes), checked by [`crate::Mount`]'s rules.
+    pub mounts: Vec<crate::Mount>,
     /// Cancelling it stops the run (its sandbox is killed; the outcome is `Cancelled`).
     pub cancel: tokio_util::sync::CancellationToken,
 }

@@ -154,7 +154,7 @@ impl DockerBackend {
         let ulimit =
             |name: &str, value: i64| ResourcesUlimits { name: Some(name.into()), soft: Some(value), hard: Some(value) };
         let host = HostConfig {
-            binds: Some(vec![format!("{}:{conversation_path}:rw", job.workspace.display())]),
+            binds: Some(binds(job)),
             network_mode: Some("none".into()),
             readonly_rootfs: Some(true),
             tmpfs: Some(tmpfs),
@@ -215,6 +215,20 @@ async fn discover(docker: &Docker) -> Result<Vec<Runner>> {
     }
     runners.sort_by_key(|r| r.language);
     Ok(runners)
+}
+
+/// The container's binds: the conversation at its path, read-write, and the job's mounts (beneath the scratch
+/// `/data`, validated by the engine: plain names, nothing a bind would parse), read-only unless writable. Docker
+/// mounts the scratch tmpfs before the binds beneath it (it orders mounts by depth). A bind takes no nosuid or
+/// nodev option: the container's no-new-privileges and dropped capabilities make set-uid files and device nodes
+/// in a volume useless.
+fn binds(job: &Job) -> Vec<String> {
+    let conversation = format!("{}:{}:rw", job.workspace.display(), job.layout.conversation_path());
+    let mounts = job.mounts.iter().map(|m| {
+        let mode = if m.read_only { "ro" } else { "rw" };
+        format!("{}:{}:{mode}", m.host.display(), m.path)
+    });
+    std::iter::once(conversation).chain(mounts).collect()
 }
 
 /// Force-removes a container (and its anonymous volumes). A container already gone, or whose removal another request
@@ -367,6 +381,8 @@ impl Backend for DockerBackend {
         let owner = self.storage_owner();
         sandlot_core::hand_over(&job.workspace, owner)
             .map_err(|e| Error::Io { action: format!("hand over {}", job.workspace.display()), source: e })?;
+        sandlot_core::hand_over_writable(&job.mounts, owner)
+            .map_err(|e| Error::Io { action: format!("hand over the volumes of run {}", job.run_id), source: e })?;
         // `<root>/<id>/files`: the root's mount gives the bind its flags (only root may mount; see nosuid_root.rs).
         if let Some(root) = job.workspace.parent().and_then(std::path::Path::parent)
             && owner.is_some()

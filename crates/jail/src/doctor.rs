@@ -189,6 +189,7 @@ async fn probe_run(backend: &JailBackend, language: Language) -> Check {
         limits: Limits::default(),
         workspace: dir.clone(),
         layout: Default::default(),
+        mounts: Vec::new(),
         cancel: Default::default(),
     };
     let result = backend.run(job, &()).await;

@@ -125,6 +125,8 @@ pub struct HostTrees {
     pub idmapped: bool,
     extra_ro_binds: Vec<(PathBuf, OwnedFd)>,
     skeleton: Option<OwnedFd>,
+    /// The spec's volumes, at their paths inside the sandbox.
+    volumes: Vec<(PathBuf, OwnedFd)>,
 }
 
 impl HostTrees {
@@ -154,8 +156,36 @@ impl HostTrees {
             (None, skeleton) => skeleton,
         };
         let extra_ro_binds = capture_read_only(&spec.extra_ro_binds)?;
-        Ok(Self { workspace, idmapped, extra_ro_binds, skeleton })
+        let volumes = capture_volumes(spec, idmapped)?;
+        Ok(Self { workspace, idmapped, extra_ro_binds, skeleton, volumes })
     }
+}
+
+/// Clones of the spec's volumes: nosuid, nodev, read-only unless the volume is writable (the attribute is locked
+/// for the sandbox: it has no capability to change it), idmapped like the workspace when it is (a filesystem
+/// without idmapped mounts leaves a volume's owners as they are).
+fn capture_volumes(spec: &JailSpec, idmapped: bool) -> Result<Vec<(PathBuf, OwnedFd)>, SetupError> {
+    let mut trees = Vec::new();
+    for volume in &spec.volumes {
+        let tree = clone_tree(&volume.host).step(|| format!("open_tree {}", volume.host.display()))?;
+        let attributes = if volume.read_only { READ_ONLY } else { MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV };
+        set_tree_attributes(&tree, attributes).step(|| format!("mount_setattr {}", volume.host.display()))?;
+        if let (true, Some(storage), Some((run, _))) = (idmapped, spec.storage_id, spec.switch_to) {
+            let _ = crate::idmap::map_tree(&tree, storage, run);
+        }
+        trees.push((volume.path.clone(), tree));
+    }
+    Ok(trees)
+}
+
+/// Binds the volumes at their paths beneath the scratch `/data`, on mount points made there.
+fn attach_volumes(volumes: &[(PathBuf, OwnedFd)]) -> Result<(), SetupError> {
+    for (path, tree) in volumes {
+        let target = staged(&path.to_string_lossy());
+        std::fs::create_dir_all(&target).step(|| format!("mkdir {}", path.display()))?;
+        attach_tree(tree, &target).step(|| format!("move_mount {}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// Read-only clones of host directories, to bind at the same paths.
@@ -276,7 +306,7 @@ pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError
         .step(|| "make / private".into())?;
 
     // 1. The host trees of this run, before the new root covers anything (the workspace may be under /tmp).
-    let HostTrees { workspace: data, extra_ro_binds, skeleton, .. } = match trees {
+    let HostTrees { workspace: data, extra_ro_binds, skeleton, volumes, .. } = match trees {
         Some(trees) => trees,
         None => HostTrees::capture(spec, None)?,
     };
@@ -312,6 +342,7 @@ pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError
             mount_tmpfs(&staged("/data"), &scratch_options, nosuid_nodev)?;
             let target = staged(&home.path.to_string_lossy());
             attach_tree(&data, &target).step(|| format!("move_mount {}", home.path.display()))?;
+            attach_volumes(&volumes)?;
         }
     }
 

@@ -32,6 +32,10 @@ pub struct JailSpec {
     /// the run's own. `None`, sandlot's layout, leaves the spec's JSON as it was before layouts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub home: Option<HomeMount>,
+    /// Host directories bound beneath the Home layout's scratch `/data` (Baponi's volumes; validated by the
+    /// engine, see `sandlot_core::Mount`). Empty leaves the spec's JSON as it was before volumes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeMount>,
     /// Host directories mounted read-only at the same path (interpreter prefixes outside the system dirs).
     pub extra_ro_binds: Vec<PathBuf>,
     /// The run's `cgroup.procs` files: the init opens them as root, the worker joins them (writes `0`) just before
@@ -74,6 +78,14 @@ pub struct HomeMount {
     /// Size of the scratch tmpfs at `/data`, in MiB (memory of the run's cgroup: its pages are charged to the
     /// writer).
     pub scratch_mb: u64,
+}
+
+/// One host directory a run sees at `path`, read-only unless `read_only` is false.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VolumeMount {
+    pub host: PathBuf,
+    pub path: PathBuf,
+    pub read_only: bool,
 }
 
 /// A descriptor of another process: the supervisor's lock on the run's cgroup slot (see `cgroup`) or on its uid

@@ -27,7 +27,7 @@ use crate::pinned_netns::PinnedNetns;
 use crate::report::Report;
 use crate::root_template::TemplateRequest;
 use crate::runners::{HostRunner, RefusedRunner, RunnerOverrides, discover_runners, protected_dirs, screen_runners};
-use crate::spec::{HomeMount, JailSpec, RlimitSpec, SlotLock};
+use crate::spec::{HomeMount, JailSpec, RlimitSpec, SlotLock, VolumeMount};
 use crate::warm_pool::WarmPool;
 use crate::{Error, Result};
 
@@ -222,6 +222,7 @@ impl JailBackend {
             env: env.into_iter().collect(),
             workspace: job.workspace.clone(),
             home,
+            volumes: volume_mounts(&job.mounts),
             extra_ro_binds: runner.extra_ro_binds.clone(),
             cgroup_procs: cgroup.map(RunCgroup::procs_files).unwrap_or_default(),
             slot_lock: cgroup.map(|c| SlotLock { holder_pid: std::process::id(), fd: c.lock_fd() }),
@@ -248,6 +249,14 @@ impl JailBackend {
 
 /// What to ask the zygote to assemble at `dir` (created if missing) for these runners (empty mount points for their
 /// prefixes, which each run binds for its own runner); `None` if `dir` cannot be made.
+/// The engine's mounts of a job, as the init binds them.
+fn volume_mounts(mounts: &[sandlot_core::Mount]) -> Vec<VolumeMount> {
+    mounts
+        .iter()
+        .map(|m| VolumeMount { host: m.host.clone(), path: m.path.clone().into(), read_only: m.read_only })
+        .collect()
+}
+
 fn template_request(dir: PathBuf, runners: &[HostRunner]) -> Option<TemplateRequest> {
     if let Err(e) = std::fs::create_dir_all(&dir) {
         tracing::warn!(dir = %dir.display(), "no room for the sandbox's root skeleton (each run assembles its own): {e}");
@@ -338,6 +347,8 @@ impl Backend for JailBackend {
         // On disk the conversation belongs to the storage uid; the run sees it as its own leased uid (idmapped).
         sandlot_core::hand_over(&job.workspace, self.storage_owner())
             .map_err(|e| Error::io(format!("hand over {}", job.workspace.display()), e))?;
+        sandlot_core::hand_over_writable(&job.mounts, self.storage_owner())
+            .map_err(|e| Error::io(format!("hand over the volumes of run {}", job.run_id), e))?;
         let uid = match self.root {
             true => Some(
                 self.uids.lease().map_err(|e| Error::io(format!("lease a sandbox uid for run {}", job.run_id), e))?,

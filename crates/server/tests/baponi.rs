@@ -65,6 +65,12 @@ impl Backend for Scripted {
                     job.layout.scratch_data(),
                     job.language
                 )),
+                "mounts" => {
+                    for mount in &job.mounts {
+                        let mode = if mount.read_only { "ro" } else { "rw" };
+                        stdout.push_str(&format!("{} {} {mode}\n", mount.path, mount.host.display()));
+                    }
+                }
                 "sleep" => {
                     let sleep = tokio::time::sleep(Duration::from_millis(rest.parse().unwrap()));
                     tokio::select! {
@@ -492,6 +498,22 @@ async fn volumes_are_read_when_configured_and_named_when_not() {
     let answer = none.call("files_download", json!({ "source": "volume", "id": "docs", "path": "x" })).await;
     assert_eq!(answer["error"]["code"], -32602);
     assert_eq!(answer["error"]["message"], "no volume \"docs\": this server has no volumes (SANDLOT_BAPONI_VOLUMES)");
+}
+
+#[tokio::test]
+async fn runs_see_every_volume_at_data_slug_read_only_unless_rw() {
+    let (docs, work) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let text = format!("docs={},work={}:rw", docs.path().display(), work.path().display());
+    let server = server_with(Settings { baponi_volumes: baponi::Volumes::parse(&text).unwrap() });
+    let result = server.execute(json!({ "code": "mounts" })).await;
+    let expected = format!(
+        "## Execution Result\n\n**stdout:**\n```\n/data/docs {} ro\n/data/work {} rw\n```\n\n**Exit code:** 0",
+        docs.path().display(),
+        work.path().display()
+    );
+    assert_eq!(result, text_result(&expected, false));
+    let none = self::server().execute(json!({ "code": "mounts" })).await;
+    assert_eq!(none, text_result("## Execution Result\n\n**Exit code:** 0", false));
 }
 
 #[tokio::test]

@@ -1,5 +1,8 @@
-//! Baponi's named volumes (`SANDLOT_BAPONI_VOLUMES`): host directories, each under a slug, that `files_download`
-//! with `source: "volume"` reads from (beneath the directory, never through a symlink).
+//! Baponi's named volumes (`SANDLOT_BAPONI_VOLUMES`): host directories, each under a slug, mounted into every
+//! Baponi run at `/data/<slug>` (where Baponi's SDK tells models to look: "Storage volumes mounted at
+//! /data/<volume-name>/"), read-only unless configured `:rw`; and read (listed, downloaded, for `:rw` uploaded)
+//! through `files_download` and the Files API with `source: "volume"` (beneath the directory, never through a
+//! symlink).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -38,6 +41,9 @@ impl Volumes {
                 _ => (rest, false),
             };
             let path = PathBuf::from(dir);
+            if dir.contains(':') {
+                return Err(format!("volume {slug}: {dir:?} has a `:`, which a Docker bind cannot carry"));
+            }
             if !path.is_absolute() {
                 return Err(format!("volume {slug}: {dir:?} is not an absolute path"));
             }
@@ -49,6 +55,23 @@ impl Volumes {
             }
         }
         Ok(Self(volumes))
+    }
+
+    /// Where a run sees the volume named `slug`: beneath its scratch working directory `/data`.
+    pub fn path_in_run(slug: &str) -> String {
+        format!("/data/{slug}")
+    }
+
+    /// Every volume as the engine mounts it into a run.
+    pub fn mounts(&self) -> Vec<sandlot_core::Mount> {
+        self.0
+            .iter()
+            .map(|(slug, volume)| sandlot_core::Mount {
+                host: volume.path.clone(),
+                path: Self::path_in_run(slug),
+                read_only: !volume.writable,
+            })
+            .collect()
     }
 
     /// The volume named `slug`.
@@ -86,6 +109,7 @@ mod tests {
             ("a=relative".to_owned(), "not an absolute path"),
             ("a=/no/such/dir".to_owned(), "not a directory"),
             (format!("a={d},a={d}"), "named twice"),
+            (format!("a={d}/x:y:ro"), "has a `:`"),
         ] {
             let error = Volumes::parse(&text).unwrap_err();
             assert!(error.contains(reason), "{text}: {error}");

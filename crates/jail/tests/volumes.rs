@@ -1,0 +1,174 @@
+//! Volumes (Baponi's): host directories bound beneath the Home layout's scratch `/data`, read-only unless
+//! configured writable. Each test tries, from inside the sandbox, to break one promise (docs/security.md,
+//! "Volumes"), and asserts it holds.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use common::{Sandbox, check, check_eq, describe};
+use libtest_mimic::Failed;
+use sandlot_core::{Error as CoreError, Language, Layout, Mount, RunReport, RunRequest};
+
+const HOME: Layout = Layout::Home { path: "/home/baponi" };
+
+fn main() {
+    common::main(vec![
+        (
+            "a_read_only_volume_cannot_be_written_a_writable_one_can",
+            a_read_only_volume_cannot_be_written_a_writable_one_can,
+        ),
+        (
+            "a_symlink_planted_in_a_volume_reaches_nothing_outside",
+            a_symlink_planted_in_a_volume_reaches_nothing_outside,
+        ),
+        ("a_volume_path_that_shadows_a_system_dir_is_refused", a_volume_path_that_shadows_a_system_dir_is_refused),
+    ]);
+}
+
+/// A directory the sandbox user may read (a volume's operator makes it so).
+fn volume_dir() -> Result<tempfile::TempDir, Failed> {
+    let dir = tempfile::tempdir()?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
+    Ok(dir)
+}
+
+fn mount(host: &Path, path: &str, read_only: bool) -> Mount {
+    Mount { host: host.into(), path: path.into(), read_only }
+}
+
+fn run_with_volumes(sandbox: &Sandbox, language: Language, code: &str, mounts: Vec<Mount>) -> RunReport {
+    sandbox.run_request(RunRequest {
+        conversation_id: "volumes".into(),
+        language: language.as_str().into(),
+        code: code.into(),
+        layout: HOME,
+        mounts,
+        ..RunRequest::default()
+    })
+}
+
+fn a_read_only_volume_cannot_be_written_a_writable_one_can() -> Result<(), Failed> {
+    let docs = volume_dir()?;
+    std::fs::write(docs.path().join("readme.md"), "# docs\n")?;
+    std::fs::set_permissions(docs.path().join("readme.md"), std::fs::Permissions::from_mode(0o666))?;
+    let work = volume_dir()?;
+    let sandbox = Sandbox::new(|_| {});
+    let code = r#"
+import os
+print(open("/data/docs/readme.md").read(), end="")
+print(open("docs/readme.md").read(), end="")
+for action, target in [("write", "/data/docs/readme.md"), ("create", "/data/docs/new.txt"),
+                       ("mkdir", "/data/docs/d"), ("chmod", "/data/docs/readme.md"),
+                       ("remove", "/data/docs/readme.md"), ("create", "/data/work/out.txt")]:
+    try:
+        if action == "write" or action == "create":
+            open(target, "w").write("x")
+        elif action == "mkdir":
+            os.mkdir(target)
+        elif action == "chmod":
+            os.chmod(target, 0o777)
+        else:
+            os.remove(target)
+        print(action, target, "DONE")
+    except OSError as e:
+        print(action, target, e.strerror)
+os.system("mount -o remount,rw /data/docs 2>/dev/null || echo remount refused")
+"#;
+    let mounts = vec![mount(docs.path(), "/data/docs", true), mount(work.path(), "/data/work", false)];
+    let report = run_with_volumes(&sandbox, Language::Python, code, mounts);
+    let expected = "# docs\n# docs\nwrite /data/docs/readme.md Read-only file system\n\
+                    create /data/docs/new.txt Read-only file system\nmkdir /data/docs/d Read-only file system\n\
+                    chmod /data/docs/readme.md Read-only file system\nremove /data/docs/readme.md Read-only file system\n\
+                    create /data/work/out.txt DONE\nremount refused\n";
+    check_eq(report.outcome.stdout.as_str(), expected, &describe(&report))?;
+    check_eq(std::fs::read_to_string(docs.path().join("readme.md"))?.as_str(), "# docs\n", "the read-only file")?;
+    check(!docs.path().join("new.txt").exists(), || "a file appeared in the read-only volume".into())?;
+    check_eq(std::fs::read_to_string(work.path().join("out.txt"))?.as_str(), "x", "the writable volume's file")?;
+    // Neither volume lands in the conversation's directory.
+    let listed: Vec<&str> = report.files.files.iter().map(|f| f.path.as_str()).collect();
+    check_eq(listed, Vec::<&str>::new(), "the conversation's files")
+}
+
+/// A run leaves symlinks to `/`, `/etc` and a host file outside the volume in a writable volume; the next run
+/// follows them and lands in its own sandbox, and the server's reads beneath the volume never follow them.
+fn a_symlink_planted_in_a_volume_reaches_nothing_outside() -> Result<(), Failed> {
+    let secret_dir = tempfile::tempdir()?;
+    let secret = secret_dir.path().join("secret.txt");
+    std::fs::write(&secret, "host secret")?;
+    let work = volume_dir()?;
+    let sandbox = Sandbox::new(|_| {});
+    let mounts = || vec![mount(work.path(), "/data/work", false)];
+    let plant = format!(
+        "ln -s / /data/work/root; ln -s /etc /data/work/etc; ln -s {} /data/work/leak; ln -s .. /data/work/up",
+        secret.display()
+    );
+    let first = run_with_volumes(&sandbox, Language::Bash, &plant, mounts());
+    check_eq(first.outcome.exit_code(), 0, &describe(&first))?;
+    let follow = format!(
+        r#"
+for path in ["/data/work/leak", "/data/work/root{secret}", "/data/work/etc/shadow", "/data/work/up/up/etc/shadow"]:
+    try:
+        print(path, "READ", open(path).read())
+    except OSError as e:
+        print(path, type(e).__name__)
+for path in ["/data/work/root/etc/pwned", "/data/work/etc/pwned", "/data/work/root/usr/pwned"]:
+    try:
+        open(path, "w").write("x")
+        print(path, "WROTE")
+    except OSError:
+        print(path, "refused")
+"#,
+        secret = secret.display()
+    );
+    let second = run_with_volumes(&sandbox, Language::Python, &follow, mounts());
+    let expected = format!(
+        "/data/work/leak FileNotFoundError\n/data/work/root{secret} FileNotFoundError\n\
+         /data/work/etc/shadow FileNotFoundError\n/data/work/up/up/etc/shadow FileNotFoundError\n\
+         /data/work/root/etc/pwned refused\n/data/work/etc/pwned refused\n/data/work/root/usr/pwned refused\n",
+        secret = secret.display()
+    );
+    check_eq(second.outcome.stdout.as_str(), expected.as_str(), &describe(&second))?;
+    for path in ["leak", "root/etc/passwd", "etc/passwd", "up/up/etc/passwd"] {
+        match sandlot_core::open_in_dir(work.path(), path) {
+            Err(CoreError::InvalidPath { .. } | CoreError::FileNotFound { .. }) => {}
+            Ok(_) => return Err(format!("{path} was readable by the server").into()),
+            Err(other) => return Err(format!("{path}: unexpected {other}").into()),
+        }
+    }
+    Ok(())
+}
+
+fn a_volume_path_that_shadows_a_system_dir_is_refused() -> Result<(), Failed> {
+    let docs = volume_dir()?;
+    let sandbox = Sandbox::new(|_| {});
+    for (path, layout) in [
+        ("/etc", HOME),
+        ("/usr/bin", HOME),
+        ("/proc/1", HOME),
+        ("/tmp/x", HOME),
+        ("/", HOME),
+        ("/data", HOME),
+        ("/data/../etc", HOME),
+        ("/home/baponi", HOME),
+        ("/home/baponi/docs", HOME),
+        ("/data/docs", Layout::Data),
+    ] {
+        let request = RunRequest {
+            conversation_id: "refused".into(),
+            language: "bash".into(),
+            code: "echo ran".into(),
+            layout,
+            mounts: vec![mount(docs.path(), path, true)],
+            ..RunRequest::default()
+        };
+        match sandbox.runtime.block_on(sandbox.engine.run(request, &())) {
+            Err(CoreError::InvalidArgument { field: "mounts", .. }) => {}
+            other => return Err(format!("{path}: expected an invalid mount, got {other:?}").into()),
+        }
+    }
+    check(!sandbox.data_dir("refused").exists(), || "a refused run created its conversation".into())
+}
