@@ -173,6 +173,11 @@ impl Engine {
         self.backend.name()
     }
 
+    /// Who owns what runs may change on the host (see [`Backend::storage_owner`]).
+    pub fn storage_owner(&self) -> Option<(u32, u32)> {
+        self.backend.storage_owner()
+    }
+
     /// The files a result lists: bounded in number and in bytes of paths.
     fn list_files(&self, conversation: &ConversationId) -> Result<FileListing> {
         self.workspaces.list_within(conversation, self.config.max_files_listed, self.config.max_listed_path_bytes)

@@ -52,5 +52,6 @@ pub use signer::Signer;
 pub use state_dir::{STATE_DIR_NAME, StateDir};
 pub use stop::{Stop, stop_reason};
 pub use workspaces::{
-    Claim, DiskUsage, FileEntry, FileListing, Workspaces, directory_usage, hand_over, open_in_dir, validate_upload_path,
+    Claim, DiskUsage, FileEntry, FileListing, Workspaces, directory_usage, hand_over, list_in_dir, open_in_dir,
+    validate_upload_path, write_in_dir,
 };

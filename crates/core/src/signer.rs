@@ -11,6 +11,10 @@
 //! Upload URLs (`PUT`) sign [`UPLOAD_TAG`] and then the same fields as an expiring download: they always expire,
 //! and their tag differs from [`EXPIRING_TAG`] (and holds a NUL, which no conversation id does), so a download
 //! signature never authorizes an upload, nor an upload signature a download.
+//!
+//! Scoped URLs (a profile's own file routes, such as Baponi's volumes) sign [`SCOPED_TAG`], then the scope, the id
+//! and the path, each preceded by its length as 8 big-endian bytes, and `exp`: a signature of one scope never
+//! verifies in another, nor as a download or upload of a conversation (their tags differ), nor the reverse.
 
 use hmac::{Hmac, Mac};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
@@ -26,6 +30,9 @@ pub const EXPIRING_TAG: &[u8] = b"sandlot-file-url-v2\0";
 
 /// The first bytes of the message an upload URL signs (see the module's doc).
 pub const UPLOAD_TAG: &[u8] = b"sandlot-upload-url-v1\0";
+
+/// The first bytes of the message a scoped URL signs (see the module's doc).
+pub const SCOPED_TAG: &[u8] = b"sandlot-scoped-url-v1\0";
 
 /// Whether `text` holds a control character (C0, DEL or C1), which no served path or conversation id may hold.
 pub fn has_control(text: &str) -> bool {
@@ -88,6 +95,43 @@ impl Signer {
             utf8_percent_encode(conversation_id, SEGMENT),
             encoded.join("/")
         )
+    }
+
+    /// The MAC of a scoped URL: [`SCOPED_TAG`], then `scope`, `id` and `path` with their lengths, and `expires`.
+    fn scoped_mac(&self, scope: &str, id: &str, path: &str, expires: u64) -> HmacSha256 {
+        let mut mac = <HmacSha256 as Mac>::new_from_slice(&self.key).unwrap_or_else(|_| unreachable!());
+        mac.update(SCOPED_TAG);
+        for part in [scope, id, path] {
+            mac.update(&(part.len() as u64).to_be_bytes());
+            mac.update(part.as_bytes());
+        }
+        mac.update(&expires.to_be_bytes());
+        mac
+    }
+
+    /// The hex signature that lets a URL of `scope` reach `id/path` until `expires`.
+    pub fn sign_scoped(&self, scope: &str, id: &str, path: &str, expires: u64) -> String {
+        hex::encode(self.scoped_mac(scope, id, path, expires).finalize().into_bytes())
+    }
+
+    /// Whether `signature` is valid for a URL of `scope` to `id/path` and `now` is not past `expires`.
+    pub fn verify_scoped(&self, scope: &str, id: &str, path: &str, expires: u64, signature: &str, now: u64) -> bool {
+        if now > expires || has_control(id) || has_control(path) {
+            return false;
+        }
+        let Ok(bytes) = hex::decode(signature) else {
+            return false;
+        };
+        self.scoped_mac(scope, id, path, expires).verify_slice(&bytes).is_ok()
+    }
+
+    /// A scoped URL: `{route}/{id}/{path}?exp=..&sig=..` (`route` an absolute URL of the scope's route), each
+    /// path segment percent-encoded.
+    pub fn scoped_url(&self, route: &str, scope: &str, id: &str, path: &str, expires: u64) -> String {
+        let encoded: Vec<String> = path.split('/').map(|s| utf8_percent_encode(s, SEGMENT).to_string()).collect();
+        let sig = self.sign_scoped(scope, id, path, expires);
+        let id = utf8_percent_encode(id, SEGMENT);
+        format!("{}/{id}/{}?exp={expires}&sig={sig}", route.trim_end_matches('/'), encoded.join("/"))
     }
 
     fn mac(&self, conversation_id: &str, path: &str, expires: Option<u64>) -> HmacSha256 {
@@ -192,6 +236,32 @@ mod tests {
         // Lengths keep the id/path split unique: ("ab", "c") and ("a", "bc") differ.
         assert_ne!(signer.sign("ab", "c", Some(1)), signer.sign("a", "bc", Some(1)));
         // The non-expiring form is still the seed's (see signature_matches_an_independent_hmac).
+    }
+
+    #[test]
+    fn a_scoped_signature_is_valid_in_its_scope_only() {
+        let signer = Signer::new("k");
+        let get = signer.sign_scoped("volume-get", "docs", "a.txt", 100);
+        assert!(signer.verify_scoped("volume-get", "docs", "a.txt", 100, &get, 100));
+        assert!(!signer.verify_scoped("volume-get", "docs", "a.txt", 100, &get, 101), "expired");
+        assert!(!signer.verify_scoped("volume-put", "docs", "a.txt", 100, &get, 0), "other scope");
+        assert!(!signer.verify_scoped("volume-get", "other", "a.txt", 100, &get, 0), "other id");
+        assert!(!signer.verify_scoped("volume-get", "docs", "b.txt", 100, &get, 0), "other path");
+        // A thread's download or upload URL never reaches a volume of the same name, nor the reverse.
+        let download = signer.sign("docs", "a.txt", Some(100));
+        let upload = signer.sign_upload("docs", "a.txt", 100);
+        assert!(!signer.verify_scoped("volume-get", "docs", "a.txt", 100, &download, 0));
+        assert!(!signer.verify_scoped("volume-put", "docs", "a.txt", 100, &upload, 0));
+        assert!(!signer.verify("docs", "a.txt", Some(100), &get, 0));
+        assert!(!signer.verify_upload(
+            "docs",
+            "a.txt",
+            100,
+            &signer.sign_scoped("volume-put", "docs", "a.txt", 100),
+            0
+        ));
+        // Lengths keep the scope/id split unique.
+        assert_ne!(signer.sign_scoped("ab", "c", "p", 1), signer.sign_scoped("a", "bc", "p", 1));
     }
 
     #[test]

@@ -209,25 +209,11 @@ impl Workspaces {
     /// `max_path_bytes` bytes in all: a tree of long, deeply nested names must not make a listing (and the result
     /// built from it) of any size.
     pub fn list_within(&self, id: &ConversationId, max_entries: usize, max_path_bytes: usize) -> Result<FileListing> {
-        let mut listing = FileListing::default();
-        let mut path_bytes = 0usize;
         let Some(root) = self.open_files_dir(id)? else {
-            return Ok(listing);
+            return Ok(FileListing::default());
         };
-        walk(root.as_fd(), Some(""), 0, &mut |path, size, modified| {
-            // Not UTF-8, or a control character: cannot be named in a URL (see signer.rs).
-            let Some(path) = path.filter(|p| !p.chars().any(char::is_control)) else { return true };
-            if listing.files.len() == max_entries || path_bytes.saturating_add(path.len()) > max_path_bytes {
-                listing.truncated = true;
-                return false;
-            }
-            path_bytes += path.len();
-            listing.files.push(FileEntry { path: path.to_owned(), size, modified });
-            true
-        })
-        .map_err(|e| Error::io("list conversation directory", self.files_dir(id), e))?;
-        listing.files.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(listing)
+        list_fd(root.as_fd(), max_entries, max_path_bytes)
+            .map_err(|e| Error::io("list conversation directory", self.files_dir(id), e))
     }
 
     /// What the conversation's directory holds on disk (see [`directory_usage`]).
@@ -281,74 +267,116 @@ impl Workspaces {
                 quota: quota_bytes,
             });
         }
-        let through_symlink = || Error::InvalidPath {
-            path: path.to_owned(),
-            message: "goes through a symlink or a non-directory".into(),
-        };
-        let io = |action: &'static str, e: rustix::io::Errno| Error::io(action, files.join(path), e.into());
         let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let mut dir =
-            rustix::fs::open(&files, dir_flags, Mode::empty()).map_err(|e| io("open conversation directory", e))?;
-        let (parents, name) = path.rsplit_once('/').map_or(("", path), |(p, n)| (p, n));
-        for component in parents.split('/').filter(|c| !c.is_empty()) {
-            let sub = match rustix::fs::openat(&dir, component, dir_flags, Mode::empty()) {
-                Ok(sub) => sub,
-                Err(rustix::io::Errno::NOENT) => {
-                    match rustix::fs::mkdirat(&dir, component, Mode::from_raw_mode(0o755)) {
-                        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-                        Err(e) => return Err(io("create directory", e)),
-                    }
-                    // Opened again with O_NOFOLLOW: a symlink a run put there meanwhile is refused here.
-                    let sub = rustix::fs::openat(&dir, component, dir_flags, Mode::empty()).map_err(|e| match e {
-                        rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => through_symlink(),
-                        e => io("open directory", e),
-                    })?;
-                    if let Some((uid, gid)) = owner {
-                        rustix::fs::fchown(
-                            &sub,
-                            Some(rustix::fs::Uid::from_raw(uid)),
-                            Some(rustix::fs::Gid::from_raw(gid)),
-                        )
-                        .map_err(|e| io("give directory to the sandbox", e))?;
-                    }
-                    sub
-                }
-                Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => return Err(through_symlink()),
-                Err(e) => return Err(io("open directory", e)),
-            };
-            dir = sub;
-        }
-        let temp = format!(
-            ".sandlot-upload-{}-{}",
-            std::process::id(),
-            UPLOAD_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        );
-        let file_flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(&dir, temp.as_str(), file_flags, Mode::from_raw_mode(0o644))
-            .map_err(|e| io("create file", e))?;
-        let written = (|| {
-            use std::io::Write;
-            let mut file = File::from(fd);
-            if let Some((uid, gid)) = owner {
-                rustix::fs::fchown(&file, Some(rustix::fs::Uid::from_raw(uid)), Some(rustix::fs::Gid::from_raw(gid)))?;
-            }
-            // The mode is set explicitly: the process umask must not make the file unreadable to runs.
-            rustix::fs::fchmod(&file, Mode::from_raw_mode(0o644))?;
-            file.write_all(bytes)?;
-            rustix::fs::renameat(&dir, temp.as_str(), &dir, name)?;
-            Ok::<_, std::io::Error>(())
-        })();
-        if let Err(e) = written {
-            let _ = rustix::fs::unlinkat(&dir, temp.as_str(), AtFlags::empty());
-            return Err(match e.raw_os_error().map(rustix::io::Errno::from_raw_os_error) {
-                Some(rustix::io::Errno::ISDIR | rustix::io::Errno::NOTEMPTY) => {
-                    Error::InvalidPath { path: path.to_owned(), message: "is a directory".into() }
-                }
-                _ => Error::io("write file", files.join(path), e),
-            });
-        }
-        Ok(FileEntry { path: path.to_owned(), size: bytes.len() as u64, modified: None })
+        let top = rustix::fs::open(&files, dir_flags, Mode::empty())
+            .map_err(|e| Error::io("open conversation directory", files.join(path), e.into()))?;
+        write_beneath(top, &files, path, bytes, owner)
     }
+}
+
+/// The regular files beneath `root` (see [`Workspaces::list_within`]), sorted by path.
+fn list_fd(root: BorrowedFd<'_>, max_entries: usize, max_path_bytes: usize) -> std::io::Result<FileListing> {
+    let mut listing = FileListing::default();
+    let mut path_bytes = 0usize;
+    walk(root, Some(""), 0, &mut |path, size, modified| {
+        // Not UTF-8, or a control character: cannot be named in a URL (see signer.rs).
+        let Some(path) = path.filter(|p| !p.chars().any(char::is_control)) else { return true };
+        if listing.files.len() == max_entries || path_bytes.saturating_add(path.len()) > max_path_bytes {
+            listing.truncated = true;
+            return false;
+        }
+        path_bytes += path.len();
+        listing.files.push(FileEntry { path: path.to_owned(), size, modified });
+        true
+    })?;
+    listing.files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(listing)
+}
+
+/// [`Workspaces::list_within`] for a directory that is not a conversation's (a configured volume): `dir` itself is
+/// the operator's and may be a symlink; nothing below it is followed.
+pub fn list_in_dir(dir: &Path, max_entries: usize, max_path_bytes: usize) -> Result<FileListing> {
+    let root = rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| Error::io("open directory", dir, e.into()))?;
+    list_fd(root.as_fd(), max_entries, max_path_bytes).map_err(|e| Error::io("list directory", dir, e))
+}
+
+/// [`Workspaces::write`] without the quota, beneath any directory `files` (a conversation's, or a writable volume,
+/// which is the operator's and may itself be a symlink): the same invariants below it.
+pub fn write_in_dir(files: &Path, path: &str, bytes: &[u8], owner: Option<(u32, u32)>) -> Result<FileEntry> {
+    validate_upload_path(path)?;
+    let top = rustix::fs::open(files, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| Error::io("open directory", files, e.into()))?;
+    write_beneath(top, files, path, bytes, owner)
+}
+
+/// Writes `bytes` at `path` beneath the open directory `top` (its host path `files`, for messages); see
+/// [`Workspaces::write`] for the invariants.
+fn write_beneath(top: OwnedFd, files: &Path, path: &str, bytes: &[u8], owner: Option<(u32, u32)>) -> Result<FileEntry> {
+    let through_symlink =
+        || Error::InvalidPath { path: path.to_owned(), message: "goes through a symlink or a non-directory".into() };
+    let io = |action: &'static str, e: rustix::io::Errno| Error::io(action, files.join(path), e.into());
+    let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut dir = top;
+    let (parents, name) = path.rsplit_once('/').map_or(("", path), |(p, n)| (p, n));
+    for component in parents.split('/').filter(|c| !c.is_empty()) {
+        let sub = match rustix::fs::openat(&dir, component, dir_flags, Mode::empty()) {
+            Ok(sub) => sub,
+            Err(rustix::io::Errno::NOENT) => {
+                match rustix::fs::mkdirat(&dir, component, Mode::from_raw_mode(0o755)) {
+                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                    Err(e) => return Err(io("create directory", e)),
+                }
+                // Opened again with O_NOFOLLOW: a symlink a run put there meanwhile is refused here.
+                let sub = rustix::fs::openat(&dir, component, dir_flags, Mode::empty()).map_err(|e| match e {
+                    rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => through_symlink(),
+                    e => io("open directory", e),
+                })?;
+                if let Some((uid, gid)) = owner {
+                    rustix::fs::fchown(
+                        &sub,
+                        Some(rustix::fs::Uid::from_raw(uid)),
+                        Some(rustix::fs::Gid::from_raw(gid)),
+                    )
+                    .map_err(|e| io("give directory to the sandbox", e))?;
+                }
+                sub
+            }
+            Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => return Err(through_symlink()),
+            Err(e) => return Err(io("open directory", e)),
+        };
+        dir = sub;
+    }
+    let temp = format!(
+        ".sandlot-upload-{}-{}",
+        std::process::id(),
+        UPLOAD_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let file_flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::openat(&dir, temp.as_str(), file_flags, Mode::from_raw_mode(0o644))
+        .map_err(|e| io("create file", e))?;
+    let written = (|| {
+        use std::io::Write;
+        let mut file = File::from(fd);
+        if let Some((uid, gid)) = owner {
+            rustix::fs::fchown(&file, Some(rustix::fs::Uid::from_raw(uid)), Some(rustix::fs::Gid::from_raw(gid)))?;
+        }
+        // The mode is set explicitly: the process umask must not make the file unreadable to runs.
+        rustix::fs::fchmod(&file, Mode::from_raw_mode(0o644))?;
+        file.write_all(bytes)?;
+        rustix::fs::renameat(&dir, temp.as_str(), &dir, name)?;
+        Ok::<_, std::io::Error>(())
+    })();
+    if let Err(e) = written {
+        let _ = rustix::fs::unlinkat(&dir, temp.as_str(), AtFlags::empty());
+        return Err(match e.raw_os_error().map(rustix::io::Errno::from_raw_os_error) {
+            Some(rustix::io::Errno::ISDIR | rustix::io::Errno::NOTEMPTY) => {
+                Error::InvalidPath { path: path.to_owned(), message: "is a directory".into() }
+            }
+            _ => Error::io("write file", files.join(path), e),
+        });
+    }
+    Ok(FileEntry { path: path.to_owned(), size: bytes.len() as u64, modified: None })
 }
 
 /// Makes the temporary names of concurrent uploads of this process distinct.

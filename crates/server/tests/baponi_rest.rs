@@ -168,6 +168,112 @@ async fn attack_a_download_url_for_a_planted_symlink_is_not_given() {
     assert_eq!(paths, [json!("ok.txt")], "a symlink is never listed");
 }
 
+/// A router with the volumes `docs` (read-only) and `work` (`:rw`).
+fn volume_router() -> (tempfile::TempDir, tempfile::TempDir, tempfile::TempDir, axum::Router) {
+    let (root, state) = common::state("secret", None);
+    let (docs, work) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let text = format!("docs={},work={}:rw", docs.path().display(), work.path().display());
+    let settings = sandlot_server::mcp::profiles::Settings {
+        baponi_volumes: sandlot_server::mcp::profiles::baponi::Volumes::parse(&text).unwrap(),
+    };
+    let options =
+        HttpOptions { profile_settings: settings, ..HttpOptions::new(AllowedHosts::new(vec!["localhost".into()])) };
+    (root, docs, work, app(state, Authenticator::token("tok"), options))
+}
+
+fn get(url: &str) -> Request<Body> {
+    Request::get(url).header(header::HOST, "localhost").body(Body::empty()).unwrap()
+}
+
+fn put(url: &str, body: &'static str) -> Request<Body> {
+    Request::put(url).header(header::HOST, "localhost").body(Body::from(body)).unwrap()
+}
+
+#[tokio::test]
+async fn volumes_are_listed_downloaded_and_uploaded_to_when_rw_through_their_own_urls() {
+    let (_root, docs, work, router) = volume_router();
+    std::fs::create_dir(docs.path().join("guides")).unwrap();
+    std::fs::write(docs.path().join("guides/start.md"), "# start").unwrap();
+    std::fs::write(docs.path().join("readme.md"), "# docs").unwrap();
+    let (status, body) = send(&router, post("/v1/files/list", &json!({ "source": "volume", "id": "docs" }))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let listed: Vec<_> =
+        body["files"].as_array().unwrap().iter().map(|f| (f["path"].clone(), f["size"].clone())).collect();
+    assert_eq!(listed, [(json!("guides/start.md"), json!(7)), (json!("readme.md"), json!(6))]);
+    let under = json!({ "source": "volume", "id": "docs", "path": "guides" });
+    let (_, body) = send(&router, post("/v1/files/list", &under)).await;
+    assert_eq!(body["files"].as_array().unwrap().len(), 1, "{body}");
+
+    let request = json!({ "source": "volume", "id": "docs", "path": "readme.md" });
+    let (status, signed) = send(&router, post("/v1/files/download_url", &request)).await;
+    assert_eq!((status, &signed["method"], &signed["headers"]), (StatusCode::OK, &json!("GET"), &json!([])));
+    let url = local(&signed["url"]);
+    assert!(url.starts_with("/p/baponi/v1/volumes/docs/readme.md?exp="), "{url}");
+    assert_eq!(send(&router, get(&url)).await, (StatusCode::OK, json!("# docs")));
+
+    let upload = json!({ "source": "volume", "id": "docs", "path": "new.txt", "content_length": 2 });
+    let (status, body) = send(&router, post("/v1/files/upload_url", &upload)).await;
+    assert_eq!((status, &body["error"]), (StatusCode::FORBIDDEN, &json!("forbidden")), "{body}");
+
+    let upload = json!({ "source": "volume", "id": "work", "path": "out/new.txt", "content_length": 2 });
+    let (status, signed) = send(&router, post("/v1/files/upload_url", &upload)).await;
+    assert_eq!((status, &signed["method"]), (StatusCode::OK, &json!("PUT")), "{signed}");
+    let (status, written) = send(&router, put(&local(&signed["url"]), "hi")).await;
+    assert_eq!((status, written), (StatusCode::CREATED, json!({ "path": "out/new.txt", "size": 2 })));
+    assert_eq!(std::fs::read(work.path().join("out/new.txt")).unwrap(), b"hi");
+}
+
+/// A signature of one kind never serves another: a volume's download URL neither uploads nor reaches the thread of
+/// the same name through `/files`, and a thread's URLs never reach a volume.
+#[tokio::test]
+async fn attack_a_url_of_one_scope_never_serves_another() {
+    let (root, docs, work, router) = volume_router();
+    std::fs::write(docs.path().join("a.txt"), "volume").unwrap();
+    write(root.path(), "work", "a.txt", b"thread");
+    let volume_get = json!({ "source": "volume", "id": "work", "path": "a.txt" });
+    std::fs::write(work.path().join("a.txt"), "volume").unwrap();
+    let (_, signed) = send(&router, post("/v1/files/download_url", &volume_get)).await;
+    let url = local(&signed["url"]);
+    let query = url.split_once('?').unwrap().1;
+    assert_eq!(send(&router, put(&url, "x")).await.0, StatusCode::FORBIDDEN, "a download URL uploads");
+    assert_eq!(send(&router, get(&format!("/files/work/a.txt?{query}"))).await.0, StatusCode::FORBIDDEN);
+    let (_, signed) =
+        send(&router, post("/v1/files/download_url", &json!({ "source": "thread", "id": "work", "path": "a.txt" })))
+            .await;
+    let thread_query = local(&signed["url"]).split_once('?').unwrap().1.to_owned();
+    let reached = send(&router, get(&format!("/p/baponi/v1/volumes/work/a.txt?{thread_query}"))).await;
+    assert_eq!(reached.0, StatusCode::FORBIDDEN, "a thread's URL reached a volume");
+    let upload = json!({ "source": "thread", "id": "work", "path": "b.txt", "content_length": 1 });
+    let (_, signed) = send(&router, post("/v1/files/upload_url", &upload)).await;
+    let thread_put = local(&signed["url"]).split_once('?').unwrap().1.to_owned();
+    let written = send(&router, put(&format!("/p/baponi/v1/volumes/work/b.txt?{thread_put}"), "x")).await;
+    assert_eq!(written.0, StatusCode::FORBIDDEN, "a thread's upload URL wrote to a volume");
+    assert!(!work.path().join("b.txt").exists());
+    let unsigned = send(&router, get("/p/baponi/v1/volumes/docs/a.txt?exp=99999999999&sig=00")).await;
+    assert_eq!(unsigned.0, StatusCode::FORBIDDEN);
+}
+
+/// Symlinks in a volume (a run may plant them in a `:rw` one) are never listed, given a URL, or written through.
+#[tokio::test]
+async fn attack_a_symlink_in_a_volume_is_never_followed() {
+    let (_root, _docs, work, router) = volume_router();
+    std::fs::write(work.path().join("ok.txt"), "ok").unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", work.path().join("passwd")).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outside.path(), work.path().join("out")).unwrap();
+    let (_, body) = send(&router, post("/v1/files/list", &json!({ "source": "volume", "id": "work" }))).await;
+    let paths: Vec<_> = body["files"].as_array().unwrap().iter().map(|f| f["path"].clone()).collect();
+    assert_eq!(paths, [json!("ok.txt")], "a symlink is never listed");
+    let request = json!({ "source": "volume", "id": "work", "path": "passwd" });
+    let (status, body) = send(&router, post("/v1/files/download_url", &request)).await;
+    assert_eq!((status, &body["error"]), (StatusCode::NOT_FOUND, &json!("not_found")));
+    let upload = json!({ "source": "volume", "id": "work", "path": "out/x.txt", "content_length": 1 });
+    let (_, signed) = send(&router, post("/v1/files/upload_url", &upload)).await;
+    let (status, _) = send(&router, put(&local(&signed["url"]), "x")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(!outside.path().join("x.txt").exists(), "an upload went through a symlink");
+}
+
 /// A backend that "runs" code by a tiny script: `print X` prints X to stdout, `fail` writes to stderr and exits 3,
 /// `sleep` waits (printing `tick`) until cancelled or 20 s, `timeout` times out.
 struct Scripted;

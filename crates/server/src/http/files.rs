@@ -82,8 +82,14 @@ pub async fn download(
             return refuse(StatusCode::INTERNAL_SERVER_ERROR, "cannot read the file");
         }
     };
+    serve_file(file, &path, &request_headers).await
+}
+
+/// The response of a signed download of `file` (named `path`): the file, or the byte range the request asks for,
+/// with its MIME type, and headers that keep an untrusted HTML or SVG file from running as this server's page.
+pub(crate) async fn serve_file(file: std::fs::File, path: &str, request_headers: &HeaderMap) -> Response {
     let length = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let range = match byte_range(&request_headers, length) {
+    let range = match byte_range(request_headers, length) {
         Ok(range) => range,
         Err(()) => {
             let mut response = refuse(StatusCode::RANGE_NOT_SATISFIABLE, "range not satisfiable");
@@ -108,7 +114,7 @@ pub async fn download(
     let stream = tokio_util::io::ReaderStream::new(tokio::io::AsyncReadExt::take(file, sent));
     let mut response = Response::new(Body::from_stream(stream));
     *response.status_mut() = status;
-    let mime = mime_guess::from_path(&path).first_or_octet_stream();
+    let mime = mime_guess::from_path(path).first_or_octet_stream();
     let headers = response.headers_mut();
     if let Ok(value) = HeaderValue::from_str(mime.as_ref()) {
         headers.insert(header::CONTENT_TYPE, value);

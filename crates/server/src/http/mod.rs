@@ -38,7 +38,7 @@ pub use ops::ops_app;
 pub use origin::AllowedHosts;
 pub use request_log::{REQUEST_ID, RequestSpan};
 
-pub(crate) use files::{MAX_UPLOAD_BYTES, UPLOAD_URL_TTL};
+pub(crate) use files::{MAX_UPLOAD_BYTES, UPLOAD_URL_TTL, serve_file};
 pub(crate) use rest_error::rest_error;
 
 use crate::AppState;

@@ -8,9 +8,10 @@
 //!   (upload signature, symlink-safe write within the conversation's quota).
 //!
 //! `source: "thread"` is the conversation of that id (the directory a Baponi run sees at `/home/baponi`);
-//! `source: "volume"` is 404 for a volume that is not configured, 400 for one that is (volumes are read through
-//! `files_download`). Errors are Baponi's `{error, message}`: 400
-//! `validation_error` naming the field, 404 `not_found`, 500 `internal_error`.
+//! `source: "volume"` a configured volume (what runs see at `/data/<slug>`), 404 when none of that name is: its
+//! URLs are `volume_files`' (their own signing scopes), and `upload_url` is 403 `forbidden` for a read-only one.
+//! Errors are Baponi's `{error, message}`: 400 `validation_error` naming the field, 403 `forbidden`, 404
+//! `not_found`, 500 `internal_error`.
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -21,6 +22,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::executions::RestState;
+use super::volume_files;
 use crate::http::{MAX_UPLOAD_BYTES, UPLOAD_URL_TTL, rest_error};
 use crate::state::unix_now;
 
@@ -59,16 +61,24 @@ struct Location {
     id: String,
 }
 
+/// What a location names.
+#[derive(Clone)]
+enum Target {
+    Thread(ConversationId),
+    Volume { slug: String, volume: super::Volume },
+}
+
 impl Location {
-    /// The conversation of a thread; a volume is 404 when not configured, 400 when it is (the Files API serves
-    /// threads; `files_download` reads volumes); another source is 400.
-    fn conversation(&self, volumes: &super::Volumes) -> Result<ConversationId, Box<Response>> {
+    /// The conversation of a thread, or a configured volume (404 when none of that name is); another source is
+    /// 400.
+    fn target(&self, volumes: &super::Volumes) -> Result<Target, Box<Response>> {
         match self.source.as_str() {
-            "thread" => ConversationId::parse(&self.id).map_err(|error| Box::new(invalid(&format!("id: {error}")))),
-            "volume" if volumes.get(&self.id).is_some() => Err(Box::new(invalid(&format!(
-                "source: volume {:?} is readable through the files_download tool; this Files API serves threads",
-                self.id
-            )))),
+            "thread" => ConversationId::parse(&self.id)
+                .map(Target::Thread)
+                .map_err(|error| Box::new(invalid(&format!("id: {error}")))),
+            "volume" if let Some(volume) = volumes.get(&self.id) => {
+                Ok(Target::Volume { slug: self.id.clone(), volume: volume.clone() })
+            }
             "volume" => {
                 let message = format!("no volume {:?} is configured", self.id);
                 Err(Box::new(refuse(StatusCode::NOT_FOUND, "not_found", &message)))
@@ -106,8 +116,8 @@ pub async fn list(State(rest): State<RestState>, body: Bytes) -> Response {
         Ok(request) => request,
         Err(response) => return *response,
     };
-    let conversation = match request.location.conversation(&rest.baponi.volumes) {
-        Ok(conversation) => conversation,
+    let target = match request.location.target(&rest.baponi.volumes) {
+        Ok(target) => target,
         Err(response) => return *response,
     };
     let prefix = request.path.as_deref().unwrap_or("").trim_matches('/').to_owned();
@@ -119,7 +129,11 @@ pub async fn list(State(rest): State<RestState>, body: Bytes) -> Response {
     let workspaces = state.engine.workspaces().clone();
     let max = state.engine.config().max_files_listed;
     let max_bytes = state.engine.config().max_listed_path_bytes;
-    let listed = tokio::task::spawn_blocking(move || workspaces.list_within(&conversation, max, max_bytes)).await;
+    let listed = tokio::task::spawn_blocking(move || match target {
+        Target::Thread(conversation) => workspaces.list_within(&conversation, max, max_bytes),
+        Target::Volume { volume, .. } => sandlot_core::list_in_dir(&volume.path, max, max_bytes),
+    })
+    .await;
     let listing = match listed {
         Ok(Ok(listing)) => listing,
         Ok(Err(error)) => return internal(&error),
@@ -162,8 +176,8 @@ pub async fn download_url(State(rest): State<RestState>, body: Bytes) -> Respons
         Ok(request) => request,
         Err(response) => return *response,
     };
-    let conversation = match request.location.conversation(&rest.baponi.volumes) {
-        Ok(conversation) => conversation,
+    let target = match request.location.target(&rest.baponi.volumes) {
+        Ok(target) => target,
         Err(response) => return *response,
     };
     if let Err(error) = sandlot_core::validate_upload_path(&request.path) {
@@ -171,11 +185,17 @@ pub async fn download_url(State(rest): State<RestState>, body: Bytes) -> Respons
     }
     // Only a file that can be served gets a URL: the same symlink-safe open as the download itself.
     let workspaces = state.engine.workspaces().clone();
-    let (id, path) = (conversation.clone(), request.path.clone());
-    match tokio::task::spawn_blocking(move || workspaces.open(&id, &path)).await {
+    let path = request.path.clone();
+    let (opening, source) = (target.clone(), request.location.source.clone());
+    let opened = tokio::task::spawn_blocking(move || match opening {
+        Target::Thread(id) => workspaces.open(&id, &path),
+        Target::Volume { volume, .. } => sandlot_core::open_in_dir(&volume.path, &path),
+    })
+    .await;
+    match opened {
         Ok(Ok(_file)) => {}
         Ok(Err(Error::FileNotFound { .. } | Error::InvalidPath { .. })) => {
-            let message = format!("no file {:?} in thread {:?}", request.path, conversation.as_str());
+            let message = format!("no file {:?} in {source} {:?}", request.path, request.location.id);
             return refuse(StatusCode::NOT_FOUND, "not_found", &message);
         }
         Ok(Err(error)) => return internal(&error),
@@ -185,7 +205,12 @@ pub async fn download_url(State(rest): State<RestState>, body: Bytes) -> Respons
         }
     }
     let expires = unix_now().saturating_add(state.files.ttl.unwrap_or(DOWNLOAD_URL_TTL).as_secs());
-    let url = state.files.signer.url(&state.files.public_base_url, conversation.as_str(), &request.path, Some(expires));
+    let url = match &target {
+        Target::Thread(conversation) => {
+            state.files.signer.url(&state.files.public_base_url, conversation.as_str(), &request.path, Some(expires))
+        }
+        Target::Volume { slug, .. } => volume_files::download_url(&rest.baponi, slug, &request.path, expires),
+    };
     axum::Json(json!({ "url": url, "method": "GET", "headers": [], "expires_at": expires_at(expires) })).into_response()
 }
 
@@ -206,10 +231,16 @@ pub async fn upload_url(State(rest): State<RestState>, body: Bytes) -> Response 
         Ok(request) => request,
         Err(response) => return *response,
     };
-    let conversation = match request.location.conversation(&rest.baponi.volumes) {
-        Ok(conversation) => conversation,
+    let target = match request.location.target(&rest.baponi.volumes) {
+        Ok(target) => target,
         Err(response) => return *response,
     };
+    if let Target::Volume { slug, volume } = &target
+        && !volume.writable
+    {
+        let message = format!("volume {slug:?} is read-only (configure it with :rw to upload)");
+        return refuse(StatusCode::FORBIDDEN, "forbidden", &message);
+    }
     if let Err(error) = sandlot_core::validate_upload_path(&request.path) {
         return invalid(&format!("path: {error}"));
     }
@@ -221,8 +252,12 @@ pub async fn upload_url(State(rest): State<RestState>, body: Bytes) -> Response 
         return invalid("content_type: must be a MIME type of at most 255 characters");
     }
     let expires = unix_now().saturating_add(UPLOAD_URL_TTL.as_secs());
-    let url =
-        state.files.signer.upload_url(&state.files.public_base_url, conversation.as_str(), &request.path, expires);
+    let url = match &target {
+        Target::Thread(conversation) => {
+            state.files.signer.upload_url(&state.files.public_base_url, conversation.as_str(), &request.path, expires)
+        }
+        Target::Volume { slug, .. } => volume_files::upload_url(&rest.baponi, slug, &request.path, expires),
+    };
     axum::Json(json!({
         "url": url,
         "method": "PUT",

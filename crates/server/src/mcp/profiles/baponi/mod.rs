@@ -5,10 +5,12 @@
 //!   ids).
 //! - [`mcp`]: the MCP handler and its tools (`sandbox_execute`, `files_download` in `download`), served
 //!   statelessly at `<base>/mcp` by `http`, with Baponi's 401 and 429.
-//! - [`volumes`]: the named volumes `files_download` reads from (`SANDLOT_BAPONI_VOLUMES`).
+//! - [`volumes`]: the named volumes (`SANDLOT_BAPONI_VOLUMES`) every run sees at `/data/<slug>`, which
+//!   `files_download` and the Files API read (and, for `:rw` ones, upload to).
 //! - REST (`docs/profiles.md`, "Baponi: REST and Files API"): `rest_execute` (`POST /v1/sandbox/execute`, JSON or
 //!   live NDJSON), `executions` (`/v1/executions/{trace_id}`, its cancel and output replay) and `files_api`
-//!   (`/v1/files/list`, `download_url`, `upload_url` over sandlot's signed `/files` URLs).
+//!   (`/v1/files/list`, `download_url`, `upload_url` over sandlot's signed `/files` URLs for threads, and
+//!   `volume_files`' own signed `/v1/volumes/...` URLs for volumes).
 
 mod download;
 pub mod execute;
@@ -17,6 +19,7 @@ mod files_api;
 mod http;
 pub mod mcp;
 mod rest_execute;
+mod volume_files;
 pub mod volumes;
 
 use std::collections::HashSet;
@@ -73,5 +76,9 @@ pub fn router(state: BaponiState, auth: Authenticator) -> Router {
         .route("/v1/files/upload_url", post(files_api::upload_url))
         .with_state(executions::RestState::new(state.clone()))
         .route_layer(axum::middleware::from_fn_with_state(auth.clone(), crate::http::require_bearer));
-    http::router(state, &auth).merge(rest)
+    // Signed URLs: the signature is the authority, no key.
+    let signed = Router::new()
+        .route(volume_files::ROUTE, get(volume_files::download).put(volume_files::upload))
+        .with_state(state.clone());
+    http::router(state, &auth).merge(rest).merge(signed)
 }
