@@ -1,16 +1,27 @@
 """The official Baponi Python SDK (`baponi==0.5.1`, unmodified) against `sandlot serve`, with
 `base_url=<server>/p/baponi`: execute with and without a thread (files under /home/baponi persist only with one),
-NDJSON streaming, execution status, the Files API through its signed URLs, and HTTP errors mapped to the SDK's
-exception classes (docs/profiles.md, "Baponi: REST and Files API").
+NDJSON streaming, execution status, the Files API through its signed URLs (threads and volumes), volumes in runs at
+/data/<slug>, and HTTP errors mapped to the SDK's exception classes, the 429 of repeated wrong keys included
+(docs/profiles.md, "Baponi: REST and Files API", "Baponi: volumes").
 
 Run: `.venv-baponi/bin/python -m pytest -q tests/e2e/baponi` (as root, after `cargo build --bin sandlot`; the venv is
 made by scripts/setup.sh)."""
+
+import os
 
 import httpx
 import pytest
 from baponi import Baponi
 from baponi._events import OutputEvent, ResultEvent, StatusEvent
-from baponi.exceptions import APIValidationError, AuthenticationError, BaponiError, ThreadBusyError
+from baponi.exceptions import (
+    APIValidationError,
+    AuthenticationError,
+    BaponiError,
+    ForbiddenError,
+    RateLimitError,
+    ThreadBusyError,
+)
+from conftest import start_server
 
 # The SDK warns that a base URL without https sends the key in plaintext: expected on loopback.
 pytestmark = pytest.mark.filterwarnings("ignore:Base URL .* does not use HTTPS")
@@ -123,3 +134,85 @@ def test_errors_map_to_the_sdks_exceptions(server, client):
     with pytest.raises(BaponiError) as unknown:
         client.get_execution("trc_0000000000000000")
     assert unknown.value.status_code == 404
+
+
+def test_repeated_wrong_keys_get_429_mapped_to_the_rate_limit_error(server):
+    with Baponi(api_key="wrong-key", base_url=f"{server.base_url}/p/baponi", max_retries=0) as wrong:
+        for _ in range(3):
+            with pytest.raises(AuthenticationError):
+                wrong.list_files(id="any")
+        with pytest.raises(RateLimitError) as limited:
+            wrong.list_files(id="any")
+    assert limited.value.status_code == 429
+    assert limited.value.retry_after is not None and 0 < limited.value.retry_after <= 60, limited.value
+
+
+@pytest.fixture
+def volumes(tmp_path):
+    docs, work = tmp_path / "docs", tmp_path / "work"
+    for directory in (docs, work):
+        directory.mkdir()
+        os.chmod(directory, 0o755)
+    (docs / "guides").mkdir(mode=0o755)
+    (docs / "readme.md").write_text("# docs\n")
+    (docs / "guides" / "start.md").write_text("start\n")
+    return docs, work
+
+
+@pytest.fixture
+def volume_server(root, volumes):
+    docs, work = volumes
+    yield from start_server(root, {"SANDLOT_BAPONI_VOLUMES": f"docs={docs}:ro,work={work}:rw"})
+
+
+@pytest.fixture
+def volume_client(volume_server):
+    base_url = f"{volume_server.base_url}/p/baponi"
+    with Baponi(api_key=volume_server.token, base_url=base_url, max_retries=0) as client:
+        yield client
+
+
+def test_runs_see_volumes_at_data_slug_read_only_unless_rw(volume_client, volumes):
+    docs, work = volumes
+    code = """
+import os
+print(open('/data/docs/readme.md').read(), end='')
+try:
+    open('/data/docs/new.txt', 'w').write('x')
+    print('docs WROTE')
+except OSError as e:
+    print('docs', e.strerror)
+open('/data/work/out.txt', 'w').write('from a run')
+print(sorted(os.listdir('/data')))
+"""
+    result = volume_client.execute(code)
+    assert result.stdout == "# docs\ndocs Read-only file system\n['docs', 'work']\n", result
+    assert not (docs / "new.txt").exists()
+    assert (work / "out.txt").read_text() == "from a run"
+
+
+def test_volume_files_list_download_and_upload(volume_client, volumes):
+    docs, work = volumes
+    listed = volume_client.list_files(source="volume", id="docs")
+    assert [(f.path, f.size) for f in listed] == [("guides/start.md", 6), ("readme.md", 7)]
+    assert [f.path for f in volume_client.list_files(source="volume", id="docs", path="guides")] == ["guides/start.md"]
+
+    signed = volume_client.download_url(source="volume", id="docs", path="readme.md")
+    got = httpx.request(signed.method, signed.url, headers={h.name: h.value for h in signed.headers})
+    assert (got.status_code, got.content) == (200, b"# docs\n")
+
+    with pytest.raises(ForbiddenError) as read_only:
+        volume_client.upload_url(source="volume", id="docs", path="new.txt", content_length=1)
+    assert (read_only.value.status_code, read_only.value.error_type) == (403, "forbidden")
+
+    payload = b"uploaded to a volume"
+    signed = volume_client.upload_url(source="volume", id="work", path="in/up.txt", content_length=len(payload))
+    put = httpx.request(signed.method, signed.url, headers={h.name: h.value for h in signed.headers}, content=payload)
+    assert put.status_code in (200, 201), put.text
+    assert (work / "in" / "up.txt").read_bytes() == payload
+    seen = volume_client.execute("print(open('/data/work/in/up.txt').read())")
+    assert seen.stdout == "uploaded to a volume\n", seen
+
+    with pytest.raises(BaponiError) as unknown:
+        volume_client.list_files(source="volume", id="other")
+    assert (unknown.value.status_code, unknown.value.error_type) == (404, "not_found")
