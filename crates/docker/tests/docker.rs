@@ -381,3 +381,36 @@ async fn home_layout_scratch_data_stops_at_its_size() {
     let next = run_home(&sandbox, "fill", "bash", "ls -A /data; echo done").await;
     assert_eq!(next.outcome.stdout, "done\n", "{next:?}");
 }
+
+/// Volumes: binds beneath the scratch `/data`, read-only unless writable; a symlink planted in a writable one leads
+/// the next run into its own container.
+#[tokio::test]
+async fn volumes_are_bound_read_only_unless_writable() {
+    use std::os::unix::fs::PermissionsExt;
+    let sandbox = sandbox(|_| {}).await;
+    let (docs, work) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    std::fs::set_permissions(docs.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(docs.path().join("readme.md"), "# docs\n").unwrap();
+    std::fs::set_permissions(docs.path().join("readme.md"), std::fs::Permissions::from_mode(0o666)).unwrap();
+    let mounts = vec![
+        sandlot_core::Mount { host: docs.path().into(), path: "/data/docs".into(), read_only: true },
+        sandlot_core::Mount { host: work.path().into(), path: "/data/work".into(), read_only: false },
+    ];
+    let request = |code: &str| RunRequest {
+        conversation_id: "volumes".into(),
+        language: "bash".into(),
+        code: code.into(),
+        layout: HOME,
+        mounts: mounts.clone(),
+        ..RunRequest::default()
+    };
+    let code = "cat /data/docs/readme.md; echo x > /data/docs/readme.md 2>/dev/null || echo refused; \
+                touch /data/docs/new 2>/dev/null || echo refused; echo y > /data/work/out.txt && echo wrote; \
+                ln -s /etc /data/work/etc";
+    let report = sandbox.engine.run(request(code), &()).await.expect("run");
+    assert_eq!(report.outcome.stdout, "# docs\nrefused\nrefused\nwrote\n", "{report:?}");
+    assert_eq!(std::fs::read_to_string(docs.path().join("readme.md")).unwrap(), "# docs\n");
+    assert_eq!(std::fs::read_to_string(work.path().join("out.txt")).unwrap(), "y\n");
+    let report = sandbox.engine.run(request("echo z > /data/work/etc/pwned 2>/dev/null || echo refused"), &()).await;
+    assert_eq!(report.expect("run").outcome.stdout, "refused\n");
+}
