@@ -135,7 +135,8 @@ pub struct ServeArgs {
     /// REST routes are then under /p/sandlot only. `sandlot` (the default) keeps sandlot's own at the root.
     #[arg(long, env = "SANDLOT_ROOT_PROFILE", default_value = "sandlot", value_parser = parse_root_profile)]
     pub root_profile: RootProfile,
-    /// Baponi's named volumes for files_download: `slug=/host/dir[:ro|:rw],...` (read-only by default).
+    /// Baponi's named volumes, mounted into its runs at /data/<slug> and served by files_download and the Files
+    /// API: `slug=/host/dir[:ro|:rw],...` (read-only by default).
     #[arg(long, env = "SANDLOT_BAPONI_VOLUMES", default_value = "", value_parser = parse_baponi_volumes)]
     pub baponi_volumes: sandlot_server::mcp::profiles::baponi::Volumes,
     /// Most Streamable HTTP sessions open at once.
