@@ -259,3 +259,22 @@ for d in {dirs:?}:
 "#
     )
 }
+
+/// Checks that the server refuses to open each of `paths` (planted symlinks, say) in `conversation`'s directory:
+/// none is readable through `Workspaces::open`.
+pub fn check_server_refuses(sandbox: &Sandbox, conversation: &str, paths: &[&str]) -> Result<(), Failed> {
+    use std::io::Read;
+    let id = ConversationId::parse(conversation)?;
+    for path in paths {
+        match sandbox.engine.workspaces().open(&id, path) {
+            Err(sandlot_core::Error::InvalidPath { .. }) => {}
+            Ok(mut file) => {
+                let mut leaked = String::new();
+                file.read_to_string(&mut leaked)?;
+                return Err(format!("{path} was readable by the server: {leaked:.60}").into());
+            }
+            Err(other) => return Err(format!("{path}: unexpected {other}").into()),
+        }
+    }
+    Ok(())
+}
