@@ -26,13 +26,7 @@ fn main() {
 }
 
 fn run_home(sandbox: &Sandbox, conversation: &str, language: Language, code: &str) -> RunReport {
-    sandbox.run_request(RunRequest {
-        conversation_id: conversation.into(),
-        language: language.as_str().into(),
-        code: code.into(),
-        layout: HOME,
-        ..RunRequest::default()
-    })
+    sandbox.run_in(HOME, conversation, language, code)
 }
 
 fn home_persists_and_scratch_data_is_gone_in_the_next_run() -> Result<(), Failed> {

@@ -25,13 +25,7 @@ fn main() {
 }
 
 fn run_workspace(sandbox: &Sandbox, conversation: &str, language: Language, code: &str) -> RunReport {
-    sandbox.run_request(RunRequest {
-        conversation_id: conversation.into(),
-        language: language.as_str().into(),
-        code: code.into(),
-        layout: WORKSPACE,
-        ..RunRequest::default()
-    })
+    sandbox.run_in(WORKSPACE, conversation, language, code)
 }
 
 fn the_workspace_is_the_working_directory_and_persists() -> Result<(), Failed> {

@@ -105,6 +105,24 @@ impl Sandbox {
         self.run_request(request)
     }
 
+    /// Runs `code` with the conversation seen through `layout`.
+    pub fn run_in(
+        &self,
+        layout: sandlot_core::Layout,
+        conversation: &str,
+        language: Language,
+        code: &str,
+    ) -> RunReport {
+        let request = RunRequest {
+            conversation_id: conversation.into(),
+            language: language.as_str().into(),
+            code: code.into(),
+            layout,
+            ..RunRequest::default()
+        };
+        self.run_request(request)
+    }
+
     /// Runs a whole request (its layout, say) to its end.
     pub fn run_request(&self, request: RunRequest) -> RunReport {
         self.runtime.block_on(self.engine.run(request, &())).expect("run")
