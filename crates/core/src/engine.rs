@@ -238,7 +238,7 @@ impl Engine {
             metadata: request.metadata.as_ref(),
         });
         let queued_at = std::time::Instant::now();
-        let _turn = match self.admission.wait_turn(&conversation, &request.cancel).await {
+        let mut turn = match self.admission.wait_turn(&conversation, &request.cancel).await {
             Ok(turn) => {
                 metrics::histogram!(crate::run_metrics::QUEUE_WAIT).record(queued_at.elapsed().as_secs_f64());
                 turn
@@ -267,6 +267,9 @@ impl Engine {
         };
         // Held to the end of the run: the conversation cannot be removed meanwhile (see `delete_conversation`).
         let (workspace, _claim) = self.claim(&conversation).await?;
+        if request.alongside {
+            turn.release_conversation(); // its place in the pool stays held to the end of the run
+        }
         tracing::info!(run_id, conversation = %conversation, %language, "run started");
         entry.start();
         let job = Job {

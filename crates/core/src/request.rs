@@ -24,6 +24,9 @@ pub struct RunRequest {
     pub metadata: Option<serde_json::Value>,
     /// Where the run sees the conversation's directory (sandlot's own: at `/data`).
     pub layout: crate::Layout,
+    /// Runs alongside the conversation's later runs instead of holding them back until it ends (it still waits for
+    /// its own turn, and takes a place in the pool): codegen-sandbox's background shells, which outlive their call.
+    pub alongside: bool,
     /// Cancelling it stops the run (its sandbox is killed; the outcome is `Cancelled`).
     pub cancel: tokio_util::sync::CancellationToken,
 }

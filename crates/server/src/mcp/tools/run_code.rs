@@ -56,6 +56,7 @@ fn parse(
         caller,
         cancel,
         layout: Default::default(),
+        alongside: false,
     })
 }
 

@@ -344,6 +344,7 @@ pub async fn execute_as(
         caller,
         metadata: args.metadata.map(Value::Object),
         layout: LAYOUT,
+        alongside: false,
         cancel,
     };
     state.app.engine.run(request, sink).await.map_err(from_engine)
