@@ -2,6 +2,9 @@
 //! `Edit`, `Glob`, `Grep`, `Bash`, `BashOutput`, `KillShell`) over the legacy HTTP+SSE transport at `<base>/sse`,
 //! on one persistent workspace per tenant (a sandlot conversation) mounted at `/workspace` in the sandbox.
 
+pub mod bash;
+pub mod shells;
+
 use axum::Router;
 
 use crate::AppState;
