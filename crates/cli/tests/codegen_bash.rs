@@ -8,9 +8,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sandlot_core::ConversationId;
 use sandlot_core::{Engine, EngineConfig, Workspaces};
 use sandlot_jail::{JailBackend, JailConfig, UidRange};
-use sandlot_server::mcp::profiles::codegen::bash::{self, Tenant};
+use sandlot_server::mcp::profiles::codegen::bash::{self, Runner};
 use sandlot_server::mcp::profiles::codegen::shells::{MAX_SHELLS_PER_TENANT, Shells};
 use serde_json::{Value, json};
 
@@ -34,18 +35,21 @@ fn fixture() -> Fixture {
     Fixture { _root: root, engine, shells }
 }
 
-fn tenant(name: &str) -> Tenant {
-    Tenant { conversation_id: name.into(), caller: "test".into() }
+/// A caller working in a workspace (the conversation of the same name).
+fn tenant(name: &str) -> Runner {
+    Runner { caller: format!("caller-{name}"), workspace: ConversationId::parse(name).unwrap() }
 }
 
 impl Fixture {
     /// `Bash` with `arguments` (plus a description): the text and whether it is an error.
-    async fn bash(&self, tenant: &Tenant, mut arguments: Value) -> (String, bool) {
+    /// (`Bash`'s text is scrubbed by the profile's handler, as every tool's reply.)
+    async fn bash(&self, tenant: &Runner, mut arguments: Value) -> (String, bool) {
         arguments["description"] = json!("a test command");
         let arguments = arguments.as_object().unwrap();
-        let result = bash::call(&self.engine, &self.shells, tenant, arguments, Default::default()).await;
-        let text = result.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone()).unwrap();
-        (text, result.is_error == Some(true))
+        match bash::call(&self.engine, &self.shells, tenant, arguments, Default::default()).await {
+            Ok(text) => (sandlot_core::scrub_secrets(&text).into_owned(), false),
+            Err(text) => (sandlot_core::scrub_secrets(&text).into_owned(), true),
+        }
     }
 }
 
@@ -124,7 +128,7 @@ async fn a_background_shell_is_read_twice_then_killed_with_its_processes() {
     assert_eq!((text, error), (format!("shell_id: {id}\nstarted in background: {command}\n"), false));
     assert!(eventually(|| !processes("sleep 987649").is_empty()).await, "the background command never ran");
     for _ in 0..2 {
-        let output = f.shells.output(&ws, &id).unwrap();
+        let output = f.shells.output(&ws.caller, &id).unwrap();
         let (head, rest) = output.split_once("started: ").unwrap();
         assert_eq!(head, format!("command: {command}\nstatus: running\n"));
         let (started, rest) = rest.split_once("\n\n").unwrap();
@@ -132,11 +136,11 @@ async fn a_background_shell_is_read_twice_then_killed_with_its_processes() {
         assert_eq!(rest, "--- stdout (6 bytes) ---\nfirst\n--- stderr (5 bytes) ---\nwarn\n");
     }
     // Another tenant does not see it, and cannot kill it.
-    assert_eq!(f.shells.output(&tenant("other"), &id), Err(format!("unknown shell_id: {id}")));
-    assert_eq!(f.shells.kill(&tenant("other"), &id).await, Err(format!("unknown shell_id: {id}")));
-    assert_eq!(f.shells.kill(&ws, &id).await, Ok(format!("killed: {id}\n")));
+    assert_eq!(f.shells.output(&tenant("other").caller, &id), Err(format!("unknown shell_id: {id}")));
+    assert_eq!(f.shells.kill(&tenant("other").caller, &id).await, Err(format!("unknown shell_id: {id}")));
+    assert_eq!(f.shells.kill(&ws.caller, &id).await, Ok(format!("killed: {id}\n")));
     assert!(processes("sleep 987649").is_empty(), "{:?}", processes("sleep 987649"));
-    assert_eq!(f.shells.output(&ws, &id), Err(format!("unknown shell_id: {id}")));
+    assert_eq!(f.shells.output(&ws.caller, &id), Err(format!("unknown shell_id: {id}")));
     assert!(f.shells.is_empty());
 }
 
@@ -155,7 +159,7 @@ async fn a_finished_background_shell_says_its_exit_and_a_timeout_ends_one() {
     let done = text.lines().next().and_then(|l| l.strip_prefix("shell_id: ")).unwrap().to_owned();
     let (text, _) = f.bash(&ws, start("echo begun; sleep 987648", Some(1))).await;
     let timed = text.lines().next().and_then(|l| l.strip_prefix("shell_id: ")).unwrap().to_owned();
-    let status = |id: &str| f.shells.output(&ws, id).unwrap();
+    let status = |id: &str| f.shells.output(&ws.caller, id).unwrap();
     assert!(eventually(|| status(&done).contains("status: completed")).await);
     assert!(eventually(|| status(&timed).contains("status: completed")).await);
     let output = status(&done);
@@ -176,17 +180,17 @@ async fn a_tenant_holds_at_most_eight_running_shells() {
         ids.push(text.lines().next().and_then(|l| l.strip_prefix("shell_id: ")).unwrap().to_owned());
     }
     let refused = f.bash(&ws, json!({"command": "sleep 987647", "run_in_background": true})).await;
-    let message = "too many background shells: 8 are running in this workspace; KillShell one first";
+    let message = "too many background shells: 8 are running; KillShell one first";
     assert_eq!(refused, (message.into(), true));
     let (text, error) = f.bash(&other, json!({"command": "echo hi", "run_in_background": true})).await;
     assert!(!error, "{text}");
     // One killed makes room.
-    f.shells.kill(&ws, &ids.remove(0)).await.unwrap();
+    f.shells.kill(&ws.caller, &ids.remove(0)).await.unwrap();
     let (text, error) = f.bash(&ws, json!({"command": "sleep 987647", "run_in_background": true})).await;
     assert!(!error, "{text}");
     ids.push(text.lines().next().and_then(|l| l.strip_prefix("shell_id: ")).unwrap().to_owned());
     for id in ids {
-        f.shells.kill(&ws, &id).await.unwrap();
+        f.shells.kill(&ws.caller, &id).await.unwrap();
     }
     assert!(processes("sleep 987647").is_empty(), "{:?}", processes("sleep 987647"));
 }

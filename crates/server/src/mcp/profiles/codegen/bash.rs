@@ -9,28 +9,23 @@ use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use regex::Regex;
-use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
-use sandlot_core::{Engine, Layout, OutputChunk, OutputSink, RunRequest, Termination};
+use rmcp::model::JsonObject;
+use sandlot_core::{ConversationId, Engine, Layout, OutputChunk, OutputSink, RunRequest, Termination};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use super::WORKSPACE_MOUNT;
 use super::shells::Shells;
+use super::tools::Reply;
 
 /// Where the workspace is in the sandbox, and the working directory of every command.
-pub const LAYOUT: Layout = Layout::Workspace { path: "/workspace" };
+pub const LAYOUT: Layout = Layout::Workspace { path: WORKSPACE_MOUNT };
 /// The timeout when none is given, in seconds.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 120;
 /// The longest timeout, in seconds; a longer one is cut to it.
 pub const MAX_TIMEOUT_SECS: u64 = 600;
 /// The combined output a result keeps; the rest is elided and counted.
 pub const OUTPUT_CAP: usize = 100 * 1024;
-
-/// The conversation a tenant's commands run in, and who asks (recorded in the history).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tenant {
-    pub conversation_id: String,
-    pub caller: String,
-}
 
 /// A `Bash` call's arguments, checked as the product checks them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,51 +77,49 @@ pub fn denied_token(command: &str) -> Option<&str> {
     DENIED.as_ref()?.captures(command)?.get(1).map(|m| m.as_str())
 }
 
-/// A result of one text block, scrubbed of secrets.
-pub fn text_result(text: &str, is_error: bool) -> CallToolResult {
-    let content = vec![ContentBlock::text(sandlot_core::scrub_secrets(text).into_owned())];
-    if is_error { CallToolResult::error(content) } else { CallToolResult::success(content) }
+/// Who runs a command and where: the caller (recorded in the history, and the owner of its background shells) and
+/// the workspace's conversation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Runner {
+    pub caller: String,
+    pub workspace: ConversationId,
 }
 
 /// The request of one command: language bash, the workspace layout, stdin closed.
-pub fn request(tenant: &Tenant, command: &str, timeout_secs: u64, cancel: CancellationToken) -> RunRequest {
+pub fn request(runner: &Runner, command: &str, timeout_secs: u64, cancel: CancellationToken) -> RunRequest {
     RunRequest {
-        conversation_id: tenant.conversation_id.clone(),
+        conversation_id: runner.workspace.as_str().to_owned(),
         language: "bash".into(),
         code: command.to_owned(),
         timeout: Some(Duration::from_secs(timeout_secs)),
-        caller: tenant.caller.clone(),
+        caller: runner.caller.clone(),
         layout: LAYOUT,
         cancel,
         ..RunRequest::default()
     }
 }
 
-/// `Bash`: runs the command (or starts it in the background) and renders the product's text.
+/// `Bash`: runs the command (or starts it in the background) and renders the product's text (not yet scrubbed:
+/// the handler scrubs every reply).
 pub async fn call(
     engine: &Engine,
     shells: &Shells,
-    tenant: &Tenant,
+    runner: &Runner,
     arguments: &JsonObject,
     cancel: CancellationToken,
-) -> CallToolResult {
-    let call = match BashCall::parse(arguments) {
-        Ok(call) => call,
-        Err(message) => return text_result(&message, true),
-    };
+) -> Reply {
+    let call = BashCall::parse(arguments)?;
     if call.background {
-        return match shells.start(tenant, &call) {
-            Ok(id) => text_result(&format!("shell_id: {id}\nstarted in background: {}\n", call.command), false),
-            Err(message) => text_result(&message, true),
-        };
+        let id = shells.start(runner, &call)?;
+        return Ok(format!("shell_id: {id}\nstarted in background: {}\n", call.command));
     }
     let combined = Combined::default();
-    match engine.run(request(tenant, &call.command, call.timeout_secs, cancel), &combined).await {
+    match engine.run(request(runner, &call.command, call.timeout_secs, cancel), &combined).await {
         Ok(report) => {
             let (kept, total) = combined.into_parts();
-            text_result(&render(&kept, total, &report.outcome.termination, call.timeout_secs), false)
+            Ok(render(&kept, total, &report.outcome.termination, call.timeout_secs))
         }
-        Err(error) => text_result(&format!("bash: {error}"), true),
+        Err(error) => Err(format!("bash: {error}")),
     }
 }
 
@@ -292,13 +285,5 @@ mod tests {
         assert_eq!(secs(serde_json::json!("10")), Ok((120, None)));
         let background = parse(serde_json::json!({"command": "ls", "description": "d", "run_in_background": true}));
         assert_eq!(background.map(|c| c.background), Ok(true));
-    }
-
-    #[test]
-    fn every_text_is_scrubbed() {
-        let result = text_result("key AKIAIOSFODNN7EXAMPLE\nexit: 1\n", false);
-        let text = result.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone());
-        assert_eq!(text.as_deref(), Some("key [REDACTED:aws-access-key]\nexit: 1\n"));
-        assert_eq!(result.is_error, Some(false));
     }
 }

@@ -95,11 +95,13 @@ fn caller_of(context: &RequestContext<RoleServer>) -> Option<String> {
     parts.extensions.get::<Caller>().map(|caller| caller.0.clone())
 }
 
-/// A tool's text as its one TextContent (the one place every result's text passes).
+/// A tool's text as its one TextContent (the one place every result's text passes), scrubbed of secrets
+/// (`reference/profiles.md` §2.4), errors included.
 fn text_result(result: Result<String, String>) -> CallToolResult {
+    let scrubbed = |text: String| vec![ContentBlock::text(sandlot_core::scrub_secrets(&text).into_owned())];
     match result {
-        Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
-        Err(text) => CallToolResult::error(vec![ContentBlock::text(text)]),
+        Ok(text) => CallToolResult::success(scrubbed(text)),
+        Err(text) => CallToolResult::error(scrubbed(text)),
     }
 }
 
@@ -163,5 +165,22 @@ impl ServerHandler for CodegenMcp {
         };
         tracing::info!(tool = %name, ok = result.is_ok(), workspace = %self.tenant.workspace, "codegen tool call");
         Ok(CallToolResponse::Complete(text_result(result)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_reply_is_scrubbed_errors_too() {
+        let text = |result: CallToolResult| {
+            let block = result.content.first().and_then(|c| c.as_text()).map(|t| t.text.clone());
+            (block, result.is_error)
+        };
+        let key = "key AKIAIOSFODNN7EXAMPLE\nexit: 1\n".to_owned();
+        let redacted = Some("key [REDACTED:aws-access-key]\nexit: 1\n".to_owned());
+        assert_eq!(text(text_result(Ok(key.clone()))), (redacted.clone(), Some(false)));
+        assert_eq!(text(text_result(Err(key))), (redacted, Some(true)));
     }
 }

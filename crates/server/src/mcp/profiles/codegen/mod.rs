@@ -15,11 +15,11 @@ pub mod paths;
 pub mod tenant;
 pub mod tools;
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
-
 pub mod bash;
 pub mod shells;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::routing::{any, get};
@@ -60,17 +60,19 @@ impl ReadTracker {
     }
 }
 
-/// What every codegen session shares: sandlot's state and the read tracker (the Bash tools add their registry of
-/// background shells here).
+/// What every codegen session shares: sandlot's state, the read tracker and the registry of background shells
+/// (whose runs end when the server shuts down).
 #[derive(Clone)]
 pub struct CodegenState {
     pub app: AppState,
     pub reads: ReadTracker,
+    pub shells: Arc<shells::Shells>,
 }
 
 impl CodegenState {
     pub fn new(app: AppState) -> Self {
-        Self { app, reads: ReadTracker::default() }
+        let shells = Arc::new(shells::Shells::new(app.engine.clone(), app.shutdown.clone()));
+        Self { app, reads: ReadTracker::default(), shells }
     }
 }
 

@@ -5,9 +5,9 @@
 //! stream. It ends by itself, at its timeout (the one given, else the longest, 600 s), by `KillShell` (the sandbox and
 //! every process in it are killed before the answer), or when the server stops.
 //!
-//! Bounded: a tenant holds at most [`MAX_SHELLS_PER_TENANT`] shells and the server [`MAX_SHELLS`]; a new one
-//! forgets the oldest finished shell to make room, and is refused while all are running. A tenant sees only its own
-//! shells: another's id is an unknown one.
+//! Bounded: a tenant (a caller, whichever of its workspaces the shell runs in) holds at most
+//! [`MAX_SHELLS_PER_TENANT`] shells and the server [`MAX_SHELLS`]; a new one forgets the oldest finished shell to make
+//! room, and is refused while all are running. A tenant sees only its own shells: another's id is an unknown one.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
@@ -16,9 +16,9 @@ use sandlot_core::{Engine, OutputChunk, OutputSink, Stream};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::bash::{BashCall, MAX_TIMEOUT_SECS, Tenant, request};
+use super::bash::{BashCall, MAX_TIMEOUT_SECS, Runner, request};
 
-/// Shells one tenant (one workspace) holds at once, running or finished.
+/// Shells one tenant (one caller, all its workspaces) holds at once, running or finished.
 pub const MAX_SHELLS_PER_TENANT: usize = 8;
 /// Shells the server holds at once: with [`STREAM_CAP`], at most 128 MiB of buffered output.
 pub const MAX_SHELLS: usize = 64;
@@ -37,7 +37,8 @@ pub struct Shells {
 
 struct Shell {
     id: String,
-    conversation_id: String,
+    /// The caller that started it: the only one that sees it.
+    owner: String,
     command: String,
     started: SystemTime,
     cancel: CancellationToken,
@@ -84,16 +85,13 @@ impl Shells {
         Self { engine, shutdown, shells: Mutex::new(Vec::new()) }
     }
 
-    /// Starts `call` in the background for `tenant`; its shell id, or the text of the refusal.
-    pub fn start(&self, tenant: &Tenant, call: &BashCall) -> Result<String, String> {
+    /// Starts `call` in the background for `runner`; its shell id, or the text of the refusal.
+    pub fn start(&self, runner: &Runner, call: &BashCall) -> Result<String, String> {
         let mut shells = locked(&self.shells);
-        let own = shells.iter().filter(|s| s.conversation_id == tenant.conversation_id).count();
+        let own = shells.iter().filter(|s| s.owner == runner.caller).count();
         if own >= MAX_SHELLS_PER_TENANT {
-            make_room(&mut shells, Some(&tenant.conversation_id)).map_err(|()| {
-                format!(
-                    "too many background shells: {MAX_SHELLS_PER_TENANT} are running in this workspace; \
-                     KillShell one first"
-                )
+            make_room(&mut shells, Some(&runner.caller)).map_err(|()| {
+                format!("too many background shells: {MAX_SHELLS_PER_TENANT} are running; KillShell one first")
             })?;
         }
         if shells.len() >= MAX_SHELLS {
@@ -104,14 +102,14 @@ impl Shells {
         let cancel = self.shutdown.child_token();
         let shell = Arc::new(Shell {
             id: uuid::Uuid::new_v4().to_string(),
-            conversation_id: tenant.conversation_id.clone(),
+            owner: runner.caller.clone(),
             command: call.command.clone(),
             started: SystemTime::now(),
             cancel: cancel.clone(),
             state: Mutex::default(),
             task: Mutex::new(None),
         });
-        let mut run = request(tenant, &call.command, call.timeout_given.unwrap_or(MAX_TIMEOUT_SECS), cancel);
+        let mut run = request(runner, &call.command, call.timeout_given.unwrap_or(MAX_TIMEOUT_SECS), cancel);
         run.alongside = true;
         let (engine, running) = (self.engine.clone(), shell.clone());
         let task = tokio::spawn(async move {
@@ -137,8 +135,8 @@ impl Shells {
     }
 
     /// `BashOutput`: the shell's command, status, start and whole buffers; `Err` for an unknown id.
-    pub fn output(&self, tenant: &Tenant, id: &str) -> Result<String, String> {
-        let shell = self.find(tenant, id)?;
+    pub fn output(&self, owner: &str, id: &str) -> Result<String, String> {
+        let shell = self.find(owner, id)?;
         let state = locked(&shell.state);
         let mut text = format!("command: {}\n", shell.command);
         match state.exit {
@@ -161,8 +159,8 @@ impl Shells {
 
     /// `KillShell`: kills the shell's sandbox (every process of the command), waits until its run has ended, and
     /// forgets it; `Err` for an unknown id.
-    pub async fn kill(&self, tenant: &Tenant, id: &str) -> Result<String, String> {
-        let shell = self.find(tenant, id)?;
+    pub async fn kill(&self, owner: &str, id: &str) -> Result<String, String> {
+        let shell = self.find(owner, id)?;
         locked(&self.shells).retain(|s| !Arc::ptr_eq(s, &shell));
         shell.cancel.cancel();
         let task = locked(&shell.task).take();
@@ -184,19 +182,18 @@ impl Shells {
         self.len() == 0
     }
 
-    fn find(&self, tenant: &Tenant, id: &str) -> Result<Arc<Shell>, String> {
+    fn find(&self, owner: &str, id: &str) -> Result<Arc<Shell>, String> {
         locked(&self.shells)
             .iter()
-            .find(|s| s.id == id && s.conversation_id == tenant.conversation_id)
+            .find(|s| s.id == id && s.owner == owner)
             .cloned()
             .ok_or_else(|| format!("unknown shell_id: {id}"))
     }
 }
 
-/// Forgets the oldest finished shell (of `conversation`, or of anyone); `Err` when every one is running.
-fn make_room(shells: &mut Vec<Arc<Shell>>, conversation: Option<&str>) -> Result<(), ()> {
-    let oldest =
-        shells.iter().position(|s| conversation.is_none_or(|c| s.conversation_id == c) && s.finished()).ok_or(())?;
+/// Forgets the oldest finished shell (of `owner`, or of anyone); `Err` when every one is running.
+fn make_room(shells: &mut Vec<Arc<Shell>>, owner: Option<&str>) -> Result<(), ()> {
+    let oldest = shells.iter().position(|s| owner.is_none_or(|o| s.owner == o) && s.finished()).ok_or(())?;
     shells.remove(oldest);
     Ok(())
 }

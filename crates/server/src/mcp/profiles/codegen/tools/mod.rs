@@ -12,6 +12,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::{CodegenState, Tenant};
 
+pub mod bash;
+pub mod bash_output;
+pub mod kill_shell;
+
 /// A tool's reply: its text, or the text of an `isError` result.
 pub type Reply = Result<String, String>;
 
@@ -33,7 +37,11 @@ pub struct Entry {
 
 /// Every tool of the profile, in the order `tools/list` shows them. The one place a tool is registered.
 pub fn registry() -> Vec<Entry> {
-    vec![]
+    vec![
+        Entry { tool: bash::tool(), call: bash::call },
+        Entry { tool: bash_output::tool(), call: bash_output::call },
+        Entry { tool: kill_shell::tool(), call: kill_shell::call },
+    ]
 }
 
 /// A tool with mcp-go's default annotations (readOnly false, destructive true, idempotent false, openWorld true).
