@@ -1,10 +1,13 @@
 """codegen-sandbox's Bash, BashOutput and KillShell against the real `sandlot serve` and jail, with the official MCP
 Python SDK's legacy SSE client at `/p/codegen/sse` (reference/profiles.md §2.3, §2.4): the exit trailer in the
 workspace, the denylist, a timeout killing the command's whole process group, a background command read twice with
-BashOutput then killed (its processes gone), an AWS key and a GitHub token printed by code scrubbed."""
+BashOutput then killed (its processes gone, its run in the history), an AWS key and a GitHub token printed by code
+scrubbed."""
 
+import hashlib
 import time
 
+import httpx
 import pytest
 from mcp import ClientSession
 from mcp.client.sse import sse_client
@@ -23,6 +26,13 @@ def text_of(result):
 
 def bash(session, command, **extra):
     return session.call_tool("Bash", {"command": command, "description": "an end-to-end test command", **extra})
+
+
+def runs_of(server, command):
+    """The history's records of runs of `command` (by its hash), newest first."""
+    runs = httpx.get(f"{server.base_url}/v1/runs", headers=server.auth).json()["runs"]
+    digest = hashlib.sha256(command.encode()).hexdigest()
+    return [r for r in runs if r["codeSha256"] == digest]
 
 
 def eventually(condition, seconds=20):
@@ -84,8 +94,13 @@ async def test_a_background_command_is_read_twice_then_killed(server):
                 head, started_at = output.split("started: ", 1)
                 assert head == f"command: {command}\nstatus: running\n"
                 assert started_at.split("\n\n", 1)[1] == "--- stdout (6 bytes) ---\nfirst\n--- stderr (0 bytes) ---\n"
+            [running] = runs_of(server, command)
+            assert (running["state"], running["language"], running["caller"]) == ("running", "bash", "api-token")
+            assert running["conversationId"].startswith("codegen-"), running
             killed = await session.call_tool("KillShell", {"shell_id": shell_id})
             assert (killed.isError, text_of(killed)) == (False, f"killed: {shell_id}\n")
             assert eventually(lambda: not sandbox_processes()), sandbox_processes()
+            [ended] = runs_of(server, command)
+            assert (ended["id"], ended["state"], ended["outcome"]) == (running["id"], "finished", "cancelled"), ended
             gone = await session.call_tool("BashOutput", {"shell_id": shell_id})
             assert (gone.isError, text_of(gone)) == (True, f"unknown shell_id: {shell_id}")
