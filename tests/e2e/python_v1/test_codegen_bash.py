@@ -104,3 +104,20 @@ async def test_a_background_command_is_read_twice_then_killed(server):
             assert (ended["id"], ended["state"], ended["outcome"]) == (running["id"], "finished", "cancelled"), ended
             gone = await session.call_tool("BashOutput", {"shell_id": shell_id})
             assert (gone.isError, text_of(gone)) == (True, f"unknown shell_id: {shell_id}")
+
+
+@pytest.mark.anyio
+async def test_the_server_stopping_kills_background_shells(server):
+    import signal
+
+    async with sse_client(codegen_url(server), headers=server.auth) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            started = await bash(session, "sleep 1000", run_in_background=True)
+            assert started.isError is False, started
+            assert eventually(lambda: sandbox_processes()), "the background command never started"
+            stopping = time.monotonic()
+            server.process.send_signal(signal.SIGTERM)
+            # At once, not after the grace period a foreground run gets: a background shell outlives no server.
+            assert eventually(lambda: not sandbox_processes(), 8), sandbox_processes()
+            assert time.monotonic() - stopping < 8
