@@ -127,6 +127,9 @@ async fn a_background_shell_is_read_twice_then_killed_with_its_processes() {
     let id = id.unwrap_or_else(|| panic!("{text}"));
     assert_eq!((text, error), (format!("shell_id: {id}\nstarted in background: {command}\n"), false));
     assert!(eventually(|| !processes("sleep 987649").is_empty()).await, "the background command never ran");
+    let printed =
+        || f.shells.output(&ws.caller, &id).is_ok_and(|o| o.ends_with("\nfirst\n--- stderr (5 bytes) ---\nwarn\n"));
+    assert!(eventually(printed).await, "{:?}", f.shells.output(&ws.caller, &id));
     for _ in 0..2 {
         let output = f.shells.output(&ws.caller, &id).unwrap();
         let (head, rest) = output.split_once("started: ").unwrap();

@@ -89,7 +89,7 @@ async def test_a_background_command_is_read_twice_then_killed(server):
                 deadline = time.monotonic() + 20
                 while True:
                     output = text_of(await session.call_tool("BashOutput", {"shell_id": shell_id}))
-                    if "first" in output or time.monotonic() > deadline:
+                    if "\nfirst\n" in output or time.monotonic() > deadline:
                         break
                 head, started_at = output.split("started: ", 1)
                 assert head == f"command: {command}\nstatus: running\n"

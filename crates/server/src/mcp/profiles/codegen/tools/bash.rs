@@ -1,8 +1,6 @@
 //! `Bash` (`reference/profiles.md` §2.3): the descriptor, word for word the product's; the work is in
 //! [`crate::mcp::profiles::codegen::bash`].
 
-use futures::FutureExt;
-use futures::future::BoxFuture;
 use rmcp::model::Tool;
 use serde_json::json;
 
@@ -16,23 +14,17 @@ pub fn tool() -> Tool {
         "Bash",
         DESCRIPTION,
         json!({
-            "type": "object",
-            "properties": {
-                "command": {"type": "string", "description": "Shell command to run."},
-                "description": {"type": "string", "description": "5-10 word description of what this command does. Recorded for agent context; does not affect execution."},
-                "timeout": {"type": "number", "description": format!("Timeout in seconds. Default {DEFAULT_TIMEOUT_SECS}, clamped to a maximum of {MAX_TIMEOUT_SECS}.")},
-                "run_in_background": {"type": "boolean", "description": "If true, spawn the command in the background and return a shell_id immediately. Use BashOutput to poll and KillShell to terminate."}
-            },
-            "required": ["command", "description"]
+            "command": {"type": "string", "description": "Shell command to run."},
+            "description": {"type": "string", "description": "5-10 word description of what this command does. Recorded for agent context; does not affect execution."},
+            "timeout": {"type": "number", "description": format!("Timeout in seconds. Default {DEFAULT_TIMEOUT_SECS}, clamped to a maximum of {MAX_TIMEOUT_SECS}.")},
+            "run_in_background": {"type": "boolean", "description": "If true, spawn the command in the background and return a shell_id immediately. Use BashOutput to poll and KillShell to terminate."}
         }),
+        &["command", "description"],
     )
 }
 
-pub fn call(call: Call) -> BoxFuture<'static, Reply> {
-    async move {
-        let runner = Runner { caller: call.tenant.caller.clone(), workspace: call.workspace()? };
-        let state = &call.state;
-        bash::call(&state.app.engine, &state.shells, &runner, &call.arguments, call.cancel.clone()).await
-    }
-    .boxed()
+pub async fn call(call: Call) -> Reply {
+    let runner = Runner { caller: call.tenant.caller.clone(), workspace: call.workspace()? };
+    let state = &call.state;
+    bash::call(&state.app.engine, &state.shells, &runner, &call.arguments, call.cancel.clone()).await
 }

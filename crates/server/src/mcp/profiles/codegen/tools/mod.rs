@@ -12,9 +12,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::{CodegenState, Tenant};
 
-pub mod bash;
-pub mod bash_output;
-pub mod kill_shell;
+mod bash;
+mod bash_output;
+mod edit;
+mod files;
+mod glob;
+mod grep;
+mod kill_shell;
+mod read;
+mod write;
 
 /// A tool's reply: its text, or the text of an `isError` result.
 pub type Reply = Result<String, String>;
@@ -38,14 +44,29 @@ pub struct Entry {
 /// Every tool of the profile, in the order `tools/list` shows them. The one place a tool is registered.
 pub fn registry() -> Vec<Entry> {
     vec![
-        Entry { tool: bash::tool(), call: bash::call },
-        Entry { tool: bash_output::tool(), call: bash_output::call },
-        Entry { tool: kill_shell::tool(), call: kill_shell::call },
+        Entry { tool: read::tool(), call: |call| Box::pin(read::call(call)) },
+        Entry { tool: write::tool(), call: |call| Box::pin(write::call(call)) },
+        Entry { tool: edit::tool(), call: |call| Box::pin(edit::call(call)) },
+        Entry { tool: glob::tool(), call: |call| Box::pin(glob::call(call)) },
+        Entry { tool: grep::tool(), call: |call| Box::pin(grep::call(call)) },
+        Entry { tool: bash::tool(), call: |call| Box::pin(bash::call(call)) },
+        Entry { tool: bash_output::tool(), call: |call| Box::pin(bash_output::call(call)) },
+        Entry { tool: kill_shell::tool(), call: |call| Box::pin(kill_shell::call(call)) },
     ]
 }
 
-/// A tool with mcp-go's default annotations (readOnly false, destructive true, idempotent false, openWorld true).
-pub fn tool(name: &'static str, description: &'static str, schema: Value) -> Tool {
+/// The description of every `file_path` argument.
+pub const FILE_PATH: &str = "Absolute path (/workspace/...) or path relative to the workspace root";
+
+/// A tool with mcp-go's default annotations (readOnly false, destructive true, idempotent false, openWorld true)
+/// whose input schema is an object of `properties` (plus the optional `workspace` every tool takes).
+pub fn tool(name: &'static str, description: &'static str, properties: Value, required: &[&str]) -> Tool {
+    let mut properties = properties;
+    if let Some(properties) = properties.as_object_mut() {
+        let workspace = serde_json::json!({ "type": "string", "description": "Workspace id (multi-workspace mode)" });
+        properties.insert("workspace".into(), workspace);
+    }
+    let schema = serde_json::json!({ "type": "object", "properties": properties, "required": required });
     let schema = Arc::new(schema.as_object().cloned().unwrap_or_default());
     Tool::new(name, description, schema)
         .with_annotations(ToolAnnotations::new().read_only(false).destructive(true).idempotent(false).open_world(true))
