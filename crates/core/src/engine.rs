@@ -267,9 +267,6 @@ impl Engine {
         };
         // Held to the end of the run: the conversation cannot be removed meanwhile (see `delete_conversation`).
         let (workspace, _claim) = self.claim(&conversation).await?;
-        if request.alongside {
-            turn.release_conversation(); // its place in the pool stays held to the end of the run
-        }
         tracing::info!(run_id, conversation = %conversation, %language, "run started");
         entry.start();
         let job = Job {
@@ -283,6 +280,9 @@ impl Engine {
             layout: request.layout,
             cancel: request.cancel,
         };
+        if request.alongside {
+            turn.release_conversation(); // its place in the pool stays held to the end of the run
+        }
         let started_at = std::time::SystemTime::now();
         let result = self.backend.run(job, &entry.sink(sink)).await;
         let outcome = match result {
