@@ -1,7 +1,7 @@
 #!/bin/sh
 # The runner contract of sandlot's Docker images (the original spec's, section 6.2): the code arrives on standard
-# input, is written to a file under /tmp, and runs with /data as its working directory; the container exits with the
-# program's exit code. Extension: when SANDLOT_CODE_BYTES is set, only that many bytes of standard input are the code
+# input, is written to a file under /tmp, and runs with /data as its working directory (SANDLOT_WORKDIR when set: the
+# Workspace layout's conversation path); the container exits with the program's exit code. Extension: when SANDLOT_CODE_BYTES is set, only that many bytes of standard input are the code
 # and the rest is the program's own standard input (`head -c` never reads past them).
 #
 # Usage (the image's ENTRYPOINT): sandlot-runner INTERPRETER [ARGS...]; SANDLOT_EXT is the code file's extension.
@@ -13,5 +13,5 @@ else
     cat > "$file"
     exec < /dev/null
 fi
-cd /data
+cd "${SANDLOT_WORKDIR:-/data}"
 exec "$@" "$file"

@@ -19,8 +19,16 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 /// A run's right to execute: its conversation's turn and a place in the pool. Dropping it passes both on.
 #[derive(Debug)]
 pub struct Turn {
-    _conversation: OwnedMutexGuard<()>,
+    conversation: Option<OwnedMutexGuard<()>>,
     _permit: OwnedSemaphorePermit,
+}
+
+impl Turn {
+    /// Lets the conversation's next run start while this one runs (it keeps its place in the pool): for a run that
+    /// outlives its call, which waited its turn but must not hold the conversation's other runs back.
+    pub fn release_conversation(&mut self) {
+        self.conversation = None;
+    }
 }
 
 /// Why a run did not get its turn.
@@ -85,7 +93,7 @@ impl Admission {
             && let Ok(permit) = self.permits.clone().try_acquire_owned()
             && let Some(conversation_turn) = held.take()
         {
-            return Ok(Turn { _conversation: conversation_turn, _permit: permit });
+            return Ok(Turn { conversation: Some(conversation_turn), _permit: permit });
         }
         let _place = self.take_place()?;
         let wait = async {
@@ -94,7 +102,7 @@ impl Admission {
                 None => lock.lock_owned().await,
             };
             let permit = self.permits.clone().acquire_owned().await;
-            permit.map(|permit| Turn { _conversation: conversation_turn, _permit: permit })
+            permit.map(|permit| Turn { conversation: Some(conversation_turn), _permit: permit })
         };
         tokio::select! {
             biased;
@@ -229,5 +237,18 @@ mod tests {
             task.await.unwrap();
         }
         assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3, 4]);
+    }
+
+    #[tokio::test]
+    async fn a_run_that_released_its_conversation_lets_the_next_start_but_keeps_its_place() {
+        let admission = Admission::new(2, 10, Duration::from_millis(200));
+        let mut background = admission.wait_turn(&id("same"), &CancellationToken::new()).await.unwrap();
+        background.release_conversation();
+        let foreground = admission.wait_turn(&id("same"), &CancellationToken::new()).await.unwrap();
+        // Both places are taken: a third run waits out the limit.
+        let refused = admission.wait_turn(&id("other"), &CancellationToken::new()).await.unwrap_err();
+        assert!(matches!(refused, Refusal::Busy { .. }), "{refused:?}");
+        drop((background, foreground));
+        assert!(admission.wait_turn(&id("other"), &CancellationToken::new()).await.is_ok());
     }
 }

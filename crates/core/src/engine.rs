@@ -244,7 +244,7 @@ impl Engine {
             metadata: request.metadata.as_ref(),
         });
         let queued_at = std::time::Instant::now();
-        let _turn = match self.admission.wait_turn(&conversation, &request.cancel).await {
+        let mut turn = match self.admission.wait_turn(&conversation, &request.cancel).await {
             Ok(turn) => {
                 metrics::histogram!(crate::run_metrics::QUEUE_WAIT).record(queued_at.elapsed().as_secs_f64());
                 turn
@@ -287,6 +287,9 @@ impl Engine {
             mounts: request.mounts,
             cancel: request.cancel,
         };
+        if request.alongside {
+            turn.release_conversation(); // its place in the pool stays held to the end of the run
+        }
         let started_at = std::time::SystemTime::now();
         let result = self.backend.run(job, &entry.sink(sink)).await;
         let outcome = match result {

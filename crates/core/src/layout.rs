@@ -2,7 +2,9 @@
 //!
 //! sandlot's own layout puts the conversation at `/data`, which is also the working directory. A profile may put it
 //! elsewhere (Baponi: `/home/baponi`) and give the run an empty scratch working directory at `/data` instead, which
-//! vanishes with the run. Either way exactly one host directory is writable and persists: the conversation's.
+//! vanishes with the run. A profile whose programs work in their own directory (codegen-sandbox: `/workspace`) puts
+//! the conversation there and makes it the working directory; `/data` is then the empty read-only directory of the
+//! sandbox's root. Either way exactly one host directory is writable and persists: the conversation's.
 
 /// The layout of one run's filesystem, as far as the conversation's directory goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -14,6 +16,9 @@ pub enum Layout {
     /// directory is `/data`, an empty scratch directory (in memory, counted in the run's memory limit) that ends
     /// with the run.
     Home { path: &'static str },
+    /// The conversation's directory at `path` (as for `Home`), which is also the working directory; no scratch:
+    /// `/data` is an empty read-only directory.
+    Workspace { path: &'static str },
 }
 
 impl Layout {
@@ -21,7 +26,15 @@ impl Layout {
     pub fn conversation_path(self) -> &'static str {
         match self {
             Layout::Data => "/data",
-            Layout::Home { path } => path,
+            Layout::Home { path } | Layout::Workspace { path } => path,
+        }
+    }
+
+    /// The run's working directory inside the sandbox.
+    pub fn working_dir(self) -> &'static str {
+        match self {
+            Layout::Data | Layout::Home { .. } => "/data",
+            Layout::Workspace { path } => path,
         }
     }
 
@@ -42,8 +55,8 @@ impl Layout {
     /// not `/`, not `/data` or under it, not under a system directory (`/proc`, `/sys`, `/dev`, `/etc`, `/usr`,
     /// `/bin`, `/sbin`, `/lib*`, `/tmp`). The engine refuses a run with another layout before anything is created.
     pub fn validate(self) -> crate::Result<()> {
-        let Layout::Home { path } = self else { return Ok(()) };
-        let refuse = |why: &str| Err(crate::Error::invalid("layout", format!("home path {path:?} {why}")));
+        let (Layout::Home { path } | Layout::Workspace { path }) = self else { return Ok(()) };
+        let refuse = |why: &str| Err(crate::Error::invalid("layout", format!("conversation path {path:?} {why}")));
         let Some(relative) = path.strip_prefix('/') else { return refuse("is not absolute") };
         let segments: Vec<&str> = relative.split('/').collect();
         let plain = |s: &&str| {
@@ -75,6 +88,7 @@ mod tests {
     fn a_home_path_must_be_absolute_plain_and_outside_system_dirs() {
         for path in ["/home/baponi", "/workspace", "/home/a.b_c-1", "/root/x", "/opt/work", "/library"] {
             assert!(Layout::Home { path }.validate().is_ok(), "{path}");
+            assert!(Layout::Workspace { path }.validate().is_ok(), "{path}");
         }
         for path in [
             "",
@@ -104,9 +118,11 @@ mod tests {
             "/home/a b",
             "/home/\u{0}",
         ] {
-            match (Layout::Home { path }).validate() {
-                Err(crate::Error::InvalidArgument { field: "layout", .. }) => {}
-                other => panic!("{path:?}: {other:?}"),
+            for layout in [Layout::Home { path }, Layout::Workspace { path }] {
+                match layout.validate() {
+                    Err(crate::Error::InvalidArgument { field: "layout", .. }) => {}
+                    other => panic!("{path:?}: {other:?}"),
+                }
             }
         }
         assert!(Layout::Data.validate().is_ok());
@@ -125,5 +141,13 @@ mod tests {
             [Some(16), Some(32), Some(1)]
         );
         assert_eq!(Layout::Data.scratch_data_mb(&limits(16, 256)), None);
+        assert_eq!(Layout::Workspace { path: "/workspace" }.scratch_data_mb(&limits(16, 256)), None);
+    }
+
+    #[test]
+    fn the_working_directory_is_data_except_in_the_workspace_layout() {
+        let layouts = [Layout::Data, Layout::Home { path: "/home/baponi" }, Layout::Workspace { path: "/workspace" }];
+        assert_eq!(layouts.map(Layout::working_dir), ["/data", "/data", "/workspace"]);
+        assert_eq!(layouts.map(Layout::conversation_path), ["/data", "/home/baponi", "/workspace"]);
     }
 }

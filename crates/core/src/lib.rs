@@ -27,6 +27,7 @@ mod removal;
 mod request;
 mod retention;
 pub mod run_metrics;
+mod scrub;
 mod signer;
 mod state_dir;
 mod stop;
@@ -48,6 +49,7 @@ pub use quota::{DISK_CHECK_INTERVAL, WALK_COST_FACTOR, at_quota, quota_exceeded}
 pub use readiness::{READINESS_TIMEOUT, READINESS_TTL, Readiness, ReadinessCheck};
 pub use request::RunRequest;
 pub use retention::{Retention, keep_tidy};
+pub use scrub::{SECRET_PATTERNS, scrub_secrets};
 pub use signer::Signer;
 pub use state_dir::{STATE_DIR_NAME, StateDir};
 pub use stop::{Stop, stop_reason};

@@ -26,6 +26,9 @@ pub struct RunRequest {
     pub layout: crate::Layout,
     /// Host directories the run also sees (Baponi's volumes), checked by [`crate::Mount`]'s rules.
     pub mounts: Vec<crate::Mount>,
+    /// Runs alongside the conversation's later runs instead of holding them back until it ends (it still waits for
+    /// its own turn, and takes a place in the pool): codegen-sandbox's background shells, which outlive their call.
+    pub alongside: bool,
     /// Cancelling it stops the run (its sandbox is killed; the outcome is `Cancelled`).
     pub cancel: tokio_util::sync::CancellationToken,
 }

@@ -229,6 +229,13 @@ impl Workspaces {
     /// Opens a regular file of the conversation for reading. `path` is relative to `/data`; it must not be
     /// absolute, contain `..`, empty or `.` segments, or pass through any symlink.
     pub fn open(&self, id: &ConversationId, path: &str) -> Result<File> {
+        self.open_file(id, path).map_err(|e| not_a_file_is_missing(path, e))
+    }
+
+    /// [`Workspaces::open`], telling a path that is there but not a regular file ([`Error::InvalidPath`] "is a
+    /// directory" or "is not a regular file": a FIFO, a device, a socket) from a missing one. Nothing blocks: the
+    /// file is opened with `O_NONBLOCK` and its type checked on the descriptor, so a FIFO is never waited on.
+    pub fn open_file(&self, id: &ConversationId, path: &str) -> Result<File> {
         validate_relative_path(path)?;
         let not_found = || Error::FileNotFound { path: path.to_owned() };
         let root = self.open_files_dir(id)?.ok_or_else(not_found)?;
@@ -421,10 +428,25 @@ fn open_beneath(root: &OwnedFd, dir: &Path, path: &str) -> Result<File> {
         Err(e) => return Err(Error::io("open file", dir.join(path), e.into())),
     };
     let stat = rustix::fs::fstat(&fd).map_err(|e| Error::io("stat file", dir.join(path), e.into()))?;
-    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-        return Err(not_found());
+    match FileType::from_raw_mode(stat.st_mode) {
+        FileType::RegularFile => Ok(File::from(fd)),
+        FileType::Directory => Err(Error::InvalidPath { path: path.to_owned(), message: IS_DIRECTORY.into() }),
+        _ => Err(Error::InvalidPath { path: path.to_owned(), message: NOT_REGULAR.into() }),
     }
-    Ok(File::from(fd))
+}
+
+/// The messages of [`Workspaces::open_file`] for a path that is not a regular file.
+const IS_DIRECTORY: &str = "is a directory";
+const NOT_REGULAR: &str = "is not a regular file";
+
+/// A download's view of [`open_beneath`]'s errors: what is not a regular file is not found.
+fn not_a_file_is_missing(path: &str, error: Error) -> Error {
+    match error {
+        Error::InvalidPath { message, .. } if message == IS_DIRECTORY || message == NOT_REGULAR => {
+            Error::FileNotFound { path: path.to_owned() }
+        }
+        e => e,
+    }
 }
 
 /// [`Workspaces::open`] for a directory that is not a conversation's (a configured volume): a regular file at
@@ -433,7 +455,7 @@ pub fn open_in_dir(dir: &Path, path: &str) -> Result<File> {
     validate_relative_path(path)?;
     let root = rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
         .map_err(|e| Error::io("open directory", dir, e.into()))?;
-    open_beneath(&root, dir, path)
+    open_beneath(&root, dir, path).map_err(|e| not_a_file_is_missing(path, e))
 }
 
 /// Gives a conversation directory to the uid a backend runs code as (`owner`, when the server may change owners,

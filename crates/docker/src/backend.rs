@@ -14,8 +14,8 @@ use bollard::query_parameters::{
 };
 use futures::StreamExt;
 use sandlot_core::{
-    Backend, CapturedStream, Job, Language, OutputChunk, OutputSink, ReadinessCheck, RunOutcome, RunnerInfo, Stop,
-    Stream, Termination, stop_reason,
+    Backend, CapturedStream, Job, Language, Layout, OutputChunk, OutputSink, ReadinessCheck, RunOutcome, RunnerInfo,
+    Stop, Stream, Termination, stop_reason,
 };
 use tokio::io::AsyncWriteExt;
 
@@ -135,12 +135,19 @@ impl DockerBackend {
         let limits = &job.limits;
         let memory = i64::try_from(limits.memory_mb * 1024 * 1024).unwrap_or(i64::MAX);
         let mut env = vec![format!("SANDLOT_CODE_BYTES={}", job.code.len())];
-        // The Home layout: the conversation at its path (also HOME), and a scratch tmpfs of its own at /data.
+        // The Home layout: the conversation at its path (also HOME), and a scratch tmpfs of its own at /data. The
+        // Workspace layout: the conversation at its path (also HOME and the working directory), /data the image's
+        // (read-only with the rootfs).
         let conversation_path = job.layout.conversation_path();
         let mut tmpfs =
             HashMap::from([("/tmp".to_owned(), format!("rw,nosuid,nodev,size={}m,mode=1777", limits.tmp_mb))]);
-        if let Some(scratch_mb) = job.layout.scratch_data_mb(limits) {
+        if job.layout != Layout::Data {
             env.push(format!("HOME={conversation_path}"));
+        }
+        if job.layout.working_dir() != "/data" {
+            env.push(format!("SANDLOT_WORKDIR={}", job.layout.working_dir())); // the entrypoint's `cd`
+        }
+        if let Some(scratch_mb) = job.layout.scratch_data_mb(limits) {
             // Owned by the runner's user: Docker copies the image's `/data` (root's, 0755) over a `mode` option.
             // `exec` as a bind's `/data` is (Docker's tmpfs default is noexec).
             let (uid, gid) = (self.config.runner_uid, self.config.runner_gid);
@@ -175,7 +182,7 @@ impl DockerBackend {
         ContainerCreateBody {
             image: Some(image.to_owned()),
             user: Some(format!("{}:{}", self.config.runner_uid, self.config.runner_gid)),
-            working_dir: Some("/data".into()),
+            working_dir: Some(job.layout.working_dir().into()),
             env: Some(env),
             labels: Some(HashMap::from([
                 (RUN_LABEL.to_owned(), job.run_id.clone()),

@@ -321,14 +321,38 @@ async fn symlink_targets_and_directories_count_towards_the_quota() {
 const HOME: Layout = Layout::Home { path: "/home/baponi" };
 
 async fn run_home(sandbox: &Sandbox, conversation: &str, language: &str, code: &str) -> RunReport {
+    run_in(sandbox, HOME, conversation, language, code).await
+}
+
+async fn run_in(sandbox: &Sandbox, layout: Layout, conversation: &str, language: &str, code: &str) -> RunReport {
     let request = RunRequest {
         conversation_id: conversation.into(),
         language: language.into(),
         code: code.into(),
-        layout: HOME,
+        layout,
         ..RunRequest::default()
     };
     sandbox.engine.run(request, &()).await.expect("run")
+}
+
+/// The Workspace layout: the conversation at `/workspace` is the working directory (and `HOME`) and persists;
+/// `/data` is the image's read-only directory; a symlink planted to `/` leads the next run into its own read-only
+/// container.
+#[tokio::test]
+async fn workspace_layout_works_in_the_workspace_and_writes_only_there_and_tmp() {
+    let sandbox = sandbox(|_| {}).await;
+    let workspace = Layout::Workspace { path: "/workspace" };
+    let code = "pwd; echo $HOME; (echo x > /data/x) 2>/dev/null || echo data-refused; echo kept > kept.txt; \
+                ln -s / root; ln -s /etc etc";
+    let first = run_in(&sandbox, workspace, "ws", "bash", code).await;
+    assert_eq!(first.outcome.stdout, "/workspace\n/workspace\ndata-refused\n", "{first:?}");
+    let code = "cat /workspace/kept.txt; for d in / /etc /usr/bin /root root etc root/usr /data /workspace /tmp; do \
+                (echo x > $d/marker) 2>/dev/null && echo $d WROTE || echo $d refused; done";
+    let second = run_in(&sandbox, workspace, "ws", "bash", code).await;
+    let expected = "kept\n/ refused\n/etc refused\n/usr/bin refused\n/root refused\nroot refused\netc refused\n\
+                    root/usr refused\n/data refused\n/workspace WROTE\n/tmp WROTE\n";
+    assert_eq!(second.outcome.stdout, expected, "{second:?}");
+    assert_eq!(containers_left(&second), 0);
 }
 
 /// The Home layout: the conversation at `/home/baponi` (also `HOME`) persists; `/data`, the working directory, is

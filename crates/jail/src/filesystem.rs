@@ -7,7 +7,8 @@
 //!   pid 1 assembles it per run. Every host source is captured as a detached mount tree before anything is
 //!   covered, so later mounts cannot hide it.
 //! - the run's own mounts ([`build`]): a sized `/tmp` and `/dev/shm`, the conversation at `/data` (in the Home
-//!   layout at its home path, with a sized scratch tmpfs at `/data`), a fresh `/proc`. `pivot_root` makes the result `/`, the old root is detached, and `/` itself is read-only.
+//!   layout at its home path, with a sized scratch tmpfs at `/data`; in the Workspace layout at its path, with
+//!   nothing at `/data`), a fresh `/proc`. `pivot_root` makes the result `/`, the old root is detached, and `/` itself is read-only.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
@@ -338,8 +339,11 @@ pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError
     match &spec.home {
         None => attach_tree(&data, &staged("/data")).step(|| "move_mount /data".into())?,
         Some(home) => {
-            let scratch_options = format!("size={}m,nr_inodes=16384,mode=1777", home.scratch_mb);
-            mount_tmpfs(&staged("/data"), &scratch_options, nosuid_nodev)?;
+            // The Workspace layout has no scratch: /data stays the read-only root's empty directory.
+            if let Some(scratch_mb) = home.scratch_mb {
+                let scratch_options = format!("size={scratch_mb}m,nr_inodes=16384,mode=1777");
+                mount_tmpfs(&staged("/data"), &scratch_options, nosuid_nodev)?;
+            }
             let target = staged(&home.path.to_string_lossy());
             attach_tree(&data, &target).step(|| format!("move_mount {}", home.path.display()))?;
             attach_volumes(&volumes)?;

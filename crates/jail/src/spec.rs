@@ -28,8 +28,8 @@ pub struct JailSpec {
     pub env: Vec<(String, String)>,
     /// Host directory mounted read-write at `/data`, or at `home.path`.
     pub workspace: PathBuf,
-    /// The Home layout (see `sandlot_core::Layout`): the workspace at another path, and `/data` a scratch tmpfs of
-    /// the run's own. `None`, sandlot's layout, leaves the spec's JSON as it was before layouts.
+    /// The Home or Workspace layout (see `sandlot_core::Layout`): the workspace at another path, and `/data` a
+    /// scratch tmpfs of the run's own (Home) or nothing (Workspace). `None`, sandlot's layout, leaves the spec's JSON as it was before layouts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub home: Option<HomeMount>,
     /// Host directories bound beneath the Home layout's scratch `/data` (Baponi's volumes; validated by the
@@ -70,14 +70,15 @@ pub struct JailSpec {
     pub root_template: Option<PathBuf>,
 }
 
-/// Where a run of the Home layout sees its workspace, and the size of its scratch `/data`.
+/// Where a run of the Home or Workspace layout sees its workspace, and the size of its scratch `/data`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HomeMount {
     /// Absolute, validated by the engine (`Layout::validate`): not `/data`, not under a system directory.
     pub path: PathBuf,
-    /// Size of the scratch tmpfs at `/data`, in MiB (memory of the run's cgroup: its pages are charged to the
-    /// writer).
-    pub scratch_mb: u64,
+    /// The Home layout: size of the scratch tmpfs at `/data`, in MiB (memory of the run's cgroup: its pages are
+    /// charged to the writer), the working directory. `None`, the Workspace layout: no scratch (`/data` is the
+    /// root's empty read-only directory) and `path` is the working directory.
+    pub scratch_mb: Option<u64>,
 }
 
 /// One host directory a run sees at `path`, read-only unless `read_only` is false.

@@ -13,8 +13,8 @@ use async_trait::async_trait;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use sandlot_core::{
-    Backend, CapturedStream, Job, Language, OutputChunk, OutputSink, ReadinessCheck, RunOutcome, RunnerInfo, Stop,
-    Stream, Termination, stop_reason,
+    Backend, CapturedStream, Job, Language, Layout, OutputChunk, OutputSink, ReadinessCheck, RunOutcome, RunnerInfo,
+    Stop, Stream, Termination, stop_reason,
 };
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 
@@ -204,10 +204,10 @@ impl JailBackend {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
-        let home = job.layout.scratch_data_mb(&job.limits).map(|scratch_mb| {
+        let home = (job.layout != Layout::Data).then(|| {
             let path = job.layout.conversation_path();
             env.insert("HOME".into(), path.into()); // the conversation's home: Baponi's `~` persists
-            HomeMount { path: path.into(), scratch_mb }
+            HomeMount { path: path.into(), scratch_mb: job.layout.scratch_data_mb(&job.limits) }
         });
         env.extend(job.env.clone());
         let mut args = runner.args.clone();

@@ -7,12 +7,13 @@ use std::convert::Infallible;
 use std::ffi::CString;
 use std::fs::File;
 use std::io::Write;
+use std::path::Path;
 
 use nix::sched::{CloneFlags, unshare};
 use nix::unistd::{chdir, execve, setsid};
 
 use crate::report::{SetupError, Step};
-use crate::spec::JailSpec;
+use crate::spec::{HomeMount, JailSpec};
 use crate::{capabilities, landlock_rules, mount_api, rlimits, seccomp};
 
 /// What the worker needs: the spec, and the run's `cgroup.procs` files (opened by the init as root).
@@ -54,7 +55,11 @@ fn prepare_and_exec(task: &Task) -> Result<Infallible, SetupError> {
     }
     join_cgroups(task.cgroups)?;
     rlimits::apply(&spec.rlimits).step(|| "setrlimit".into())?;
-    chdir("/data").step(|| "chdir /data".into())?;
+    let workdir = match &spec.home {
+        Some(HomeMount { path, scratch_mb: None }) => path.as_path(),
+        _ => Path::new("/data"),
+    };
+    chdir(workdir).step(|| format!("chdir {}", workdir.display()))?;
     capabilities::drop_all().step(|| "drop capabilities".into())?;
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } < 0 {

@@ -6,11 +6,9 @@
 
 mod common;
 
-use std::io::Read;
-
 use common::{Sandbox, check, check_eq, describe};
 use libtest_mimic::Failed;
-use sandlot_core::{ConversationId, Error as CoreError, Language, Layout, RunReport, RunRequest, Termination};
+use sandlot_core::{Error as CoreError, Language, Layout, RunReport, RunRequest, Termination};
 
 const HOME: Layout = Layout::Home { path: "/home/baponi" };
 
@@ -28,13 +26,7 @@ fn main() {
 }
 
 fn run_home(sandbox: &Sandbox, conversation: &str, language: Language, code: &str) -> RunReport {
-    sandbox.run_request(RunRequest {
-        conversation_id: conversation.into(),
-        language: language.as_str().into(),
-        code: code.into(),
-        layout: HOME,
-        ..RunRequest::default()
-    })
+    sandbox.run_in(HOME, conversation, language, code)
 }
 
 fn home_persists_and_scratch_data_is_gone_in_the_next_run() -> Result<(), Failed> {
@@ -136,19 +128,7 @@ for path in ["/home/baponi/root/etc/pwned", "/home/baponi/etc/pwned", "/home/bap
     check_eq(second.outcome.stdout.as_str(), expected.as_str(), &describe(&second))?;
     let names: Vec<&str> = second.files.files.iter().map(|f| f.path.as_str()).collect();
     check_eq(names, vec!["real.txt"], "listed files")?;
-    let id = ConversationId::parse("home")?;
-    for path in ["leak", "root/etc/passwd", "etc/passwd"] {
-        match sandbox.engine.workspaces().open(&id, path) {
-            Err(CoreError::InvalidPath { .. }) => {}
-            Ok(mut file) => {
-                let mut leaked = String::new();
-                file.read_to_string(&mut leaked)?;
-                return Err(format!("{path} was readable by the server: {leaked:.60}").into());
-            }
-            Err(other) => return Err(format!("{path}: unexpected {other}").into()),
-        }
-    }
-    Ok(())
+    common::check_server_refuses(&sandbox, "home", &["leak", "root/etc/passwd", "etc/passwd"])
 }
 
 /// The scratch `/data` is a tmpfs of at most the disk quota and half the memory limit (it is memory, counted in

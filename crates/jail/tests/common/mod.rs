@@ -105,6 +105,24 @@ impl Sandbox {
         self.run_request(request)
     }
 
+    /// Runs `code` with the conversation seen through `layout`.
+    pub fn run_in(
+        &self,
+        layout: sandlot_core::Layout,
+        conversation: &str,
+        language: Language,
+        code: &str,
+    ) -> RunReport {
+        let request = RunRequest {
+            conversation_id: conversation.into(),
+            language: language.as_str().into(),
+            code: code.into(),
+            layout,
+            ..RunRequest::default()
+        };
+        self.run_request(request)
+    }
+
     /// Runs a whole request (its layout, say) to its end.
     pub fn run_request(&self, request: RunRequest) -> RunReport {
         self.runtime.block_on(self.engine.run(request, &())).expect("run")
@@ -258,4 +276,23 @@ for d in {dirs:?}:
         print(d, "refused" if e.errno in refused else errno.errorcode[e.errno])
 "#
     )
+}
+
+/// Checks that the server refuses to open each of `paths` (planted symlinks, say) in `conversation`'s directory:
+/// none is readable through `Workspaces::open`.
+pub fn check_server_refuses(sandbox: &Sandbox, conversation: &str, paths: &[&str]) -> Result<(), Failed> {
+    use std::io::Read;
+    let id = ConversationId::parse(conversation)?;
+    for path in paths {
+        match sandbox.engine.workspaces().open(&id, path) {
+            Err(sandlot_core::Error::InvalidPath { .. }) => {}
+            Ok(mut file) => {
+                let mut leaked = String::new();
+                file.read_to_string(&mut leaked)?;
+                return Err(format!("{path} was readable by the server: {leaked:.60}").into());
+            }
+            Err(other) => return Err(format!("{path}: unexpected {other}").into()),
+        }
+    }
+    Ok(())
 }

@@ -11,7 +11,7 @@ mod credentials;
 mod events;
 mod files;
 pub(crate) mod jsonrpc;
-mod legacy_sse;
+pub(crate) mod legacy_sse;
 pub(crate) mod mcp_endpoint;
 mod ops;
 mod origin;

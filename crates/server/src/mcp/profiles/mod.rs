@@ -8,6 +8,7 @@
 //! escapes, missing auth), the profile stays as strict as sandlot.
 
 pub mod baponi;
+pub mod codegen;
 
 use axum::Router;
 
@@ -29,16 +30,19 @@ pub struct Settings {
 pub enum Profile {
     /// Baponi: stateless MCP (`sandbox_execute`, `files_download`), REST execute and the Files API.
     Baponi,
+    /// codegen-sandbox: Claude-Code-style workspace tools over legacy HTTP+SSE.
+    Codegen,
 }
 
 impl Profile {
     /// Every profile sandlot has.
-    pub const ALL: [Profile; 1] = [Profile::Baponi];
+    pub const ALL: [Profile; 2] = [Profile::Baponi, Profile::Codegen];
 
     /// The name in configuration and in the path prefix.
     pub fn name(self) -> &'static str {
         match self {
             Profile::Baponi => "baponi",
+            Profile::Codegen => "codegen",
         }
     }
 
@@ -56,6 +60,7 @@ impl Profile {
     pub fn router(self, state: AppState, auth: Authenticator, settings: &Settings) -> Router {
         match self {
             Profile::Baponi => baponi::router(baponi::BaponiState::new(state, settings.baponi_volumes.clone()), auth),
+            Profile::Codegen => codegen::router(state, auth),
         }
     }
 }

@@ -57,6 +57,7 @@ fn parse(
         cancel,
         layout: Default::default(),
         mounts: Vec::new(),
+        alongside: false,
     })
 }
 

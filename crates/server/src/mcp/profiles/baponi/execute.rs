@@ -345,6 +345,7 @@ pub async fn execute_as(
         metadata: args.metadata.map(Value::Object),
         layout: LAYOUT,
         mounts: state.volumes.mounts(),
+        alongside: false,
         cancel,
     };
     state.app.engine.run(request, sink).await.map_err(from_engine)

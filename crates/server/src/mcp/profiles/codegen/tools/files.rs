@@ -1,0 +1,108 @@
+//! What the file tools share: opening a workspace file through `sandlot_core::Workspaces` (beneath the workspace,
+//! no symlink followed, `O_NONBLOCK` and the type checked on the descriptor, so a FIFO or device never blocks),
+//! the texts of its errors, the workspace's files with `.gitignore` applied, and glob matchers.
+
+use std::fs::File;
+
+use globset::{GlobBuilder, GlobMatcher};
+use ignore::Match;
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use sandlot_core::{ConversationId, Error, FileEntry, Workspaces};
+
+/// Files a Glob or Grep walks at most, and the bytes of their paths.
+const MAX_FILES: usize = 100_000;
+const MAX_PATH_BYTES: usize = 64 * 1024 * 1024;
+/// The largest `.gitignore` read.
+const MAX_GITIGNORE_BYTES: u64 = 1024 * 1024;
+
+/// The tool text of a failure to open `shown` (the path as the agent gave it).
+pub fn error_text(shown: &str, error: &Error) -> String {
+    match error {
+        Error::FileNotFound { .. } => format!("stat {shown}: no such file or directory"),
+        Error::InvalidPath { message, .. } => format!("{shown} {message}"),
+        other => other.to_string(),
+    }
+}
+
+/// Opens the regular file `relative` of `workspace` for reading; `Err` is the tool's text.
+pub fn open(workspaces: &Workspaces, workspace: &ConversationId, relative: &str, shown: &str) -> Result<File, String> {
+    if relative.is_empty() {
+        return Err(format!("{shown} is a directory"));
+    }
+    workspaces.open_file(workspace, relative).map_err(|e| error_text(shown, &e))
+}
+
+/// Runs blocking file work off the async threads.
+pub async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| format!("internal error: {e}"))?
+}
+
+/// The regular files under `dir` (workspace-relative, `""` for the whole workspace) that no `.gitignore` of the
+/// workspace ignores (ripgrep's rules: the deepest `.gitignore` that has a say wins; honoured outside git too),
+/// `.git` skipped. Listed by file descriptors without following a symlink (`Workspaces::list_within`).
+pub fn visible_files(workspaces: &Workspaces, workspace: &ConversationId, dir: &str) -> Result<Vec<FileEntry>, String> {
+    let listing = workspaces.list_within(workspace, MAX_FILES, MAX_PATH_BYTES).map_err(|e| e.to_string())?;
+    let mut ignores: Vec<(String, Gitignore)> = Vec::new();
+    for entry in &listing.files {
+        let Some(parent) = entry.path.strip_suffix(".gitignore") else { continue };
+        if !(parent.is_empty() || parent.ends_with('/')) {
+            continue;
+        }
+        let parent = parent.trim_end_matches('/').to_owned();
+        let Ok(file) = workspaces.open_file(workspace, &entry.path) else { continue };
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut std::io::Read::take(file, MAX_GITIGNORE_BYTES), &mut text);
+        let mut builder = GitignoreBuilder::new(&parent);
+        for line in text.lines() {
+            let _ = builder.add_line(None, line);
+        }
+        if let Ok(gitignore) = builder.build() {
+            ignores.push((parent, gitignore));
+        }
+    }
+    // Deepest first.
+    ignores.sort_by_key(|(parent, _)| std::cmp::Reverse(parent.matches('/').count() + usize::from(!parent.is_empty())));
+    let under =
+        |path: &str, dir: &str| dir.is_empty() || path.strip_prefix(dir).is_some_and(|rest| rest.starts_with('/'));
+    let ignored = |path: &str| {
+        for (parent, gitignore) in &ignores {
+            if !under(path, parent) {
+                continue;
+            }
+            match gitignore.matched_path_or_any_parents(path, false) {
+                Match::Ignore(_) => return true,
+                Match::Whitelist(_) => return false,
+                Match::None => {}
+            }
+        }
+        false
+    };
+    let in_git = |path: &str| path == ".git" || path.starts_with(".git/") || path.contains("/.git/");
+    Ok(listing.files.into_iter().filter(|f| under(&f.path, dir) && !in_git(&f.path) && !ignored(&f.path)).collect())
+}
+
+/// A glob as codegen-sandbox matches it: `*`, `?` and `[..]` within one path segment, `**` across them; a glob
+/// without `/` matches the base name.
+pub struct Pattern {
+    matcher: GlobMatcher,
+    base_name_only: bool,
+}
+
+impl Pattern {
+    pub fn new(glob: &str) -> Result<Self, String> {
+        let matcher = GlobBuilder::new(glob)
+            .literal_separator(true)
+            .build()
+            .map_err(|e| format!("invalid glob {glob:?}: {e}"))?
+            .compile_matcher();
+        Ok(Self { matcher, base_name_only: !glob.contains('/') })
+    }
+
+    /// Whether `path` (relative to where the search starts) matches.
+    pub fn matches(&self, path: &str) -> bool {
+        let candidate = if self.base_name_only { path.rsplit('/').next().unwrap_or(path) } else { path };
+        self.matcher.is_match(candidate)
+    }
+}
