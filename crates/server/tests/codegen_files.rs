@@ -33,18 +33,26 @@ fn server() -> Server {
 }
 
 fn get(uri: &str) -> Request<Body> {
+    get_as(uri, "tok")
+}
+
+fn get_as(uri: &str, token: &str) -> Request<Body> {
     Request::get(uri)
         .header(header::HOST, "localhost")
-        .header(header::AUTHORIZATION, "Bearer tok")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
         .header(header::ACCEPT, "text/event-stream")
         .body(Body::empty())
         .unwrap()
 }
 
 fn post(uri: &str, body: &str) -> Request<Body> {
+    post_as(uri, body, "tok")
+}
+
+fn post_as(uri: &str, body: &str, token: &str) -> Request<Body> {
     Request::post(uri)
         .header(header::HOST, "localhost")
-        .header(header::AUTHORIZATION, "Bearer tok")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from(body.to_owned()))
         .unwrap()
@@ -57,13 +65,18 @@ struct Session {
     buffer: String,
     endpoint: String,
     next_id: u64,
+    token: String,
 }
 
 #[allow(dead_code)]
 impl Session {
     /// Opens `uri` (relative to the host) and reads the endpoint event, without initializing.
     async fn open_raw(server: &Server, uri: &str) -> (Session, axum::http::HeaderMap) {
-        let response = server.router.clone().oneshot(get(uri)).await.unwrap();
+        Session::open_raw_as(server, uri, "tok").await
+    }
+
+    async fn open_raw_as(server: &Server, uri: &str, token: &str) -> (Session, axum::http::HeaderMap) {
+        let response = server.router.clone().oneshot(get_as(uri, token)).await.unwrap();
         assert_eq!(response.status(), StatusCode::OK, "{uri}");
         let headers = response.headers().clone();
         let mut session = Session {
@@ -72,6 +85,7 @@ impl Session {
             buffer: String::new(),
             endpoint: String::new(),
             next_id: 1,
+            token: token.to_owned(),
         };
         let (event, data) = session.next_event().await;
         assert_eq!(event, "endpoint");
@@ -81,7 +95,11 @@ impl Session {
 
     /// Opens `uri` and initializes.
     async fn open(server: &Server, uri: &str) -> Session {
-        let (mut session, _) = Session::open_raw(server, uri).await;
+        Session::open_as(server, uri, "tok").await
+    }
+
+    async fn open_as(server: &Server, uri: &str, token: &str) -> Session {
+        let (mut session, _) = Session::open_raw_as(server, uri, token).await;
         let init = session.request("initialize", json!({"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}})).await;
         assert_eq!(init["result"]["protocolVersion"], "2024-11-05");
         let (status, _) =
@@ -120,7 +138,7 @@ impl Session {
 
     /// POSTs `body` to the session's endpoint: the status and body.
     async fn post(&self, body: &str) -> (StatusCode, Vec<u8>) {
-        let response = self.router.clone().oneshot(post(&self.endpoint, body)).await.unwrap();
+        let response = self.router.clone().oneshot(post_as(&self.endpoint, body, &self.token)).await.unwrap();
         let status = response.status();
         (status, axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap().to_vec())
     }
@@ -426,6 +444,43 @@ async fn sessions_of_a_tenant_share_its_workspace_and_other_workspaces_are_apart
     assert_eq!(other.ok("Read", json!({"file_path": "o.txt"})).await, "1\to\n");
 }
 
+/// A server taking HS256 JWTs signed with `jwt-secret`, and a token for `subject`.
+fn jwt_server() -> Server {
+    let (root, state) = common::state("secret", None);
+    let settings = sandlot_server::http::JwtSettings {
+        secret: Some("jwt-secret".into()),
+        ..sandlot_server::http::JwtSettings::default()
+    };
+    let auth = Authenticator::new(sandlot_server::http::Credentials::jwt(&settings).unwrap());
+    let router = app(state.clone(), auth, HttpOptions::new(AllowedHosts::new(vec!["localhost".into()])));
+    Server { _root: root, state, router }
+}
+
+fn jwt_for(subject: &str) -> String {
+    let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 600;
+    let key = jsonwebtoken::EncodingKey::from_secret(b"jwt-secret");
+    jsonwebtoken::encode(&jsonwebtoken::Header::default(), &json!({"sub": subject, "exp": exp}), &key).unwrap()
+}
+
+#[tokio::test]
+async fn jwt_subjects_never_share_a_workspace_nor_a_session() {
+    let server = jwt_server();
+    let (alice, bob) = (jwt_for("alice"), jwt_for("bob"));
+    let mut a = Session::open_as(&server, "/p/codegen/sse?workspace=team", &alice).await;
+    let mut b = Session::open_as(&server, "/p/codegen/sse?workspace=team", &bob).await;
+    a.ok("Write", json!({"file_path": "alice.txt", "content": "mine\n"})).await;
+    assert!(b.err("Read", json!({"file_path": "alice.txt"})).await.starts_with("stat "));
+    assert!(b.err("Read", json!({"file_path": "alice.txt", "workspace": "team"})).await.starts_with("stat "));
+    // Bob POSTing to Alice's session is refused (the answer comes on Alice's stream).
+    let read = json!({"jsonrpc": "2.0", "id": 99, "method": "tools/call",
+                      "params": {"name": "Read", "arguments": {"file_path": "alice.txt"}}});
+    let response = server.router.clone().oneshot(post_as(&a.endpoint, &read.to_string(), &bob)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let (_, data) = a.next_event().await;
+    let answer: Value = serde_json::from_str(&data).unwrap();
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Attacks (docs/security.md): nothing outside the workspace is read or written, and nothing blocks.
 
@@ -483,7 +538,11 @@ async fn fifos_and_devices_are_refused_without_blocking() {
         assert_eq!(s.ok("Glob", json!({"pattern": "*"})).await, "plain.txt");
     })
     .await
-    .expect("no tool blocks on a FIFO or a device");
+    .unwrap_or_else(|_| {
+        // A panic would hang: the runtime waits for the blocked thread at its end.
+        eprintln!("a tool blocked on a FIFO or a device");
+        std::process::exit(101)
+    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
