@@ -319,10 +319,20 @@ async fn read_numbers_lines_with_offset_and_limit() {
     assert_eq!(s.ok("Read", json!({"file_path": "/workspace/a.txt"})).await, "1\tone\n2\ttwo\n3\tthree\n");
     assert_eq!(s.ok("Read", json!({"file_path": "a.txt", "offset": 2, "limit": 1})).await, "2\ttwo\n");
     assert_eq!(s.ok("Read", json!({"file_path": "a.txt", "offset": 0, "limit": 1})).await, "1\tone\n");
-    assert_eq!(s.err("Read", json!({"file_path": "a.txt", "offset": 10})).await, "offset 10 exceeds line count 3");
-    assert!(s.err("Read", json!({"file_path": "missing.txt"})).await.starts_with("stat "));
-    assert!(s.err("Read", json!({"file_path": "sub"})).await.contains("is a directory"));
+    assert_eq!(
+        s.err("Read", json!({"file_path": "a.txt", "offset": 10})).await,
+        "read: offset 10 exceeds line count 3"
+    );
+    assert_eq!(
+        s.err("Read", json!({"file_path": "missing.txt"})).await,
+        "stat: stat /workspace/missing.txt: no such file or directory"
+    );
+    assert_eq!(s.err("Read", json!({"file_path": "sub"})).await, "path is a directory: sub");
+    assert_eq!(s.err("Read", json!({"file_path": "/workspace"})).await, "path is a directory: /workspace");
     assert_eq!(s.err("Read", json!({})).await, "file_path is required");
+    assert_eq!(s.err("Read", json!({"file_path": ""})).await, "file_path is required");
+    std::fs::write(dir.join("empty.txt"), "").unwrap();
+    assert_eq!(s.ok("Read", json!({"file_path": "empty.txt", "offset": 5})).await, "");
     assert_eq!(s.err("Read", json!({"file_path": "../x"})).await, "resolve path: path is outside workspace root");
 }
 
@@ -348,7 +358,8 @@ async fn write_is_atomic_and_refuses_to_overwrite_a_file_not_read() {
     s.ok("Read", json!({"file_path": "/workspace/old.txt"})).await;
     assert_eq!(s.ok("Write", json!({"file_path": "old.txt", "content": "new\n"})).await, "wrote 4 bytes to old.txt");
     assert_eq!(std::fs::read_to_string(dir.join("old.txt")).unwrap(), "new\n");
-    s.err("Write", json!({"file_path": "sub", "content": "x"})).await;
+    assert_eq!(s.err("Write", json!({"file_path": "sub", "content": "x"})).await, "path is a directory: sub");
+    assert_eq!(s.ok("Write", json!({"file_path": "empty", "content": ""})).await, "wrote 0 bytes to empty");
     assert_eq!(s.err("Write", json!({"file_path": "a"})).await, "content is required");
     // No temporary file left behind.
     let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
@@ -364,10 +375,13 @@ async fn edit_replaces_a_unique_match_or_all() {
     let edit = |old: &str, new: &str, all: bool| json!({"file_path": "e.txt", "old_string": old, "new_string": new, "replace_all": all});
     assert_eq!(s.err("Edit", edit("baz", "qux", false)).await, "refusing to edit e.txt: Read it first");
     s.ok("Read", json!({"file_path": "e.txt"})).await;
-    s.err("Edit", edit("", "x", false)).await;
+    assert_eq!(s.err("Edit", edit("", "x", false)).await, "old_string must be non-empty");
     assert_eq!(s.err("Edit", edit("nope", "x", false)).await, "old_string not found in e.txt");
     let non_unique = s.err("Edit", edit("foo", "x", false)).await;
-    assert!(non_unique.starts_with("old_string matched 2 times in e.txt; add context"), "{non_unique}");
+    assert_eq!(
+        non_unique,
+        "old_string matched 2 times in e.txt; add context to make it unique or set replace_all=true"
+    );
     assert_eq!(s.ok("Edit", edit("baz", "qux", false)).await, "replaced 1 occurrence(s) in e.txt");
     assert_eq!(s.ok("Edit", edit("foo", "x", true)).await, "replaced 2 occurrence(s) in e.txt");
     assert_eq!(std::fs::read_to_string(dir.join("e.txt")).unwrap(), "x bar x\nqux\n");
@@ -386,6 +400,10 @@ async fn glob_matches_newest_first_and_honours_gitignore() {
         set_mtime(&dir.join(path), age);
     }
     std::fs::write(dir.join(".gitignore"), "build/\n*.log\n").unwrap();
+    // Hidden files and directories are skipped, as ripgrep does.
+    std::fs::create_dir(dir.join(".hidden")).unwrap();
+    std::fs::write(dir.join(".hidden/h.rs"), "").unwrap();
+    std::fs::write(dir.join(".h.rs"), "").unwrap();
     std::fs::write(dir.join("src/.gitignore"), "!keep.log\n").unwrap();
     let mut s = Session::open(&server, "/p/codegen/sse").await;
     assert_eq!(s.ok("Glob", json!({"pattern": "**/*.rs"})).await, "src/deep/b.rs\nc.rs\nsrc/a.rs");
@@ -396,6 +414,11 @@ async fn glob_matches_newest_first_and_honours_gitignore() {
     assert_eq!(s.ok("Glob", json!({"pattern": "*.log"})).await, "src/keep.log");
     assert_eq!(s.ok("Glob", json!({"pattern": "*.none"})).await, "");
     assert_eq!(s.err("Glob", json!({})).await, "pattern is required");
+    assert_eq!(
+        s.err("Glob", json!({"pattern": "*", "path": "nope"})).await,
+        "stat path: stat /workspace/nope: no such file or directory"
+    );
+    assert_eq!(s.err("Glob", json!({"pattern": "*", "path": "c.rs"})).await, "path is not a directory: c.rs");
 }
 
 #[tokio::test]
@@ -408,25 +431,38 @@ async fn grep_has_three_modes_a_glob_filter_case_folding_and_a_head_limit() {
     std::fs::write(dir.join("ignored.log"), "alpha\n").unwrap();
     std::fs::write(dir.join(".gitignore"), "*.log\n").unwrap();
     let mut s = Session::open(&server, "/p/codegen/sse").await;
-    assert_eq!(s.ok("Grep", json!({"pattern": "alpha"})).await, "b.txt:1:alpha\nsrc/a.rs:1:fn alpha() {}");
+    std::fs::write(dir.join(".hidden.txt"), "alpha\n").unwrap();
+    assert_eq!(s.ok("Grep", json!({"pattern": "alpha"})).await, "b.txt:1:alpha\nsrc/a.rs:1:fn alpha() {}\n");
+    // A file named directly is searched even when hidden or ignored.
+    assert_eq!(s.ok("Grep", json!({"pattern": "alpha", "path": "ignored.log"})).await, "ignored.log:1:alpha\n");
     assert_eq!(
         s.ok("Grep", json!({"pattern": "alpha", "case_insensitive": true})).await,
-        "b.txt:1:alpha\nsrc/a.rs:1:fn alpha() {}\nsrc/a.rs:2:let Alpha = 1;"
+        "b.txt:1:alpha\nsrc/a.rs:1:fn alpha() {}\nsrc/a.rs:2:let Alpha = 1;\n"
     );
-    assert_eq!(s.ok("Grep", json!({"pattern": "alpha", "output_mode": "files_with_matches"})).await, "b.txt\nsrc/a.rs");
-    assert_eq!(s.ok("Grep", json!({"pattern": "(?i)alpha", "output_mode": "count"})).await, "b.txt:1\nsrc/a.rs:2");
-    assert_eq!(s.ok("Grep", json!({"pattern": "alpha", "glob": "*.rs"})).await, "src/a.rs:1:fn alpha() {}");
+    assert_eq!(
+        s.ok("Grep", json!({"pattern": "alpha", "output_mode": "files_with_matches"})).await,
+        "b.txt\nsrc/a.rs\n"
+    );
+    assert_eq!(s.ok("Grep", json!({"pattern": "(?i)alpha", "output_mode": "count"})).await, "b.txt:1\nsrc/a.rs:2\n");
+    assert_eq!(s.ok("Grep", json!({"pattern": "alpha", "glob": "*.rs"})).await, "src/a.rs:1:fn alpha() {}\n");
     assert_eq!(
         s.ok("Grep", json!({"pattern": "fn", "path": "src/a.rs", "head_limit": 1})).await,
-        "src/a.rs:1:fn alpha() {}"
+        "src/a.rs:1:fn alpha() {}\n"
     );
     assert_eq!(
         s.ok("Grep", json!({"pattern": "fn", "path": "/workspace/src"})).await,
-        "src/a.rs:1:fn alpha() {}\nsrc/a.rs:3:fn beta() {}"
+        "src/a.rs:1:fn alpha() {}\nsrc/a.rs:3:fn beta() {}\n"
     );
     assert_eq!(s.ok("Grep", json!({"pattern": "zzz"})).await, "");
-    s.err("Grep", json!({"pattern": "(unclosed"})).await;
-    s.err("Grep", json!({"pattern": "a", "output_mode": "lines"})).await;
+    assert!(s.err("Grep", json!({"pattern": "(unclosed"})).await.starts_with("grep: "));
+    assert_eq!(
+        s.err("Grep", json!({"pattern": "a", "output_mode": "lines"})).await,
+        "unknown output_mode: lines (valid: content, files_with_matches, count)"
+    );
+    assert_eq!(
+        s.err("Grep", json!({"pattern": "a", "path": "nope"})).await,
+        "stat path: stat /workspace/nope: no such file or directory"
+    );
     assert_eq!(s.err("Grep", json!({})).await, "pattern is required");
 }
 
@@ -438,7 +474,7 @@ async fn sessions_of_a_tenant_share_its_workspace_and_other_workspaces_are_apart
     let mut other = Session::open(&server, "/p/codegen/sse?workspace=other").await;
     first.ok("Write", json!({"file_path": "shared.txt", "content": "hi\n"})).await;
     assert_eq!(second.ok("Read", json!({"file_path": "shared.txt"})).await, "1\thi\n");
-    assert!(other.err("Read", json!({"file_path": "shared.txt"})).await.starts_with("stat "));
+    assert!(other.err("Read", json!({"file_path": "shared.txt"})).await.starts_with("stat: "));
     // The tool's `workspace` argument names another workspace of the same tenant.
     first.ok("Write", json!({"file_path": "o.txt", "content": "o\n", "workspace": "other"})).await;
     assert_eq!(other.ok("Read", json!({"file_path": "o.txt"})).await, "1\to\n");
@@ -469,8 +505,8 @@ async fn jwt_subjects_never_share_a_workspace_nor_a_session() {
     let mut a = Session::open_as(&server, "/p/codegen/sse?workspace=team", &alice).await;
     let mut b = Session::open_as(&server, "/p/codegen/sse?workspace=team", &bob).await;
     a.ok("Write", json!({"file_path": "alice.txt", "content": "mine\n"})).await;
-    assert!(b.err("Read", json!({"file_path": "alice.txt"})).await.starts_with("stat "));
-    assert!(b.err("Read", json!({"file_path": "alice.txt", "workspace": "team"})).await.starts_with("stat "));
+    assert!(b.err("Read", json!({"file_path": "alice.txt"})).await.starts_with("stat: "));
+    assert!(b.err("Read", json!({"file_path": "alice.txt", "workspace": "team"})).await.starts_with("stat: "));
     // Bob POSTing to Alice's session is refused (the answer comes on Alice's stream).
     let read = json!({"jsonrpc": "2.0", "id": 99, "method": "tools/call",
                       "params": {"name": "Read", "arguments": {"file_path": "alice.txt"}}});
@@ -534,7 +570,7 @@ async fn fifos_and_devices_are_refused_without_blocking() {
             s.err("Write", json!({"file_path": target, "content": "x"})).await;
             s.call("Grep", json!({"pattern": "x", "path": target})).await;
         }
-        assert_eq!(s.ok("Grep", json!({"pattern": "needle"})).await, "plain.txt:1:needle");
+        assert_eq!(s.ok("Grep", json!({"pattern": "needle"})).await, "plain.txt:1:needle\n");
         assert_eq!(s.ok("Glob", json!({"pattern": "*"})).await, "plain.txt");
     })
     .await
