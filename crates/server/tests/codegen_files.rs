@@ -624,3 +624,18 @@ async fn a_directory_swapped_for_a_symlink_while_tools_run_leaks_nothing() {
     let names: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names, ["secret.txt"]);
 }
+
+#[tokio::test]
+async fn at_the_root_the_endpoint_is_the_product_s_own() {
+    let (root, state) = common::state("secret", None);
+    let options = HttpOptions {
+        root_profile: Some(sandlot_server::mcp::profiles::Profile::Codegen),
+        ..HttpOptions::new(AllowedHosts::new(vec!["localhost".into()]))
+    };
+    let router = app(state.clone(), Authenticator::token("tok"), options);
+    let server = Server { _root: root, state, router };
+    let (session, _) = Session::open_raw(&server, "/sse").await;
+    assert!(session.endpoint.starts_with("/message?sessionId="), "{}", session.endpoint);
+    let mut session = Session::open(&server, "/sse").await;
+    assert_eq!(session.ok("Glob", json!({"pattern": "*"})).await, "");
+}
