@@ -114,7 +114,10 @@ def start_server(root, extra_env):
     port = free_port()
     token, secret = "test-token-" + os.urandom(8).hex(), "test-secret-" + os.urandom(8).hex()
     env = dict(os.environ, MCP_API_TOKEN=token, FILE_SECRET=secret, SANDBOX_ROOT=str(root),
-               MCP_HTTP_ADDR=f"127.0.0.1:{port}", SANDLOT_LOG="warn", SANDLOT_SANDBOX_UIDS=SANDBOX_UIDS, **extra_env)
+               MCP_HTTP_ADDR=f"127.0.0.1:{port}", SANDLOT_LOG="warn", SANDLOT_SANDBOX_UIDS=SANDBOX_UIDS)
+    env.update(extra_env)
+    # A variable given as None is unset (e.g. MCP_API_TOKEN, for a server that takes JWTs only).
+    env = {name: value for name, value in env.items() if value is not None}
     process = subprocess.Popen([sandlot_binary(), "serve"], env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"

@@ -33,18 +33,26 @@ fn server() -> Server {
 }
 
 fn get(uri: &str) -> Request<Body> {
+    get_as(uri, "tok")
+}
+
+fn get_as(uri: &str, token: &str) -> Request<Body> {
     Request::get(uri)
         .header(header::HOST, "localhost")
-        .header(header::AUTHORIZATION, "Bearer tok")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
         .header(header::ACCEPT, "text/event-stream")
         .body(Body::empty())
         .unwrap()
 }
 
 fn post(uri: &str, body: &str) -> Request<Body> {
+    post_as(uri, body, "tok")
+}
+
+fn post_as(uri: &str, body: &str, token: &str) -> Request<Body> {
     Request::post(uri)
         .header(header::HOST, "localhost")
-        .header(header::AUTHORIZATION, "Bearer tok")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from(body.to_owned()))
         .unwrap()
@@ -57,13 +65,18 @@ struct Session {
     buffer: String,
     endpoint: String,
     next_id: u64,
+    token: String,
 }
 
 #[allow(dead_code)]
 impl Session {
     /// Opens `uri` (relative to the host) and reads the endpoint event, without initializing.
     async fn open_raw(server: &Server, uri: &str) -> (Session, axum::http::HeaderMap) {
-        let response = server.router.clone().oneshot(get(uri)).await.unwrap();
+        Session::open_raw_as(server, uri, "tok").await
+    }
+
+    async fn open_raw_as(server: &Server, uri: &str, token: &str) -> (Session, axum::http::HeaderMap) {
+        let response = server.router.clone().oneshot(get_as(uri, token)).await.unwrap();
         assert_eq!(response.status(), StatusCode::OK, "{uri}");
         let headers = response.headers().clone();
         let mut session = Session {
@@ -72,6 +85,7 @@ impl Session {
             buffer: String::new(),
             endpoint: String::new(),
             next_id: 1,
+            token: token.to_owned(),
         };
         let (event, data) = session.next_event().await;
         assert_eq!(event, "endpoint");
@@ -81,7 +95,11 @@ impl Session {
 
     /// Opens `uri` and initializes.
     async fn open(server: &Server, uri: &str) -> Session {
-        let (mut session, _) = Session::open_raw(server, uri).await;
+        Session::open_as(server, uri, "tok").await
+    }
+
+    async fn open_as(server: &Server, uri: &str, token: &str) -> Session {
+        let (mut session, _) = Session::open_raw_as(server, uri, token).await;
         let init = session.request("initialize", json!({"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}})).await;
         assert_eq!(init["result"]["protocolVersion"], "2024-11-05");
         let (status, _) =
@@ -120,7 +138,7 @@ impl Session {
 
     /// POSTs `body` to the session's endpoint: the status and body.
     async fn post(&self, body: &str) -> (StatusCode, Vec<u8>) {
-        let response = self.router.clone().oneshot(post(&self.endpoint, body)).await.unwrap();
+        let response = self.router.clone().oneshot(post_as(&self.endpoint, body, &self.token)).await.unwrap();
         let status = response.status();
         (status, axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap().to_vec())
     }
@@ -301,10 +319,20 @@ async fn read_numbers_lines_with_offset_and_limit() {
     assert_eq!(s.ok("Read", json!({"file_path": "/workspace/a.txt"})).await, "1\tone\n2\ttwo\n3\tthree\n");
     assert_eq!(s.ok("Read", json!({"file_path": "a.txt", "offset": 2, "limit": 1})).await, "2\ttwo\n");
     assert_eq!(s.ok("Read", json!({"file_path": "a.txt", "offset": 0, "limit": 1})).await, "1\tone\n");
-    assert_eq!(s.err("Read", json!({"file_path": "a.txt", "offset": 10})).await, "offset 10 exceeds line count 3");
-    assert!(s.err("Read", json!({"file_path": "missing.txt"})).await.starts_with("stat "));
-    assert!(s.err("Read", json!({"file_path": "sub"})).await.contains("is a directory"));
+    assert_eq!(
+        s.err("Read", json!({"file_path": "a.txt", "offset": 10})).await,
+        "read: offset 10 exceeds line count 3"
+    );
+    assert_eq!(
+        s.err("Read", json!({"file_path": "missing.txt"})).await,
+        "stat: stat /workspace/missing.txt: no such file or directory"
+    );
+    assert_eq!(s.err("Read", json!({"file_path": "sub"})).await, "path is a directory: sub");
+    assert_eq!(s.err("Read", json!({"file_path": "/workspace"})).await, "path is a directory: /workspace");
     assert_eq!(s.err("Read", json!({})).await, "file_path is required");
+    assert_eq!(s.err("Read", json!({"file_path": ""})).await, "file_path is required");
+    std::fs::write(dir.join("empty.txt"), "").unwrap();
+    assert_eq!(s.ok("Read", json!({"file_path": "empty.txt", "offset": 5})).await, "");
     assert_eq!(s.err("Read", json!({"file_path": "../x"})).await, "resolve path: path is outside workspace root");
 }
 
@@ -330,7 +358,8 @@ async fn write_is_atomic_and_refuses_to_overwrite_a_file_not_read() {
     s.ok("Read", json!({"file_path": "/workspace/old.txt"})).await;
     assert_eq!(s.ok("Write", json!({"file_path": "old.txt", "content": "new\n"})).await, "wrote 4 bytes to old.txt");
     assert_eq!(std::fs::read_to_string(dir.join("old.txt")).unwrap(), "new\n");
-    s.err("Write", json!({"file_path": "sub", "content": "x"})).await;
+    assert_eq!(s.err("Write", json!({"file_path": "sub", "content": "x"})).await, "path is a directory: sub");
+    assert_eq!(s.ok("Write", json!({"file_path": "empty", "content": ""})).await, "wrote 0 bytes to empty");
     assert_eq!(s.err("Write", json!({"file_path": "a"})).await, "content is required");
     // No temporary file left behind.
     let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
@@ -346,10 +375,13 @@ async fn edit_replaces_a_unique_match_or_all() {
     let edit = |old: &str, new: &str, all: bool| json!({"file_path": "e.txt", "old_string": old, "new_string": new, "replace_all": all});
     assert_eq!(s.err("Edit", edit("baz", "qux", false)).await, "refusing to edit e.txt: Read it first");
     s.ok("Read", json!({"file_path": "e.txt"})).await;
-    s.err("Edit", edit("", "x", false)).await;
+    assert_eq!(s.err("Edit", edit("", "x", false)).await, "old_string must be non-empty");
     assert_eq!(s.err("Edit", edit("nope", "x", false)).await, "old_string not found in e.txt");
     let non_unique = s.err("Edit", edit("foo", "x", false)).await;
-    assert!(non_unique.starts_with("old_string matched 2 times in e.txt; add context"), "{non_unique}");
+    assert_eq!(
+        non_unique,
+        "old_string matched 2 times in e.txt; add context to make it unique or set replace_all=true"
+    );
     assert_eq!(s.ok("Edit", edit("baz", "qux", false)).await, "replaced 1 occurrence(s) in e.txt");
     assert_eq!(s.ok("Edit", edit("foo", "x", true)).await, "replaced 2 occurrence(s) in e.txt");
     assert_eq!(std::fs::read_to_string(dir.join("e.txt")).unwrap(), "x bar x\nqux\n");
@@ -368,6 +400,10 @@ async fn glob_matches_newest_first_and_honours_gitignore() {
         set_mtime(&dir.join(path), age);
     }
     std::fs::write(dir.join(".gitignore"), "build/\n*.log\n").unwrap();
+    // Hidden files and directories are skipped, as ripgrep does.
+    std::fs::create_dir(dir.join(".hidden")).unwrap();
+    std::fs::write(dir.join(".hidden/h.rs"), "").unwrap();
+    std::fs::write(dir.join(".h.rs"), "").unwrap();
     std::fs::write(dir.join("src/.gitignore"), "!keep.log\n").unwrap();
     let mut s = Session::open(&server, "/p/codegen/sse").await;
     assert_eq!(s.ok("Glob", json!({"pattern": "**/*.rs"})).await, "src/deep/b.rs\nc.rs\nsrc/a.rs");
@@ -378,6 +414,11 @@ async fn glob_matches_newest_first_and_honours_gitignore() {
     assert_eq!(s.ok("Glob", json!({"pattern": "*.log"})).await, "src/keep.log");
     assert_eq!(s.ok("Glob", json!({"pattern": "*.none"})).await, "");
     assert_eq!(s.err("Glob", json!({})).await, "pattern is required");
+    assert_eq!(
+        s.err("Glob", json!({"pattern": "*", "path": "nope"})).await,
+        "stat path: stat /workspace/nope: no such file or directory"
+    );
+    assert_eq!(s.err("Glob", json!({"pattern": "*", "path": "c.rs"})).await, "path is not a directory: c.rs");
 }
 
 #[tokio::test]
@@ -390,25 +431,38 @@ async fn grep_has_three_modes_a_glob_filter_case_folding_and_a_head_limit() {
     std::fs::write(dir.join("ignored.log"), "alpha\n").unwrap();
     std::fs::write(dir.join(".gitignore"), "*.log\n").unwrap();
     let mut s = Session::open(&server, "/p/codegen/sse").await;
-    assert_eq!(s.ok("Grep", json!({"pattern": "alpha"})).await, "b.txt:1:alpha\nsrc/a.rs:1:fn alpha() {}");
+    std::fs::write(dir.join(".hidden.txt"), "alpha\n").unwrap();
+    assert_eq!(s.ok("Grep", json!({"pattern": "alpha"})).await, "b.txt:1:alpha\nsrc/a.rs:1:fn alpha() {}\n");
+    // A file named directly is searched even when hidden or ignored.
+    assert_eq!(s.ok("Grep", json!({"pattern": "alpha", "path": "ignored.log"})).await, "ignored.log:1:alpha\n");
     assert_eq!(
         s.ok("Grep", json!({"pattern": "alpha", "case_insensitive": true})).await,
-        "b.txt:1:alpha\nsrc/a.rs:1:fn alpha() {}\nsrc/a.rs:2:let Alpha = 1;"
+        "b.txt:1:alpha\nsrc/a.rs:1:fn alpha() {}\nsrc/a.rs:2:let Alpha = 1;\n"
     );
-    assert_eq!(s.ok("Grep", json!({"pattern": "alpha", "output_mode": "files_with_matches"})).await, "b.txt\nsrc/a.rs");
-    assert_eq!(s.ok("Grep", json!({"pattern": "(?i)alpha", "output_mode": "count"})).await, "b.txt:1\nsrc/a.rs:2");
-    assert_eq!(s.ok("Grep", json!({"pattern": "alpha", "glob": "*.rs"})).await, "src/a.rs:1:fn alpha() {}");
+    assert_eq!(
+        s.ok("Grep", json!({"pattern": "alpha", "output_mode": "files_with_matches"})).await,
+        "b.txt\nsrc/a.rs\n"
+    );
+    assert_eq!(s.ok("Grep", json!({"pattern": "(?i)alpha", "output_mode": "count"})).await, "b.txt:1\nsrc/a.rs:2\n");
+    assert_eq!(s.ok("Grep", json!({"pattern": "alpha", "glob": "*.rs"})).await, "src/a.rs:1:fn alpha() {}\n");
     assert_eq!(
         s.ok("Grep", json!({"pattern": "fn", "path": "src/a.rs", "head_limit": 1})).await,
-        "src/a.rs:1:fn alpha() {}"
+        "src/a.rs:1:fn alpha() {}\n"
     );
     assert_eq!(
         s.ok("Grep", json!({"pattern": "fn", "path": "/workspace/src"})).await,
-        "src/a.rs:1:fn alpha() {}\nsrc/a.rs:3:fn beta() {}"
+        "src/a.rs:1:fn alpha() {}\nsrc/a.rs:3:fn beta() {}\n"
     );
     assert_eq!(s.ok("Grep", json!({"pattern": "zzz"})).await, "");
-    s.err("Grep", json!({"pattern": "(unclosed"})).await;
-    s.err("Grep", json!({"pattern": "a", "output_mode": "lines"})).await;
+    assert!(s.err("Grep", json!({"pattern": "(unclosed"})).await.starts_with("grep: "));
+    assert_eq!(
+        s.err("Grep", json!({"pattern": "a", "output_mode": "lines"})).await,
+        "unknown output_mode: lines (valid: content, files_with_matches, count)"
+    );
+    assert_eq!(
+        s.err("Grep", json!({"pattern": "a", "path": "nope"})).await,
+        "stat path: stat /workspace/nope: no such file or directory"
+    );
     assert_eq!(s.err("Grep", json!({})).await, "pattern is required");
 }
 
@@ -420,10 +474,47 @@ async fn sessions_of_a_tenant_share_its_workspace_and_other_workspaces_are_apart
     let mut other = Session::open(&server, "/p/codegen/sse?workspace=other").await;
     first.ok("Write", json!({"file_path": "shared.txt", "content": "hi\n"})).await;
     assert_eq!(second.ok("Read", json!({"file_path": "shared.txt"})).await, "1\thi\n");
-    assert!(other.err("Read", json!({"file_path": "shared.txt"})).await.starts_with("stat "));
+    assert!(other.err("Read", json!({"file_path": "shared.txt"})).await.starts_with("stat: "));
     // The tool's `workspace` argument names another workspace of the same tenant.
     first.ok("Write", json!({"file_path": "o.txt", "content": "o\n", "workspace": "other"})).await;
     assert_eq!(other.ok("Read", json!({"file_path": "o.txt"})).await, "1\to\n");
+}
+
+/// A server taking HS256 JWTs signed with `jwt-secret`, and a token for `subject`.
+fn jwt_server() -> Server {
+    let (root, state) = common::state("secret", None);
+    let settings = sandlot_server::http::JwtSettings {
+        secret: Some("jwt-secret".into()),
+        ..sandlot_server::http::JwtSettings::default()
+    };
+    let auth = Authenticator::new(sandlot_server::http::Credentials::jwt(&settings).unwrap());
+    let router = app(state.clone(), auth, HttpOptions::new(AllowedHosts::new(vec!["localhost".into()])));
+    Server { _root: root, state, router }
+}
+
+fn jwt_for(subject: &str) -> String {
+    let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 600;
+    let key = jsonwebtoken::EncodingKey::from_secret(b"jwt-secret");
+    jsonwebtoken::encode(&jsonwebtoken::Header::default(), &json!({"sub": subject, "exp": exp}), &key).unwrap()
+}
+
+#[tokio::test]
+async fn jwt_subjects_never_share_a_workspace_nor_a_session() {
+    let server = jwt_server();
+    let (alice, bob) = (jwt_for("alice"), jwt_for("bob"));
+    let mut a = Session::open_as(&server, "/p/codegen/sse?workspace=team", &alice).await;
+    let mut b = Session::open_as(&server, "/p/codegen/sse?workspace=team", &bob).await;
+    a.ok("Write", json!({"file_path": "alice.txt", "content": "mine\n"})).await;
+    assert!(b.err("Read", json!({"file_path": "alice.txt"})).await.starts_with("stat: "));
+    assert!(b.err("Read", json!({"file_path": "alice.txt", "workspace": "team"})).await.starts_with("stat: "));
+    // Bob POSTing to Alice's session is refused (the answer comes on Alice's stream).
+    let read = json!({"jsonrpc": "2.0", "id": 99, "method": "tools/call",
+                      "params": {"name": "Read", "arguments": {"file_path": "alice.txt"}}});
+    let response = server.router.clone().oneshot(post_as(&a.endpoint, &read.to_string(), &bob)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let (_, data) = a.next_event().await;
+    let answer: Value = serde_json::from_str(&data).unwrap();
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -479,11 +570,15 @@ async fn fifos_and_devices_are_refused_without_blocking() {
             s.err("Write", json!({"file_path": target, "content": "x"})).await;
             s.call("Grep", json!({"pattern": "x", "path": target})).await;
         }
-        assert_eq!(s.ok("Grep", json!({"pattern": "needle"})).await, "plain.txt:1:needle");
+        assert_eq!(s.ok("Grep", json!({"pattern": "needle"})).await, "plain.txt:1:needle\n");
         assert_eq!(s.ok("Glob", json!({"pattern": "*"})).await, "plain.txt");
     })
     .await
-    .expect("no tool blocks on a FIFO or a device");
+    .unwrap_or_else(|_| {
+        // A panic would hang: the runtime waits for the blocked thread at its end.
+        eprintln!("a tool blocked on a FIFO or a device");
+        std::process::exit(101)
+    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -528,4 +623,19 @@ async fn a_directory_swapped_for_a_symlink_while_tools_run_leaks_nothing() {
     assert_eq!(std::fs::read_to_string(out.join("secret.txt")).unwrap(), "SECRET outside\n");
     let names: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names, ["secret.txt"]);
+}
+
+#[tokio::test]
+async fn at_the_root_the_endpoint_is_the_product_s_own() {
+    let (root, state) = common::state("secret", None);
+    let options = HttpOptions {
+        root_profile: Some(sandlot_server::mcp::profiles::Profile::Codegen),
+        ..HttpOptions::new(AllowedHosts::new(vec!["localhost".into()]))
+    };
+    let router = app(state.clone(), Authenticator::token("tok"), options);
+    let server = Server { _root: root, state, router };
+    let (session, _) = Session::open_raw(&server, "/sse").await;
+    assert!(session.endpoint.starts_with("/message?sessionId="), "{}", session.endpoint);
+    let mut session = Session::open(&server, "/sse").await;
+    assert_eq!(session.ok("Glob", json!({"pattern": "*"})).await, "");
 }

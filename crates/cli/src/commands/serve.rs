@@ -74,10 +74,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     } else {
         eprintln!("sandlot: serving MCP at {base}{own_prefix}/mcp (runners: {})", runner_names(&state, ", "));
         for profile in &args.profiles.0 {
-            eprintln!("sandlot: {} profile at {base}{}/mcp", profile.name(), profile.prefix());
+            eprintln!("sandlot: {} profile at {base}{}{}", profile.name(), profile.prefix(), profile.endpoint());
         }
         if let Some(profile) = args.root_profile.0 {
-            eprintln!("sandlot: {} profile at the root paths ({base}/mcp)", profile.name());
+            eprintln!("sandlot: {} profile at the root paths ({base}{})", profile.name(), profile.endpoint());
         }
         if let Some(token) = generated {
             eprintln!("sandlot: Authorization: Bearer {token}");

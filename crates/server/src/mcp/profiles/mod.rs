@@ -56,6 +56,14 @@ impl Profile {
         format!("/p/{}", self.name())
     }
 
+    /// The path of the profile's MCP endpoint, relative to its base: what its clients are given.
+    pub fn endpoint(self) -> &'static str {
+        match self {
+            Profile::Baponi => "/mcp",
+            Profile::Codegen => "/sse",
+        }
+    }
+
     /// The profile's routes, relative to its base.
     pub fn router(self, state: AppState, auth: Authenticator, settings: &Settings) -> Router {
         match self {

@@ -28,25 +28,27 @@ pub fn tool() -> Tool {
 }
 
 pub async fn call(call: Call) -> Reply {
-    let file_path = call.required_str("file_path")?.to_owned();
+    let file_path = call.nonempty_str("file_path")?.to_owned();
     let old = call.required_str("old_string")?.to_owned();
+    if old.is_empty() {
+        return Err("old_string must be non-empty".to_owned());
+    }
     let new = call.required_str("new_string")?.to_owned();
     let replace_all = call.flag("replace_all");
     let workspace = call.workspace()?;
     let relative = paths::relative(&file_path)?;
-    if !call.state.reads.contains(&workspace, &relative) {
-        return Err(format!("refusing to edit {file_path}: Read it first"));
-    }
-    if old.is_empty() {
-        return Err("old_string must not be empty".to_owned());
-    }
     let workspaces = call.state.app.engine.workspaces().clone();
+    let reads = call.state.reads.clone();
     let text = {
         let (workspace, relative, file_path) = (workspace.clone(), relative.clone(), file_path.clone());
         files::blocking(move || {
+            // As codegen-sandbox: a missing file or a directory is said before the missing Read.
             let file = files::open(&workspaces, &workspace, &relative, &file_path)?;
+            if !reads.contains(&workspace, &relative) {
+                return Err(format!("refusing to edit {file_path}: Read it first"));
+            }
             let mut bytes = Vec::new();
-            file.take(MAX_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("read {file_path}: {e}"))?;
+            file.take(MAX_BYTES + 1).read_to_end(&mut bytes).map_err(|e| format!("read: {e}"))?;
             if bytes.len() as u64 > MAX_BYTES {
                 return Err(format!("{file_path} is larger than 16 MiB"));
             }
@@ -60,7 +62,7 @@ pub async fn call(call: Call) -> Reply {
     }
     if matches > 1 && !replace_all {
         return Err(format!(
-            "old_string matched {matches} times in {file_path}; add context to make it unique or set replace_all"
+            "old_string matched {matches} times in {file_path}; add context to make it unique or set replace_all=true"
         ));
     }
     let edited = text.replace(old.as_str(), &new);

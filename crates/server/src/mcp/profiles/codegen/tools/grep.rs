@@ -37,28 +37,30 @@ enum Mode {
 }
 
 pub async fn call(call: Call) -> Reply {
-    let pattern = call.required_str("pattern")?;
+    let pattern = call.nonempty_str("pattern")?;
     let mode = match call.optional_str("output_mode").unwrap_or("content") {
         "content" | "" => Mode::Content,
         "files_with_matches" => Mode::Files,
         "count" => Mode::Count,
-        other => {
-            return Err(format!("invalid output_mode {other:?}: expected content, files_with_matches or count"));
-        }
+        other => return Err(format!("unknown output_mode: {other} (valid: content, files_with_matches, count)")),
     };
     let matcher = RegexMatcherBuilder::new()
         .case_insensitive(call.flag("case_insensitive"))
         .build(pattern)
-        .map_err(|e| format!("invalid regex: {e}"))?;
+        .map_err(|e| format!("grep: {e}"))?;
     let filter = call.optional_str("glob").filter(|g| !g.is_empty()).map(files::Pattern::new).transpose()?;
-    let shown = call.optional_str("path").unwrap_or("").to_owned();
-    let target = paths::relative(&shown)?;
+    let target = paths::relative(call.optional_str("path").unwrap_or(""))?;
     let head_limit = call.optional_int("head_limit").filter(|l| *l > 0).map(|l| l as usize);
     let workspace = call.workspace()?;
     let workspaces = call.state.app.engine.workspaces().clone();
     files::blocking(move || {
-        // A file named directly is searched as it is; else the directory's visible files.
-        let single = !target.is_empty() && workspaces.open_file(&workspace, &target).is_ok();
+        // A file named directly is searched as it is (even hidden or ignored, as ripgrep does); else the
+        // directory's visible files.
+        let single = match files::target(&workspaces, &workspace, &target) {
+            files::Target::File => true,
+            files::Target::Dir => false,
+            files::Target::Missing => return Err(format!("stat path: {}", files::missing(&target))),
+        };
         let candidates: Vec<String> = if single {
             vec![target.clone()]
         } else {
@@ -98,24 +100,11 @@ pub async fn call(call: Call) -> Reply {
                 Mode::Count => lines.push(format!("{path}:{count}")),
             }
         }
-        if !single && candidates_missing(&workspaces, &workspace, &target) {
-            return Err(format!("stat {shown}: no such file or directory"));
-        }
         if let Some(limit) = head_limit {
             lines.truncate(limit);
         }
-        Ok(lines.join("\n"))
+        // ripgrep's output: every line ends in a newline.
+        Ok(lines.into_iter().map(|line| line + "\n").collect())
     })
     .await
-}
-
-/// Whether `target` names nothing: no file, and no directory (a directory's existence is seen through the
-/// listing, so an empty or missing directory both count as nothing only when no file is at `target`).
-fn candidates_missing(
-    workspaces: &sandlot_core::Workspaces,
-    workspace: &sandlot_core::ConversationId,
-    target: &str,
-) -> bool {
-    !target.is_empty()
-        && matches!(workspaces.open_file(workspace, target), Err(sandlot_core::Error::FileNotFound { .. }))
 }

@@ -73,9 +73,14 @@ pub fn tool(name: &'static str, description: &'static str, properties: Value, re
 }
 
 impl Call {
-    /// The string argument `name`; `Err("<name> is required")` when absent (or not a string).
+    /// The string argument `name`, maybe empty; `Err("<name> is required")` when absent (or not a string).
     pub fn required_str(&self, name: &str) -> Result<&str, String> {
         self.arguments.get(name).and_then(Value::as_str).ok_or_else(|| format!("{name} is required"))
+    }
+
+    /// The string argument `name`; `Err("<name> is required")` when absent or empty (paths, patterns).
+    pub fn nonempty_str(&self, name: &str) -> Result<&str, String> {
+        self.required_str(name).ok().filter(|value| !value.is_empty()).ok_or_else(|| format!("{name} is required"))
     }
 
     /// The string argument `name`, if given.

@@ -28,7 +28,7 @@ pub fn tool() -> Tool {
 }
 
 pub async fn call(call: Call) -> Reply {
-    let file_path = call.required_str("file_path")?.to_owned();
+    let file_path = call.nonempty_str("file_path")?.to_owned();
     let offset = call.optional_int("offset").unwrap_or(1).max(1) as usize;
     let limit = call.optional_int("limit").filter(|l| *l > 0).unwrap_or(DEFAULT_LIMIT) as usize;
     let workspace = call.workspace()?;
@@ -51,13 +51,12 @@ fn numbered(file: std::fs::File, offset: usize, limit: usize, shown: &str) -> Re
     let mut number = 0usize;
     loop {
         line.clear();
-        let read =
-            (&mut reader).take(MAX_LINE + 1).read_until(b'\n', &mut line).map_err(|e| format!("read {shown}: {e}"))?;
+        let read = (&mut reader).take(MAX_LINE + 1).read_until(b'\n', &mut line).map_err(|e| format!("read: {e}"))?;
         if read == 0 {
             break;
         }
         if line.len() as u64 > MAX_LINE {
-            return Err(format!("read {shown}: line {} is longer than 1 MiB", number + 1));
+            return Err(format!("read: line {} of {shown} is longer than 1 MiB", number + 1));
         }
         number += 1;
         if number >= offset + limit {
@@ -69,8 +68,8 @@ fn numbered(file: std::fs::File, offset: usize, limit: usize, shown: &str) -> Re
             text.push_str(&format!("{number}\t{}\n", String::from_utf8_lossy(content)));
         }
     }
-    if number < offset && !(number == 0 && offset == 1) {
-        return Err(format!("offset {offset} exceeds line count {number}"));
+    if number > 0 && offset > number {
+        return Err(format!("read: offset {offset} exceeds line count {number}"));
     }
     Ok(text)
 }

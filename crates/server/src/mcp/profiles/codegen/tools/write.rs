@@ -21,7 +21,7 @@ pub fn tool() -> Tool {
 }
 
 pub async fn call(call: Call) -> Reply {
-    let file_path = call.required_str("file_path")?.to_owned();
+    let file_path = call.nonempty_str("file_path")?.to_owned();
     let content = call.required_str("content")?.to_owned();
     let workspace = call.workspace()?;
     let relative = paths::relative(&file_path)?;
@@ -57,7 +57,12 @@ pub async fn save(
     shown: &str,
     bytes: Vec<u8>,
 ) -> Result<(), String> {
-    call.state.app.engine.upload_file(workspace, relative, bytes).await.map_err(|e| files::error_text(shown, &e))?;
+    call.state
+        .app
+        .engine
+        .upload_file(workspace, relative, bytes)
+        .await
+        .map_err(|e| files::error_text(shown, relative, &e))?;
     call.state.reads.mark(workspace, relative);
     Ok(())
 }
