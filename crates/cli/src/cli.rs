@@ -213,6 +213,10 @@ pub struct ServiceArgs {
     /// that downloads it whole.
     #[arg(long, env = "SANDLOT_RESOURCE_READ_BYTES", default_value_t = sandlot_server::DEFAULT_RESOURCE_READ_BYTES, value_parser = clap::value_parser!(u64).range(1024..=64 * 1024 * 1024))]
     pub resource_read_bytes: u64,
+    /// Replace secret shapes (AWS and GitHub keys, API keys, JWTs, private keys, `PASSWORD=...`; the 13 patterns of
+    /// codegen-sandbox) with `[REDACTED:<name>]` in `sandbox_run_code` results and `sandlot://runs/{runId}/output`.
+    #[arg(long, env = "SANDLOT_SCRUB_SECRETS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub scrub_secrets: bool,
 }
 
 /// `--tool-names`.

@@ -39,4 +39,7 @@ pub struct AppState {
     pub tool_names: crate::mcp::ToolNames,
     /// The most bytes one `resources/read` of a file returns (`SANDLOT_RESOURCE_READ_BYTES`).
     pub resource_read_bytes: u64,
+    /// Whether `sandbox_run_code` results and `sandlot://runs/{id}/output` have secret shapes replaced by
+    /// `[REDACTED:<name>]` (`SANDLOT_SCRUB_SECRETS`; [`sandlot_core::scrub_secrets`]). The history keeps what ran.
+    pub scrub_secrets: bool,
 }

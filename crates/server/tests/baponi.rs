@@ -111,6 +111,7 @@ fn server_with(settings: Settings) -> Server {
         shutdown: Default::default(),
         tool_names: Default::default(),
         resource_read_bytes: sandlot_server::DEFAULT_RESOURCE_READ_BYTES,
+        scrub_secrets: false,
     };
     let options =
         HttpOptions { profile_settings: settings, ..HttpOptions::new(AllowedHosts::new(vec!["localhost".into()])) };

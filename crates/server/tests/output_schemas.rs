@@ -12,14 +12,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::BodyExt;
 use sandlot_core::{
     Backend, Engine, EngineConfig, Job, Language, OutputSink, RunOutcome, RunnerInfo, Termination, Workspaces,
 };
 use sandlot_server::AppState;
 use sandlot_server::http::{AllowedHosts, Authenticator, HttpOptions, app};
 use serde_json::{Value, json};
-use tower::ServiceExt;
 
 /// Plays the run its code names: `ok` prints and writes `out.txt`, `fail` exits 3, `slow` times out, `hold`
 /// takes half a second (so a second run finds the server busy).
@@ -76,15 +74,8 @@ fn router() -> (tempfile::TempDir, axum::Router) {
     (root, router)
 }
 
-async fn rpc(router: &axum::Router, method: &str, params: Value) -> Value {
-    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params }).to_string();
-    let response = router.clone().oneshot(common::post_mcp(&body)).await.unwrap();
-    let answer = common::jsonrpc_answer(&response.into_body().collect().await.unwrap().to_bytes());
-    answer.get("result").cloned().unwrap_or_else(|| panic!("{method} {params}: {answer}"))
-}
-
 async fn call(router: &axum::Router, tool: &str, arguments: Value) -> Value {
-    rpc(router, "tools/call", json!({ "name": tool, "arguments": arguments })).await
+    common::mcp_result(router, "tools/call", json!({ "name": tool, "arguments": arguments })).await
 }
 
 fn run(code: &str, language: &str) -> Value {
@@ -100,7 +91,7 @@ fn violations(schema: &Value, value: &Value) -> Vec<String> {
 #[tokio::test]
 async fn every_result_is_valid_against_the_advertised_output_schema() {
     let (_root, router) = router();
-    let listed = rpc(&router, "tools/list", json!({})).await;
+    let listed = common::mcp_result(&router, "tools/list", json!({})).await;
     let schemas: BTreeMap<String, Value> = listed["tools"]
         .as_array()
         .unwrap()

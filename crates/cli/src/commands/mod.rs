@@ -143,6 +143,7 @@ pub async fn app_state(
         shutdown: Default::default(),
         tool_names: service.tool_names.into(),
         resource_read_bytes: service.resource_read_bytes,
+        scrub_secrets: service.scrub_secrets,
     };
     tokio::spawn(sandlot_core::keep_tidy(app.engine.clone(), service.retention(), app.shutdown.clone()));
     Ok(app)

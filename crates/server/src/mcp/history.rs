@@ -72,7 +72,13 @@ pub fn read(state: &AppState, uri: &str) -> Result<ReadResourceResult, McpError>
     let not_found = |what: String| McpError::resource_not_found(what, Some(json!({ "uri": uri })));
     let body = if let Some(run_id) = uri.strip_prefix(RUN_PREFIX).and_then(|rest| rest.strip_suffix(OUTPUT_SUFFIX)) {
         match history(state)?.output(run_id).map_err(|e| errors::from_engine(&e))? {
-            OutputLookup::Kept(output) => json!(output),
+            OutputLookup::Kept(mut output) => {
+                if state.scrub_secrets {
+                    output.stdout = sandlot_core::scrub_secrets(&output.stdout).into_owned();
+                    output.stderr = sandlot_core::scrub_secrets(&output.stderr).into_owned();
+                }
+                json!(output)
+            }
             OutputLookup::UnknownRun => return Err(not_found(format!("no run {run_id:?} in the history"))),
             OutputLookup::NotKept => return Err(not_found(not_kept(run_id))),
         }

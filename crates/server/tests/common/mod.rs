@@ -37,6 +37,7 @@ pub fn state(secret: &str, ttl: Option<std::time::Duration>) -> (tempfile::TempD
             shutdown: Default::default(),
             tool_names: Default::default(),
             resource_read_bytes: sandlot_server::DEFAULT_RESOURCE_READ_BYTES,
+            scrub_secrets: false,
         },
     )
 }
@@ -58,4 +59,14 @@ pub fn jsonrpc_answer(bytes: &[u8]) -> serde_json::Value {
     let text = String::from_utf8_lossy(bytes).into_owned();
     let json = text.lines().rev().find_map(|l| l.strip_prefix("data:")).unwrap_or(&text).trim().to_owned();
     serde_json::from_str(&json).unwrap()
+}
+
+/// The `result` of a JSON-RPC request through `router` (stateless `POST /mcp`); panics on an error answer.
+pub async fn mcp_result(router: &axum::Router, method: &str, params: serde_json::Value) -> serde_json::Value {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let body = serde_json::json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params }).to_string();
+    let response = router.clone().oneshot(post_mcp(&body)).await.unwrap();
+    let answer = jsonrpc_answer(&response.into_body().collect().await.unwrap().to_bytes());
+    answer.get("result").cloned().unwrap_or_else(|| panic!("{method} {params}: {answer}"))
 }

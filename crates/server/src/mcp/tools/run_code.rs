@@ -83,6 +83,14 @@ pub async fn call(
     }
 }
 
+/// The outcome with secret shapes in its streams replaced (`SANDLOT_SCRUB_SECRETS`).
+fn scrubbed_outcome(outcome: &sandlot_core::RunOutcome) -> sandlot_core::RunOutcome {
+    let mut scrubbed = outcome.clone();
+    scrubbed.stdout = sandlot_core::scrub_secrets(&outcome.stdout).into_owned();
+    scrubbed.stderr = sandlot_core::scrub_secrets(&outcome.stderr).into_owned();
+    scrubbed
+}
+
 /// The spec's combined output: stdout, then (after a newline when both are non-empty) stderr, then the diagnostic.
 pub fn combined_output(stdout: &str, stderr: &str, diagnostic: Option<&str>) -> String {
     let mut output = stdout.to_owned();
@@ -105,7 +113,13 @@ fn result(output: &RunCodeOutput) -> CallToolResult {
 }
 
 fn render(state: &AppState, report: &RunReport) -> CallToolResult {
-    let outcome = &report.outcome;
+    let scrubbed;
+    let outcome = if state.scrub_secrets {
+        scrubbed = scrubbed_outcome(&report.outcome);
+        &scrubbed
+    } else {
+        &report.outcome
+    };
     let config = state.engine.config();
     // Output is bounded by the result budget (head and tail; see `run_result`), the whole kept in the history.
     let budget = config.result_text_bytes;
