@@ -9,6 +9,7 @@
 
 pub mod baponi;
 pub mod codegen;
+pub mod open_sandbox;
 
 use axum::Router;
 
