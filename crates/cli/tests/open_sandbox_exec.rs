@@ -5,10 +5,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::sync::Arc;
 
-use sandlot_core::{ConversationId, Engine, EngineConfig, Signer, Workspaces};
-use sandlot_jail::{JailBackend, JailConfig, UidRange};
+use sandlot_core::{ConversationId, Signer};
 use sandlot_server::mcp::profiles::open_sandbox::tools::{self, ToolError};
 use sandlot_server::{AppState, FileUrls};
 use serde_json::{Value, json};
@@ -20,15 +21,8 @@ struct Fixture {
 }
 
 fn fixture() -> Fixture {
-    assert!(nix::unistd::geteuid().is_root(), "the open-sandbox exec tests need root (the jail)");
     let root = tempfile::tempdir().unwrap();
-    let mut config = JailConfig::new(env!("CARGO_BIN_EXE_sandlot").into());
-    let first = 1_400_000 + (std::process::id() % 200_000) * 16;
-    config.sandbox_uids = UidRange::new(first, first + 15).unwrap();
-    config.probe_versions = false;
-    config.data_root = Some(root.path().to_owned());
-    let engine_config = EngineConfig { max_concurrent_runs: 16, ..EngineConfig::default() };
-    let engine = Engine::new(Arc::new(JailBackend::new(config)), Workspaces::new(root.path()), engine_config);
+    let engine = common::jail_engine(root.path(), 1_400_000);
     let files = FileUrls { signer: Signer::new("secret"), public_base_url: "http://test".into(), ttl: None };
     let state = AppState {
         engine: Arc::new(engine),
