@@ -98,6 +98,9 @@ async fn failures_are_tool_errors_and_bad_arguments_invalid_params() {
     assert!(invalid(f.call("file.replace", json!({"path": "d/f.txt", "search": "", "replace": "y"})).await));
     assert!(invalid(f.call("shell.exec", json!({"args": ["x"]})).await));
     assert!(invalid(f.call("shell.exec", json!({"command": "echo", "args": "not a list"})).await));
+    assert!(invalid(f.call("shell.exec", json!({"command": "echo", "args": ["a", 3]})).await));
+    // As the product (Go's decoder), unknown fields are ignored.
+    assert_eq!(f.call("file.read", json!({"path": "d/f.txt", "encoding": "utf-8"})).await, Ok(json!({"content": "x"})));
     assert_eq!(f.call("file.nope", json!({})).await, Err(ToolError::UnknownTool("file.nope".into())));
     assert_eq!(f.call("nope", json!({})).await, Err(ToolError::UnknownTool("nope".into())));
     // Checked before anything runs (this engine has no runner).

@@ -23,7 +23,6 @@ pub const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// `shell.exec`'s arguments.
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub struct ShellArgs {
     /// The program to run (looked up on PATH); not a shell command line.
     pub command: String,
@@ -37,7 +36,6 @@ pub struct ShellArgs {
 
 /// `code.exec`'s arguments.
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub struct CodeArgs {
     /// `python` or `node`.
     pub runtime: String,

@@ -24,7 +24,6 @@ const MAX_PATH_BYTES: usize = 64 * 1024 * 1024;
 
 /// `file.read`'s arguments.
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub struct ReadArgs {
     /// A file: relative to the workspace, or absolute under /workspace.
     pub path: String,
@@ -38,7 +37,6 @@ pub struct ReadResult {
 
 /// `file.write`'s arguments.
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub struct WriteArgs {
     /// The file to create or replace (parent directories are created).
     pub path: String,
@@ -54,7 +52,6 @@ pub struct WriteResult {
 
 /// `file.list`'s arguments.
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub struct ListArgs {
     /// A directory (default: the workspace root).
     #[serde(default)]
@@ -69,7 +66,6 @@ pub struct ListResult {
 
 /// `file.search`'s arguments.
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub struct SearchArgs {
     /// The file to search.
     pub path: String,
@@ -85,7 +81,6 @@ pub struct SearchResult {
 
 /// `file.replace`'s arguments.
 #[derive(Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub struct ReplaceArgs {
     /// The file to change.
     pub path: String,
