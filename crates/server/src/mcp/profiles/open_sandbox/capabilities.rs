@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::tools::{Scope, ToolInfo, catalogue};
+use super::tools::{ToolInfo, catalogue};
 
 /// The `protocolVersion`s `initialize` (or any request's params) may name: the MCP revisions sandlot speaks, and
 /// the product's own `1.0`. Another is refused with -32602 (the version handling is in `dispatch`).
@@ -39,12 +39,7 @@ fn tool_list() -> Vec<Value> {
 }
 
 fn tool_info(tool: ToolInfo) -> Value {
-    let scope = match tool.scope {
-        Scope::Workspace => "workspace",
-        Scope::Network => "network",
-        Scope::Exec => "exec",
-    };
-    let mut permissions = json!({ "allow": true, "scope": scope });
+    let mut permissions = json!({ "allow": true, "scope": tool.scope.as_str() });
     if let Some(reason) = tool.reason {
         permissions["reason"] = json!(reason);
     }

@@ -7,7 +7,8 @@
 //!   delimited JSON-RPC for `sandlot stdio --profile open-sandbox`.
 //! - [`errors`]: the unified error (`data {code, message, trace_id, kind}`), logged with the same trace id.
 //! - [`capabilities`]: the protocol versions sandlot accepts, `initialize`, `mcp.capabilities` and `tools/list`.
-//! - [`tools`]: the tools, their catalogue and their calls.
+//! - [`tools`]: the tools (`file.*`, `shell.exec`, `code.exec`, `browser.*`), their catalogue and their calls, on
+//!   the tenant's workspace mounted at `/workspace` in the sandbox.
 //!
 //! Each caller (sandlot's static token is `api-token`, a JWT its subject, stdio `stdio`) has one persistent
 //! workspace: the sandlot conversation `osb-<h>` ([`workspace_of`]).
