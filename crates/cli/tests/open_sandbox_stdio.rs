@@ -1,5 +1,7 @@
 //! `sandlot stdio --profile open-sandbox`: newline-delimited JSON-RPC on stdin and stdout, one answer line per
-//! request line (none for a notification), in the workspace of the caller `stdio`; an unknown profile stops the start.
+//! request line (none for a notification), in the workspace of the caller `stdio`; the seed's `shell.exec echo test`
+//! and `code.exec` with Python and Node writing into the workspace, over the native jail (needs root, as
+//! `scripts/test.sh` runs it); a profile without a stdio surface stops the start.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -21,6 +23,7 @@ fn stdio_serves_the_open_sandbox_profile() {
         .args(["stdio", "--profile", "open-sandbox"])
         .env("SANDBOX_ROOT", root.path())
         .env("SANDLOT_WARM_INITS", "0")
+        .env("SANDLOT_SANDBOX_UID", (970_000 + std::process::id() % 20_000).to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -31,6 +34,13 @@ fn stdio_serves_the_open_sandbox_profile() {
         json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
         json!({"jsonrpc":"2.0","id":2,"method":"file.read","params":{"path":"note.txt"}}),
         json!({"jsonrpc":"2.0","id":3,"method":"nope"}),
+        json!({"jsonrpc":"2.0","id":4,"method":"shell.exec","params":{"command":"echo","args":["test"]}}),
+        json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"code.exec","arguments":{
+            "runtime":"python","args":["-c","open('py.txt','w').write('from python')"]}}}),
+        json!({"jsonrpc":"2.0","id":6,"method":"code.exec","params":{
+            "runtime":"node","args":["-e","require('fs').writeFileSync('node.txt','from node')"]}}),
+        json!({"jsonrpc":"2.0","id":7,"method":"file.read","params":{"path":"py.txt"}}),
+        json!({"jsonrpc":"2.0","id":8,"method":"file.read","params":{"path":"/workspace/node.txt"}}),
     ];
     let input: String = requests.iter().map(|r| format!("{r}\n")).collect();
     child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
@@ -38,7 +48,7 @@ fn stdio_serves_the_open_sandbox_profile() {
     assert!(output.status.success());
     let lines: Vec<Value> =
         String::from_utf8(output.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(lines.len(), 8, "{lines:?}");
     assert_eq!(
         lines[0],
         json!({"jsonrpc":"2.0","id":1,"result":{
@@ -51,6 +61,17 @@ fn stdio_serves_the_open_sandbox_profile() {
     assert_eq!(lines[2]["error"]["code"], -32601);
     assert_eq!(lines[2]["error"]["data"]["kind"], "method_not_found");
     assert_eq!(lines[2]["error"]["data"]["trace_id"].as_str().unwrap().len(), 32);
+    let ran = json!({"stdout":"", "stderr":"", "exit_code":0});
+    assert_eq!(lines[3], json!({"jsonrpc":"2.0","id":4,"result":{"stdout":"test\n","stderr":"","exit_code":0}}));
+    assert_eq!(
+        lines[4],
+        json!({"jsonrpc":"2.0","id":5,"result":{
+            "content":[{"type":"text","text":ran.to_string()}], "structuredContent":ran, "result":ran,
+        }})
+    );
+    assert_eq!(lines[5], json!({"jsonrpc":"2.0","id":6,"result":ran}));
+    assert_eq!(lines[6], json!({"jsonrpc":"2.0","id":7,"result":{"content":"from python"}}));
+    assert_eq!(lines[7], json!({"jsonrpc":"2.0","id":8,"result":{"content":"from node"}}));
 }
 
 #[test]

@@ -408,3 +408,66 @@ async fn jwt_failures_are_http_200_with_unauthorized_and_the_subject_picks_the_w
         assert!(message.contains(why), "{message} / {why}");
     }
 }
+
+/// The seed's User Story 1 on the file tools, over each HTTP transport: write → read → search → replace → read,
+/// and a path outside the workspace refused with the unified error.
+#[tokio::test]
+async fn file_scenario_over_every_http_transport() {
+    let (_root, _state, router) = router();
+    let steps = |file: &str| {
+        vec![
+            (
+                json!({"method":"file.write","params":{"path":file,"content":"alpha\nbeta alpha\n"}}),
+                json!({"path":format!("/workspace/{file}")}),
+            ),
+            (json!({"method":"file.read","params":{"path":file}}), json!({"content":"alpha\nbeta alpha\n"})),
+            (json!({"method":"file.search","params":{"path":file,"query":"beta"}}), json!({"matches":["beta alpha"]})),
+            (
+                json!({"method":"file.replace","params":{"path":file,"search":"alpha","replace":"gamma"}}),
+                json!({"count":2}),
+            ),
+            (json!({"method":"file.read","params":{"path":file}}), json!({"content":"gamma\nbeta gamma\n"})),
+        ]
+    };
+    let with_id = |mut request: Value, id: usize| {
+        request["jsonrpc"] = json!("2.0");
+        request["id"] = json!(id);
+        request
+    };
+    // POST /mcp
+    for (id, (request, result)) in steps("post.txt").into_iter().enumerate() {
+        assert_eq!(rpc(&router, with_id(request, id)).await, json!({"jsonrpc":"2.0","id":id,"result":result}));
+    }
+    // GET /mcp/sse, one request each
+    for (id, (request, result)) in steps("sse.txt").into_iter().enumerate() {
+        let query = url_encode(&with_id(request, id).to_string());
+        let (_, _, text) = send(&router, request_sse(&query)).await;
+        assert_eq!(common::jsonrpc_answer(text.as_bytes()), json!({"jsonrpc":"2.0","id":id,"result":result}));
+    }
+    // POST /mcp/stream, all in one body
+    let steps = steps("stream.txt");
+    let body: String =
+        steps.iter().enumerate().map(|(id, (request, _))| format!("{}\n", with_id(request.clone(), id))).collect();
+    let (_, _, text) =
+        send(&router, request("POST", "/mcp/stream", Some("tok"), "application/x-ndjson", "", &body)).await;
+    let answers: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let expected: Vec<Value> = steps
+        .into_iter()
+        .enumerate()
+        .map(|(id, (_, result))| json!({"jsonrpc":"2.0","id":id,"result":result}))
+        .collect();
+    assert_eq!(answers, expected);
+
+    for path in ["../escape.txt", "/etc/passwd", "/workspace/../x"] {
+        let answer = rpc(&router, json!({"jsonrpc":"2.0","id":1,"method":"file.read","params":{"path":path}})).await;
+        assert_eq!(
+            unified_error(&answer, json!(1), -32602, "invalid_params"),
+            "path must be within workspace",
+            "{path}"
+        );
+    }
+}
+
+fn request_sse(query: &str) -> Request<Body> {
+    request("GET", &format!("/mcp/sse?request={query}"), Some("tok"), "", "", "")
+}
