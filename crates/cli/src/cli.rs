@@ -600,10 +600,17 @@ mod tests {
         assert_eq!(parse_profiles("all").unwrap(), Profiles(Profile::ALL.to_vec()));
         assert_eq!(parse_profiles("none").unwrap(), Profiles(Vec::new()));
         assert_eq!(parse_profiles(" baponi, baponi").unwrap(), Profiles(vec![Profile::Baponi]));
-        assert_eq!(parse_profiles("e2b").unwrap_err(), "unknown profile \"e2b\"; known: baponi, or all, none");
+        assert_eq!(
+            parse_profiles("e2b").unwrap_err(),
+            "unknown profile \"e2b\"; known: baponi, codegen, open-sandbox, or all, none"
+        );
         assert_eq!(parse_root_profile("sandlot").unwrap(), RootProfile(None));
         assert_eq!(parse_root_profile("baponi").unwrap(), RootProfile(Some(Profile::Baponi)));
-        assert_eq!(parse_root_profile("x").unwrap_err(), "unknown profile \"x\"; known: sandlot, baponi");
+        assert_eq!(parse_root_profile("open-sandbox").unwrap(), RootProfile(Some(Profile::OpenSandbox)));
+        assert_eq!(
+            parse_root_profile("x").unwrap_err(),
+            "unknown profile \"x\"; known: sandlot, baponi, codegen, open-sandbox"
+        );
     }
 
     #[test]
