@@ -128,7 +128,7 @@ pub struct ServeArgs {
     /// Jail inits kept started and waiting, so a call does not wait for one to start (0 turns this off).
     #[arg(long, env = "SANDLOT_WARM_INITS", default_value_t = 2)]
     pub warm_inits: usize,
-    /// Drop-in profiles served under /p/<name> (comma-separated: baponi, codegen; `all` or `none`).
+    /// Drop-in profiles served under /p/<name> (comma-separated: baponi, codegen, open-sandbox; `all` or `none`).
     #[arg(long, env = "SANDLOT_PROFILES", default_value = "all", value_parser = parse_profiles)]
     pub profiles: Profiles,
     /// A profile served at the root paths (/mcp, /v1/...) for clients whose URLs are fixed; sandlot's own MCP and
@@ -164,6 +164,9 @@ pub struct ServeArgs {
 
 #[derive(Debug, Args)]
 pub struct StdioArgs {
+    /// The surface served: sandlot's own MCP tools (`sandlot`, the default) or a profile's (`open-sandbox`).
+    #[arg(long, env = "SANDLOT_STDIO_PROFILE", default_value = "sandlot", value_parser = parse_root_profile)]
+    pub profile: RootProfile,
     #[command(flatten)]
     pub files: FileUrlArgs,
     #[command(flatten)]
@@ -608,6 +611,7 @@ mod tests {
         );
         assert_eq!(parse_root_profile("sandlot").unwrap(), RootProfile(None));
         assert_eq!(parse_root_profile("baponi").unwrap(), RootProfile(Some(Profile::Baponi)));
+        assert_eq!(parse_root_profile("open-sandbox").unwrap(), RootProfile(Some(Profile::OpenSandbox)));
         assert_eq!(parse_root_profile("x").unwrap_err(), format!("unknown profile \"x\"; known: sandlot, {names}"));
     }
 

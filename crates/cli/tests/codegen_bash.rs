@@ -5,12 +5,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use sandlot_core::ConversationId;
-use sandlot_core::{Engine, EngineConfig, Workspaces};
-use sandlot_jail::{JailBackend, JailConfig, UidRange};
+use sandlot_core::Engine;
 use sandlot_server::mcp::profiles::codegen::bash::{self, Runner};
 use sandlot_server::mcp::profiles::codegen::shells::{MAX_SHELLS_PER_TENANT, Shells};
 use serde_json::{Value, json};
@@ -22,15 +23,8 @@ struct Fixture {
 }
 
 fn fixture() -> Fixture {
-    assert!(nix::unistd::geteuid().is_root(), "the codegen Bash tests need root (the jail)");
     let root = tempfile::tempdir().unwrap();
-    let mut config = JailConfig::new(env!("CARGO_BIN_EXE_sandlot").into());
-    let first = 1_600_000 + (std::process::id() % 200_000) * 16;
-    config.sandbox_uids = UidRange::new(first, first + 15).unwrap();
-    config.probe_versions = false;
-    config.data_root = Some(root.path().to_owned());
-    let engine_config = EngineConfig { max_concurrent_runs: 16, ..EngineConfig::default() };
-    let engine = Arc::new(Engine::new(Arc::new(JailBackend::new(config)), Workspaces::new(root.path()), engine_config));
+    let engine = Arc::new(common::jail_engine(root.path(), 1_600_000));
     let shells = Shells::new(engine.clone(), Default::default());
     Fixture { _root: root, engine, shells }
 }

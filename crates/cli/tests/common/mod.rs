@@ -1,4 +1,5 @@
-//! Helpers shared by the CLI's integration tests that talk to a real `sandlot serve` over raw HTTP/1.1.
+//! Helpers shared by the CLI's integration tests: talking to a real `sandlot serve` over raw HTTP/1.1, and an
+//! engine over the native jail with the sandlot binary as its init.
 
 #![allow(dead_code)] // each test binary uses its own subset
 
@@ -52,4 +53,18 @@ pub fn serve_command(root: &std::path::Path, addr: std::net::SocketAddr, sandbox
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
     command
+}
+
+/// An engine over the native jail (the sandlot binary as init, 16 sandbox uids from `uid_base` offset by this
+/// process, so parallel test binaries do not share them) with its conversations under `root`. Needs root.
+pub fn jail_engine(root: &std::path::Path, uid_base: u32) -> sandlot_core::Engine {
+    assert!(nix::unistd::geteuid().is_root(), "jail tests need root");
+    let mut config = sandlot_jail::JailConfig::new(env!("CARGO_BIN_EXE_sandlot").into());
+    let first = uid_base + (std::process::id() % 200_000) * 16;
+    config.sandbox_uids = sandlot_jail::UidRange::new(first, first + 15).unwrap();
+    config.probe_versions = false;
+    config.data_root = Some(root.to_owned());
+    let engine_config = sandlot_core::EngineConfig { max_concurrent_runs: 16, ..sandlot_core::EngineConfig::default() };
+    let backend = std::sync::Arc::new(sandlot_jail::JailBackend::new(config));
+    sandlot_core::Engine::new(backend, sandlot_core::Workspaces::new(root), engine_config)
 }

@@ -158,43 +158,68 @@ fn too_many(retry_after: u64) -> Response {
     response
 }
 
+/// Why [`Authenticator::authenticate`] refused a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// No credential, another scheme, or a wrong credential: what was wrong.
+    Unauthorized(String),
+    /// Too many wrong credentials from the client's address: retry after this many seconds.
+    TooMany(u64),
+}
+
+impl Authenticator {
+    /// Checks the bearer credential of a request (its headers, and its extensions for the peer address), counting
+    /// wrong ones per client address: the caller, or why it was refused. Refusals are logged and counted in the
+    /// metrics; how they are answered is the face's.
+    pub fn authenticate(
+        &self,
+        headers: &axum::http::HeaderMap,
+        extensions: &axum::http::Extensions,
+    ) -> Result<Caller, Refusal> {
+        let refuse = |message: &str| Refusal::Unauthorized(self.fixed_message.unwrap_or(message).to_owned());
+        let presented = match headers.get(header::AUTHORIZATION) {
+            None => {
+                crate::telemetry::auth_failed("missing");
+                return Err(refuse("missing Authorization header (expected: Bearer <token>)"));
+            }
+            Some(value) => value.to_str().ok().and_then(|v| {
+                let (scheme, token) = v.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim().to_owned())
+            }),
+        };
+        let Some(presented) = presented else {
+            crate::telemetry::auth_failed("malformed");
+            return Err(refuse("Authorization must be: Bearer <token>"));
+        };
+        let failure = match self.credentials.verify(&presented) {
+            Ok(caller) => return Ok(Caller(caller)),
+            Err(why) => why,
+        };
+        let peer = extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
+        let client = peer.map(|peer| self.clients.key(peer, headers));
+        if let (Some(limiter), Some(client)) = (&self.limiter, client)
+            && let Err(wait) = limiter.count(client)
+        {
+            // Rounded up: a client that waits as told is let through.
+            let retry_after = (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1);
+            crate::telemetry::auth_failed("rate_limited");
+            tracing::info!(client = client.to_string(), retry_after, "wrong credential refused: over the limit");
+            return Err(Refusal::TooMany(retry_after));
+        }
+        crate::telemetry::auth_failed("rejected");
+        tracing::info!(client = client.map(|c| c.to_string()), reason = failure, "authentication failed");
+        Err(refuse(&failure))
+    }
+}
+
 /// Lets the request through only with a valid bearer credential; counts wrong ones per client address.
 pub async fn require_bearer(State(auth): State<Authenticator>, mut request: Request, next: Next) -> Response {
-    let presented = match request.headers().get(header::AUTHORIZATION) {
-        None => {
-            crate::telemetry::auth_failed("missing");
-            return unauthorized(
-                auth.fixed_message.unwrap_or("missing Authorization header (expected: Bearer <token>)"),
-            );
-        }
-        Some(value) => value.to_str().ok().and_then(|v| {
-            let (scheme, token) = v.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim().to_owned())
-        }),
-    };
-    let Some(presented) = presented else {
-        crate::telemetry::auth_failed("malformed");
-        return unauthorized(auth.fixed_message.unwrap_or("Authorization must be: Bearer <token>"));
-    };
-    let failure = match auth.credentials.verify(&presented) {
+    match auth.authenticate(request.headers(), request.extensions()) {
         Ok(caller) => {
-            request.extensions_mut().insert(Caller(caller));
-            return next.run(request).await;
+            request.extensions_mut().insert(caller);
+            next.run(request).await
         }
-        Err(why) => why,
-    };
-    let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
-    let client = peer.map(|peer| auth.clients.key(peer, request.headers()));
-    if let (Some(limiter), Some(client)) = (&auth.limiter, client)
-        && let Err(wait) = limiter.count(client)
-    {
-        // Rounded up: a client that waits as told is let through.
-        let retry_after = (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1);
-        crate::telemetry::auth_failed("rate_limited");
-        tracing::info!(client = client.to_string(), retry_after, "wrong credential refused: over the limit");
-        return too_many(retry_after);
+        Err(Refusal::Unauthorized(message)) => unauthorized(&message),
+        Err(Refusal::TooMany(retry_after)) => too_many(retry_after),
     }
-    crate::telemetry::auth_failed("rejected");
-    tracing::info!(client = client.map(|c| c.to_string()), reason = failure, "authentication failed");
-    unauthorized(auth.fixed_message.unwrap_or(&failure))
 }

@@ -29,7 +29,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
 pub use auth::{
-    AuthLimits, Authenticator, Caller, FailureRendering, MAX_TRACKED as MAX_TRACKED_CLIENTS, require_bearer,
+    AuthLimits, Authenticator, Caller, FailureRendering, MAX_TRACKED as MAX_TRACKED_CLIENTS, Refusal, require_bearer,
 };
 pub use client_addr::{ClientIpHeader, TrustedProxy};
 pub use connections::{ConnectionLimits, raise_nofile_limit, serve};

@@ -9,6 +9,7 @@
 
 pub mod baponi;
 pub mod codegen;
+pub mod open_sandbox;
 
 use axum::Router;
 
@@ -32,17 +33,20 @@ pub enum Profile {
     Baponi,
     /// codegen-sandbox: Claude-Code-style workspace tools over legacy HTTP+SSE.
     Codegen,
+    /// open-sandbox: tools as JSON-RPC methods over `POST /mcp`, one-shot SSE, NDJSON and stdio; unified errors.
+    OpenSandbox,
 }
 
 impl Profile {
     /// Every profile sandlot has.
-    pub const ALL: [Profile; 2] = [Profile::Baponi, Profile::Codegen];
+    pub const ALL: [Profile; 3] = [Profile::Baponi, Profile::Codegen, Profile::OpenSandbox];
 
     /// The name in configuration and in the path prefix.
     pub fn name(self) -> &'static str {
         match self {
             Profile::Baponi => "baponi",
             Profile::Codegen => "codegen",
+            Profile::OpenSandbox => "open-sandbox",
         }
     }
 
@@ -61,6 +65,7 @@ impl Profile {
         match self {
             Profile::Baponi => "/mcp",
             Profile::Codegen => "/sse",
+            Profile::OpenSandbox => "/mcp",
         }
     }
 
@@ -69,6 +74,7 @@ impl Profile {
         match self {
             Profile::Baponi => baponi::router(baponi::BaponiState::new(state, settings.baponi_volumes.clone()), auth),
             Profile::Codegen => codegen::router(state, auth),
+            Profile::OpenSandbox => open_sandbox::router(state, auth),
         }
     }
 }

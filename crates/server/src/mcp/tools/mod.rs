@@ -11,7 +11,7 @@ mod run_code;
 mod run_code_args;
 mod run_code_output;
 mod run_result;
-mod schema;
+pub(crate) mod schema;
 mod upload_file;
 
 use rmcp::ErrorData as McpError;

@@ -38,10 +38,16 @@ impl Tenant {
 
 /// The conversation that is `caller`'s workspace `named`.
 pub fn workspace_of(caller: &str, named: Option<&str>) -> Result<ConversationId, String> {
+    profile_workspace("codegen", caller, named)
+}
+
+/// The conversation that is `caller`'s workspace `named` in a profile whose workspaces are `<prefix>-<h>[-<id>]`
+/// (every profile has its own prefix, so a caller's workspaces of two profiles are two).
+pub fn profile_workspace(prefix: &str, caller: &str, named: Option<&str>) -> Result<ConversationId, String> {
     let digest = Sha256::digest(caller.as_bytes());
     let tenant = hex::encode(&digest[..8]);
     let id = match named {
-        None => format!("codegen-{tenant}"),
+        None => format!("{prefix}-{tenant}"),
         Some(id) => {
             let valid = !id.is_empty()
                 && id.len() <= MAX_WORKSPACE_ID
@@ -53,7 +59,7 @@ pub fn workspace_of(caller: &str, named: Option<&str>) -> Result<ConversationId,
                      with a letter or digit"
                 ));
             }
-            format!("codegen-{tenant}-{id}")
+            format!("{prefix}-{tenant}-{id}")
         }
     };
     ConversationId::parse(&id).map_err(|e| e.to_string())
