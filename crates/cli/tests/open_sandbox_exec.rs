@@ -30,6 +30,7 @@ fn fixture() -> Fixture {
         shutdown: Default::default(),
         tool_names: Default::default(),
         resource_read_bytes: sandlot_server::DEFAULT_RESOURCE_READ_BYTES,
+        scrub_secrets: false,
     };
     Fixture { _root: root, state, workspace: ConversationId::parse("tenant-exec").unwrap() }
 }
