@@ -1,10 +1,7 @@
 """The Baponi profile against the real `sandlot serve` and jail, with the official MCP Python SDK (`mcp` 1.x) at
 `/p/baponi/mcp`: initialize, tools/list, sandbox_execute in a thread (files under /home/baponi persist, the working
 directory /data is scratch), files_download of text and a PNG; and sandlot's own tools served beside Baponi's, a
-conversation's files seen through both (a thread is a conversation).
-
-Needs the Home layout in the backends (/home/baponi mounted, /data scratch): until it is merged, the assertions on
-/home/baponi fail."""
+conversation's files seen through both (a thread is a conversation)."""
 
 import base64
 import json
