@@ -10,7 +10,7 @@ use std::net::TcpListener;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Sandbox, check, check_eq, describe};
+use common::{Sandbox, check, check_eq, check_not_on_host, describe};
 use libtest_mimic::Failed;
 use sandlot_core::{ConversationId, Language, Termination};
 
@@ -117,10 +117,7 @@ except OSError:
     let expected = "/usr/bin refused\n/usr/lib refused\n/etc refused\n/ refused\n/bin refused\n/lib refused\n/root refused\n\
                     /dev refused\n/proc/sys/kernel refused\n/tmp WROTE\n/data WROTE\nproc/sys refused\n";
     check_eq(report.outcome.stdout.as_str(), expected, "writes")?;
-    for dir in ["/usr/bin", "/usr/lib", "/etc", "/", "/root"] {
-        let path = std::path::Path::new(dir).join(&marker);
-        check(!path.exists(), || format!("{} appeared on the host", path.display()))?;
-    }
+    check_not_on_host(&marker, &["/usr/bin", "/usr/lib", "/etc", "/", "/root"])?;
     check(sandbox.data_dir("attack").join(&marker).exists(), || "the /data write did not reach the host".into())
 }
 

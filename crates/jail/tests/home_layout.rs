@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Sandbox, check, check_eq, describe};
+use common::{Sandbox, check, check_eq, check_not_on_host, describe};
 use libtest_mimic::Failed;
 use sandlot_core::{Error as CoreError, Language, Layout, RunReport, RunRequest, Termination};
 
@@ -81,10 +81,7 @@ for d in ["/home/other", "/opt"]:
                     /dev refused\n/proc/sys/kernel refused\n/home/baponi WROTE\n/data WROTE\n/tmp WROTE\n/dev/shm WROTE\n\
                     /home/other refused\n/opt refused\n";
     check_eq(report.outcome.stdout.as_str(), expected, &describe(&report))?;
-    for dir in ["/", "/home", "/etc", "/usr/bin", "/root"] {
-        let path = std::path::Path::new(dir).join(&marker);
-        check(!path.exists(), || format!("{} appeared on the host", path.display()))?;
-    }
+    check_not_on_host(&marker, &["/", "/home", "/etc", "/usr/bin", "/root"])?;
     check(sandbox.data_dir("home").join(&marker).exists(), || "the /home/baponi write did not reach the host".into())
 }
 

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Sandbox, check, check_eq, describe};
+use common::{Sandbox, check, check_eq, check_not_on_host, describe};
 use libtest_mimic::Failed;
 use sandlot_core::{Error as CoreError, Language, Layout, RunReport, RunRequest, Termination};
 
@@ -61,10 +61,7 @@ for d in ["/workspace2", "/opt"]:
                     /proc/sys/kernel refused\n/data refused\n/workspace WROTE\n/tmp WROTE\n\
                     /workspace2 refused\n/opt refused\n";
     check_eq(report.outcome.stdout.as_str(), expected, &describe(&report))?;
-    for dir in ["/", "/etc", "/usr/bin", "/root", "/home"] {
-        let path = std::path::Path::new(dir).join(&marker);
-        check(!path.exists(), || format!("{} appeared on the host", path.display()))?;
-    }
+    check_not_on_host(&marker, &["/", "/etc", "/usr/bin", "/root", "/home"])?;
     check(sandbox.data_dir("ws").join(&marker).exists(), || "the /workspace write did not reach the host".into())
 }
 

@@ -206,6 +206,15 @@ pub fn check(condition: bool, message: impl FnOnce() -> String) -> Result<(), Fa
     if condition { Ok(()) } else { Err(message().into()) }
 }
 
+/// Fails if a file named `marker` exists in any of the host's `dirs` (a sandbox's write that escaped to the host).
+pub fn check_not_on_host(marker: &str, dirs: &[&str]) -> Result<(), Failed> {
+    for dir in dirs {
+        let path = std::path::Path::new(dir).join(marker);
+        check(!path.exists(), || format!("{} appeared on the host", path.display()))?;
+    }
+    Ok(())
+}
+
 /// Fails unless the two values are equal, showing both.
 pub fn check_eq<T: PartialEq + std::fmt::Debug>(actual: T, expected: T, what: &str) -> Result<(), Failed> {
     check(actual == expected, || format!("{what}:\n  actual:   {actual:?}\n  expected: {expected:?}"))
