@@ -379,13 +379,10 @@ pub struct SandboxArgs {
     /// The first of 1000 sandbox uids (the former single uid; use --sandbox-uids).
     #[arg(long, env = "SANDLOT_SANDBOX_UID", conflicts_with = "sandbox_uids", value_parser = parse_first_uid)]
     pub sandbox_uid: Option<sandlot_jail::UidRange>,
-    /// Turn on `favordynmods` on the host's cgroup2 mount, which makes entering a run's cgroup ~6 ms faster.
-    #[arg(long, env = "SANDLOT_TUNE_CGROUPS", default_value_t = true, action = clap::ArgAction::Set)]
+    /// Remount the host's cgroup2 mount with `favordynmods`, which makes entering a run's cgroup ~6 ms faster. It
+    /// changes the host (until its next boot), so it is off unless asked for; `sandlot doctor` reports it.
+    #[arg(long, env = "SANDLOT_TUNE_CGROUPS", default_value_t = false, action = clap::ArgAction::Set)]
     pub tune_cgroups: bool,
-    /// Servers: clone each jail init from a zygote started once, instead of exec'ing sandlot for each run (about a
-    /// millisecond of CPU less per run). `false` execs every init.
-    #[arg(long, env = "SANDLOT_ZYGOTE", default_value_t = true, action = clap::ArgAction::Set)]
-    pub zygote: bool,
     /// Servers running as root: keep a conversation's network namespace (loopback only) from one run to its next,
     /// instead of creating one per run (about a millisecond of CPU less per run). `false`: a new one every run.
     #[arg(long, env = "SANDLOT_KEEP_NETNS", default_value_t = true, action = clap::ArgAction::Set)]

@@ -15,16 +15,15 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     // The jail init and zygote must start before anything else (no runtime, no threads): check for them by hand.
     sandlot_jail::run_hidden_subcommand();
-    // `run` forks its jail init first thing, while this process has a single thread (a fork instead of an exec
-    // later) and has touched little memory (so neither process copies much of the other's on write). The init makes
-    // what does not depend on the run while the arguments are parsed and the run is prepared.
-    let prefork = (std::env::args_os().nth(1).is_some_and(|command| command == "run"))
-        .then(sandlot_jail::Prefork::start)
+    // `run` forks the jail init of its one run first thing, while this process has a single thread (a server has its
+    // zygote clone them instead) and has touched little memory (so neither process copies much of the other's).
+    let forked_init = (std::env::args_os().nth(1).is_some_and(|command| command == "run"))
+        .then(sandlot_jail::fork_init_for_one_shot)
         .and_then(Result::ok);
     let cli = cli::parse();
     // Only the native backend uses it; otherwise it is dropped, and it exits when it finds no spec.
-    let prefork = match &cli.command {
-        cli::Command::Run(args) if args.sandbox.backend == cli::BackendKind::Native => prefork,
+    let forked_init = match &cli.command {
+        cli::Command::Run(args) if args.sandbox.backend == cli::BackendKind::Native => forked_init,
         _ => None,
     };
     // Logs go to stderr (stdout is the wire for `stdio` and the program's output for `run`); SANDLOT_LOG sets the
@@ -51,5 +50,5 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    runtime.block_on(commands::dispatch(cli, prefork))
+    runtime.block_on(commands::dispatch(cli, forked_init))
 }

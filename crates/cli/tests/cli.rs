@@ -228,36 +228,29 @@ fn run_gets_namespaces_of_its_own() {
     }
 }
 
-/// As root, a conversation's runs share one network namespace, pinned on the host after its first run (a bind
-/// mount under /run/sandlot/netns, private to the host's mount namespace); another conversation gets another, and
-/// with `SANDLOT_KEEP_NETNS=false` every run gets a new one and nothing is pinned.
+/// Mounts of the host's mount namespace, as `/proc/self/mountinfo` lists them.
+fn host_mount_count() -> usize {
+    std::fs::read_to_string("/proc/self/mountinfo").unwrap().lines().count()
+}
+
+/// `run` keeps nothing on the host between runs: every run of a conversation gets a network namespace of its own,
+/// and no run leaves a mount behind (a one-shot command used to pin namespaces under /run/sandlot/netns).
 #[test]
-fn run_pins_a_network_namespace_per_conversation() {
+fn run_leaves_no_network_namespace_or_mount_on_the_host() {
     let root = tempfile::tempdir().unwrap();
-    let netns_of = |conversation: &str, env: &[(&str, &str)]| {
+    let netns_of = |conversation: &str| {
         let args = ["run", "-l", "bash", "-c", conversation];
-        let out = sandlot_with_env(&args, "readlink /proc/self/ns/net", root.path(), env);
+        let out = sandlot_with_env(&args, "readlink /proc/self/ns/net", root.path(), &[]);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         text(&out.stdout).trim().to_owned()
     };
-    let pin_of = |conversation: &str| {
-        let workspace = root.path().join(conversation).join("files");
-        let pin = sandlot_jail::PinnedNetns::new("/run/sandlot/netns").find(&workspace)?;
-        Some(format!("net:[{}]", std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(pin).unwrap())))
-    };
-    let first = netns_of("a", &[]);
-    assert!(first.starts_with("net:["), "{first}");
-    assert_eq!(pin_of("a"), Some(first.clone()), "the first run's namespace is pinned");
-    assert_eq!(netns_of("a", &[]), first, "the second run joins the pinned namespace");
-    let other = netns_of("b", &[]);
-    assert_ne!(other, first, "another conversation shares the namespace");
-    let unkept = [("SANDLOT_KEEP_NETNS", "false")];
-    let (one, two) = (netns_of("c", &unkept), netns_of("c", &unkept));
-    assert_ne!(one, two, "without SANDLOT_KEEP_NETNS each run gets a new namespace");
-    assert!(pin_of("c").is_none(), "without SANDLOT_KEEP_NETNS nothing is pinned");
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let pins_dir = mountinfo.lines().find(|line| line.split(' ').nth(4) == Some("/run/sandlot/netns")).unwrap();
-    assert!(!pins_dir.contains("shared:"), "the pins' directory propagates its mounts: {pins_dir}");
+    let ours = std::fs::read_link("/proc/self/ns/net").unwrap();
+    let first = netns_of("a");
+    assert!(first.starts_with("net:[") && first != ours.to_str().unwrap(), "{first}");
+    let mounts = host_mount_count();
+    let second = netns_of("a");
+    assert_ne!(second, first, "a run joined a namespace an earlier run left");
+    assert!(host_mount_count() <= mounts, "a run left a mount on the host");
 }
 
 /// The host's cgroup2 mount: its mount point and its super options.
@@ -268,10 +261,10 @@ fn cgroup2_mount() -> (String, String) {
     (fields[4].to_owned(), fields.last().unwrap().to_string())
 }
 
-/// `run`'s init turns `favordynmods` on (the command asks it to, instead of checking itself) when it is off. Other
-/// tests running at the same time may turn it on too; run alone, this one fails if `run` does not.
+/// `run` leaves the host's cgroup2 mount as it is unless the operator asks (`SANDLOT_TUNE_CGROUPS=true`), and then
+/// turns `favordynmods` on. No other test asks for it.
 #[test]
-fn run_turns_on_favordynmods() {
+fn run_turns_on_favordynmods_only_when_asked() {
     let (mount_point, options) = cgroup2_mount();
     let without: Vec<&str> = options.split(',').filter(|o| !["rw", "ro", "favordynmods"].contains(o)).collect();
     let data = without.join(",");
@@ -280,6 +273,9 @@ fn run_turns_on_favordynmods() {
     assert!(!cgroup2_mount().1.split(',').any(|o| o == "favordynmods"), "favordynmods is still on");
     let root = tempfile::tempdir().unwrap();
     let out = sandlot(&["run", "-l", "bash"], "true", root.path());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!cgroup2_mount().1.split(',').any(|o| o == "favordynmods"), "run changed the host unasked");
+    let out = sandlot_with_env(&["run", "-l", "bash"], "true", root.path(), &[("SANDLOT_TUNE_CGROUPS", "true")]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(cgroup2_mount().1.split(',').any(|o| o == "favordynmods"), "run left favordynmods off");
 }

@@ -319,7 +319,7 @@ fn the_metrics_listener_refuses_a_rebound_host_and_the_mcp_port_has_no_metrics()
 }
 
 /// `/readyz` says which checks pass, on both listeners and without a credential: 200 with the jail and runners ok,
-/// still 200 (inits exec'd) once the zygote is killed, then 503 naming the runner check once an interpreter the server
+/// still 200 once the zygote is killed (the readiness check starts another), then 503 naming the runner check once an interpreter the server
 /// found at start is gone; `/healthz` stays 200.
 /// The body names no path.
 #[test]
@@ -343,15 +343,17 @@ fn readyz_is_ready_then_names_the_runner_whose_interpreter_is_gone() {
         assert_eq!(checks, [("jail", true), ("runners", true)], "{body}");
         assert_eq!(readiness["checks"][0]["detail"], "the zygote is running");
     }
-    // The zygote dies: inits are exec'd instead, so the server is still ready, and says so.
+    // The zygote dies: the next readiness check starts another, so the server is still ready.
     let zygote = zygote_of(server.child.id()).expect("the server's zygote");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(zygote), nix::sys::signal::Signal::SIGKILL).unwrap();
     let mut last = (0, String::new());
-    let exec = eventually(Duration::from_secs(15), || {
+    let replaced = eventually(Duration::from_secs(15), || {
         last = server.get(server.addr, "/readyz");
-        last.1.contains("the zygote is gone; inits are exec'd (slower)")
+        zygote_of(server.child.id()).is_some_and(|new| new != zygote)
     });
-    assert!(exec && last.0 == 200, "after the zygote died: {} {}", last.0, last.1);
+    assert!(replaced && last.0 == 200, "after the zygote died: {} {}", last.0, last.1);
+    let readiness: serde_json::Value = serde_json::from_str(&last.1).unwrap();
+    assert_eq!(readiness["checks"][0]["ok"], true, "{}", last.1);
     std::fs::remove_file(&python).unwrap();
     let gone = eventually(Duration::from_secs(15), || {
         last = server.get(server.addr, "/readyz");
@@ -378,7 +380,10 @@ fn zygote_of(server: u32) -> Option<i32> {
         let parent: u32 = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
         let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
         let zygote = cmdline.split(|b| *b == 0).nth(1) == Some(b"__jail-zygote".as_slice());
-        (parent == server && zygote).then_some(pid)
+        // The inits it clones share its command line; only the zygote reads a socket.
+        let socket =
+            std::fs::read_link(entry.path().join("fd/0")).is_ok_and(|l| l.to_string_lossy().starts_with("socket:"));
+        (parent == server && zygote && socket).then_some(pid)
     })
 }
 

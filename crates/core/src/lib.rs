@@ -17,6 +17,7 @@ mod language;
 mod layout;
 mod ledger;
 mod limits;
+pub mod marks;
 mod mount;
 mod outcome;
 mod output;

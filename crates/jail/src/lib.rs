@@ -1,67 +1,38 @@
 //! sandlot-jail: the native Linux backend, the only crate with `unsafe`.
 //!
-//! Two halves share this crate:
-//! - the **supervisor** ([`JailBackend`]), which lives in the (multi-threaded) server: it creates the run's cgroup,
-//!   starts the init by re-executing the sandlot binary, feeds it the [`spec::JailSpec`], reads output with caps,
+//! Two sides, joined only by [`protocol`] (what they say to each other) and [`sys`] (the raw syscalls both need):
+//! - the **supervisor** ([`JailBackend`]), in the server or `sandlot run`: it gets an init per run (cloned by a
+//!   zygote, or forked by the command), holds the run's cgroup slot and uid, sends the spec, reads output with caps,
 //!   enforces the deadline and the disk quota, and kills the whole tree;
-//! - the **init** ([`init::run_main`]), a single-threaded process that builds the namespaces, the filesystem and the
-//!   restrictions, and execs the interpreter; a server's inits are cloned by its [`zygote`].
+//! - the **sandbox** side: the zygote, and per run the init, the sandbox's pid 1 and the worker that execs the
+//!   program. All are the sandlot binary, started through [`run_hidden_subcommand`] or [`fork_init_for_one_shot`].
 //!
-//! Both the init and the zygote are the sandlot binary itself, started with a hidden subcommand that
-//! [`run_hidden_subcommand`] recognises.
-//!
-//! `docs/security.md` lists every layer and what it protects.
+//! `docs/architecture.md` draws the map; `docs/security.md` lists every layer and what it protects.
 
-mod capabilities;
-mod cgroup;
-mod container;
-mod cpu_placement;
-mod doctor;
-mod error;
-mod filesystem;
-mod host_uids;
-mod idmap;
-pub mod init;
-mod landlock_rules;
-mod launcher;
-mod loopback;
-mod mount_api;
-mod netns_pool;
-mod pid1;
-mod pidfd_child;
-mod pinned_netns;
-mod report;
-mod rlimits;
-mod root_template;
-mod runners;
-mod seccomp;
-pub mod spec;
+pub mod protocol;
+mod sandbox;
 mod supervisor;
-mod warm_pool;
-mod worker;
-pub mod zygote;
+pub mod sys;
 
-pub use cgroup::CgroupSupport;
-pub use doctor::{Check, CheckStatus, diagnose};
-pub use error::{Error, Result};
-pub use host_uids::{DEFAULT_UIDS, UidRange};
-pub use launcher::Prefork;
-pub use pinned_netns::PinnedNetns;
-pub use root_template::TEMPLATE_DIR_NAME;
-pub use runners::{HostRunner, RefusedRunner, RunnerOverrides, discover_runners, protected_dirs, screen_runners};
-pub use spec::HeadStart;
-pub use supervisor::{INIT_SUBCOMMAND, JailBackend, JailConfig};
+pub use supervisor::{
+    CgroupSupport, Check, CheckStatus, DEFAULT_UIDS, Error, ForkedInit, HostRunner, JailBackend, JailConfig,
+    ProcessModel, RefusedRunner, Result, RunnerOverrides, SKELETON_DIR_NAME, UidRange, diagnose, discover_runners,
+    protected_dirs, screen_runners,
+};
 
-/// Becomes the jail init or the zygote when the process was started as one (`argv[1]` is a hidden subcommand), and
-/// never returns then; otherwise returns at once. Call it first thing in `main`, before any thread exists.
+/// Becomes the zygote when the process was started as one (`argv[1]` is [`protocol::ZYGOTE_SUBCOMMAND`]), and never
+/// returns then; otherwise returns at once. Call it first thing in `main`, before any thread exists.
 pub fn run_hidden_subcommand() {
-    let mut args = std::env::args_os();
-    match args.nth(1).as_deref().and_then(std::ffi::OsStr::to_str) {
-        Some(INIT_SUBCOMMAND) => {
-            let report_fd = args.next().and_then(|a| a.to_str().and_then(|s| s.parse().ok())).unwrap_or(-1);
-            init::run_main(report_fd)
-        }
-        Some(zygote::ZYGOTE_SUBCOMMAND) => zygote::run_main(),
-        _ => {}
+    if std::env::args_os().nth(1).is_some_and(|arg| arg == protocol::ZYGOTE_SUBCOMMAND) {
+        sandbox::zygote::main()
     }
+}
+
+/// For a one-shot command: forks the init of its one run now, to hand to a [`ProcessModel::OneShot`] backend
+/// ([`JailBackend::use_forked_init`]). Call it while the process has a single thread (before any async runtime); the
+/// init waits for its spec, and exits when it finds none (its standard input closed).
+pub fn fork_init_for_one_shot() -> std::io::Result<ForkedInit> {
+    let (theirs, ours) = supervisor::init_pipes()?;
+    let pid = sandbox::fork_init(theirs, false)?;
+    Ok(ForkedInit::new(pid, ours))
 }

@@ -180,7 +180,7 @@ for path in ["/", "/dev"]:
         check_eq(&line[1..3], &["tmpfs".to_owned(), "ro".to_owned()][..], &format!("{} superblock", line[0]))?;
     }
     check_eq(second.outcome.stdout.as_str(), first.outcome.stdout.as_str(), "the same skeleton for both runs")?;
-    let on_host = sandbox.root.path().join(sandlot_jail::TEMPLATE_DIR_NAME);
+    let on_host = sandbox.root.path().join(sandlot_jail::SKELETON_DIR_NAME);
     let entries = std::fs::read_dir(&on_host).map(|dir| dir.count()).unwrap_or(usize::MAX);
     check_eq(entries, 0, &format!("{} on the host is an empty directory", on_host.display()))
 }

@@ -10,14 +10,14 @@ mod stdio;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use sandlot_jail::{JailBackend, JailConfig};
+use sandlot_jail::{JailBackend, JailConfig, ProcessModel};
 
 use crate::cli::{BackendKind, Cli, Command, FileUrlArgs, SandboxArgs, ServiceArgs};
 
-/// Runs the chosen subcommand; `prefork` is an init started before the runtime, for `run`.
-pub async fn dispatch(cli: Cli, prefork: Option<sandlot_jail::Prefork>) -> ExitCode {
+/// Runs the chosen subcommand; `forked_init` is the jail init `run` forked before the runtime started.
+pub async fn dispatch(cli: Cli, forked_init: Option<sandlot_jail::ForkedInit>) -> ExitCode {
     let result = match cli.command {
-        Command::Run(args) => run::run(args, prefork).await,
+        Command::Run(args) => run::run(args, forked_init).await,
         Command::Runners(args) => runners::runners(args),
         Command::Doctor(args) => doctor::doctor(args).await,
         Command::Serve(args) => serve::serve(*args).await,
@@ -30,37 +30,29 @@ pub async fn dispatch(cli: Cli, prefork: Option<sandlot_jail::Prefork>) -> ExitC
     })
 }
 
-/// The native backend, for the given languages (all when empty), with versions probed or not. A server passes
-/// `Some(warm inits)`: it keeps that many inits ready, and has its zygote clone them when `--zygote` is on (call
-/// from the main thread: the zygote dies with the thread that starts it); a one-shot command passes `None`.
+/// The native backend, for the given languages (all when empty), with versions probed or not, for `model`. A server
+/// caches the sandbox's skeleton under its root and keeps conversations' network namespaces (`--keep-netns`).
 pub fn jail_backend(
     sandbox: &SandboxArgs,
     languages: Option<Vec<sandlot_core::Language>>,
     probe_versions: bool,
-    server: Option<usize>,
+    model: ProcessModel,
 ) -> anyhow::Result<Arc<JailBackend>> {
     let exe = std::env::current_exe().map_err(|e| anyhow::anyhow!("cannot find the sandlot binary: {e}"))?;
+    let server = matches!(model, ProcessModel::Server { .. });
     let mut config = JailConfig::new(exe);
+    config.model = model;
     config.sandbox_uids = sandbox.sandbox_uid_range();
     config.probe_versions = probe_versions;
-    config.warm_inits = server.unwrap_or(0);
-    config.zygote = server.is_some() && sandbox.zygote;
-    config.keep_netns = server.is_some() && sandbox.keep_netns;
-    config.pinned_netns = server.is_none().then(|| pinned_netns(sandbox)).flatten();
-    config.root_template_dir = server.map(|_| sandbox.root.join(sandlot_jail::TEMPLATE_DIR_NAME));
+    config.keep_netns = server && sandbox.keep_netns;
+    config.skeleton_dir = server.then(|| sandbox.root.join(sandlot_jail::SKELETON_DIR_NAME));
     config.data_root = Some(sandbox.root.clone());
-    // A server checks once, at start; a one-shot command while its sandbox is being built.
-    config.tune_cgroups = sandbox.tune_cgroups && server.is_some();
-    config.tune_cgroups_after_spec = sandbox.tune_cgroups && server.is_none();
+    config.tune_cgroups = sandbox.tune_cgroups;
     if let Some(languages) = languages {
         config.languages = languages;
     }
-    Ok(Arc::new(JailBackend::new(config)))
-}
-
-/// Where `sandlot run` pins its conversations' network namespaces: as root with `--keep-netns` (the default) only.
-pub fn pinned_netns(sandbox: &SandboxArgs) -> Option<sandlot_jail::PinnedNetns> {
-    sandbox.keep_netns.then(sandlot_jail::PinnedNetns::when_root).flatten()
+    let backend = JailBackend::new(config).map_err(|e| anyhow::anyhow!("the native backend cannot start: {e}"))?;
+    Ok(Arc::new(backend))
 }
 
 /// Checks the file-URL settings before anything is started; the error names the variable.
@@ -81,7 +73,7 @@ pub fn check_file_url_args(files: &FileUrlArgs) -> Result<(), String> {
 pub async fn backend(sandbox: &SandboxArgs, warm_inits: usize) -> anyhow::Result<Arc<dyn sandlot_core::Backend>> {
     Ok(match sandbox.backend {
         BackendKind::Native => {
-            let backend = jail_backend(sandbox, None, true, Some(warm_inits))?;
+            let backend = jail_backend(sandbox, None, true, ProcessModel::Server { warm_inits })?;
             backend.warm_up();
             backend
         }

@@ -5,24 +5,14 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use sandlot_core::{ConversationId, Engine, Error, Language, OutputChunk, RunReport, RunRequest, Stream, Workspaces};
+use sandlot_core::{Engine, Error, Language, OutputChunk, RunReport, RunRequest, Stream, Workspaces};
 
 use crate::cli::RunArgs;
 
 /// Exit code for a request sandlot refused (bad argument, unreadable code file, no runner).
 const EXIT_USAGE: u8 = 2;
 
-pub async fn run(args: RunArgs, mut prefork: Option<sandlot_jail::Prefork>) -> anyhow::Result<ExitCode> {
-    // First of all, tell the init what else it can do before the run is ready (it waits for this before it enters
-    // a network namespace): join the conversation's pinned network namespace, if it has one (an invalid
-    // conversation id has none; the engine refuses it below).
-    if let Some(prefork) = prefork.as_mut() {
-        let workspace =
-            ConversationId::parse(&args.conversation).ok().map(|id| Workspaces::new(&args.sandbox.root).files_dir(&id));
-        let pins = super::pinned_netns(&args.sandbox);
-        let join_netns = workspace.zip(pins).and_then(|(workspace, pins)| pins.find(&workspace));
-        prefork.announce(&sandlot_jail::HeadStart { join_netns });
-    }
+pub async fn run(args: RunArgs, forked_init: Option<sandlot_jail::ForkedInit>) -> anyhow::Result<ExitCode> {
     let code = match args.file.as_deref() {
         None => read_stdin()?,
         Some(path) if path.as_os_str() == "-" => read_stdin()?,
@@ -48,9 +38,10 @@ pub async fn run(args: RunArgs, mut prefork: Option<sandlot_jail::Prefork>) -> a
     let language: Option<Language> = args.language.parse().ok();
     let backend: std::sync::Arc<dyn sandlot_core::Backend> = match args.sandbox.backend {
         crate::cli::BackendKind::Native => {
-            let backend = super::jail_backend(&args.sandbox, language.map(|l| vec![l]), false, None)?;
-            if let Some(prefork) = prefork {
-                backend.use_prefork(prefork);
+            let model = sandlot_jail::ProcessModel::OneShot;
+            let backend = super::jail_backend(&args.sandbox, language.map(|l| vec![l]), false, model)?;
+            if let Some(init) = forked_init {
+                backend.use_forked_init(init);
             }
             backend
         }

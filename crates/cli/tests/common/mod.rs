@@ -65,6 +65,6 @@ pub fn jail_engine(root: &std::path::Path, uid_base: u32) -> sandlot_core::Engin
     config.probe_versions = false;
     config.data_root = Some(root.to_owned());
     let engine_config = sandlot_core::EngineConfig { max_concurrent_runs: 16, ..sandlot_core::EngineConfig::default() };
-    let backend = std::sync::Arc::new(sandlot_jail::JailBackend::new(config));
+    let backend = std::sync::Arc::new(sandlot_jail::JailBackend::new(config).expect("the native backend"));
     sandlot_core::Engine::new(backend, sandlot_core::Workspaces::new(root), engine_config)
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use sandlot_core::{ConversationId, Engine, EngineConfig, Language, Limits, RunReport, RunRequest, Workspaces};
-use sandlot_jail::{JailBackend, JailConfig, UidRange};
+use sandlot_jail::{JailBackend, JailConfig, ProcessModel, UidRange};
 
 /// The host uids the sandboxes of this test process run as: 16 of them, unique per process (nextest runs each test
 /// in its own process, several at once), so a test can look for leftovers of its own runs only.
@@ -66,12 +66,12 @@ impl Sandbox {
         let mut config = JailConfig::new(std::env::current_exe().expect("test binary"));
         config.sandbox_uids = sandbox_uids();
         config.probe_versions = false;
-        config.zygote = true; // as a server runs them
+        config.model = ProcessModel::Server { warm_inits: 0 }; // as a server runs them
         config.keep_netns = true;
-        config.root_template_dir = Some(root.path().join(sandlot_jail::TEMPLATE_DIR_NAME));
+        config.skeleton_dir = Some(root.path().join(sandlot_jail::SKELETON_DIR_NAME));
         config.data_root = Some(root.path().to_owned());
         configure(&mut config);
-        let backend = Arc::new(JailBackend::new(config));
+        let backend = Arc::new(JailBackend::new(config).expect("the native backend"));
         let mut engine_config = EngineConfig::default();
         engine_config.limits.timeout = Duration::from_secs(10);
         adjust(&mut engine_config.limits);

@@ -1,14 +1,22 @@
-//! The sandbox's filesystem, built by its pid 1 inside the fresh mount namespace.
+//! What a sandbox sees: one list of what is mounted, one assembler, built by pid 1 in its fresh mount namespace.
 //!
 //! Two parts:
 //! - the read-only **skeleton** ([`assemble_skeleton`]): a small tmpfs root with the system dirs bound read-only,
 //!   generated `/etc` files and a minimal `/dev`. It is the same for every run of a server, so a server's zygote
-//!   assembles it once ([`crate::root_template`]) and each run clones it with one `open_tree`; without a zygote,
-//!   pid 1 assembles it per run. Every host source is captured as a detached mount tree before anything is
-//!   covered, so later mounts cannot hide it.
+//!   caches it ([`cache_skeleton`]): it assembles it once, in a mount namespace of its own that its inits share, and
+//!   each run clones it with one `open_tree` instead of some sixty mount calls. Otherwise pid 1 assembles it per run.
+//!   Every host source is captured as a detached mount tree before anything is covered, so later mounts cannot
+//!   hide it.
 //! - the run's own mounts ([`build`]): a sized `/tmp` and `/dev/shm`, the conversation at `/data` (in the Home
 //!   layout at its home path, with a sized scratch tmpfs at `/data`; in the Workspace layout at its path, with
-//!   nothing at `/data`), a fresh `/proc`. `pivot_root` makes the result `/`, the old root is detached, and `/` itself is read-only.
+//!   nothing at `/data`), its volumes, a fresh `/proc`. `pivot_root` makes the result `/`, the old root is detached,
+//!   and `/` itself is read-only.
+//!
+//! The cached skeleton changes nothing a sandbox can see, except that the host files under `/etc` it shares
+//! (`ld.so.cache`, `localtime`, `ssl/openssl.cnf`) are those of the server's start. Both its tmpfs are read-only at
+//! the superblock, which belongs to the host's user namespace: no sandbox can write to what every sandbox shares.
+//! The zygote's mount namespace is a slave of the host's: mounts made on the host later still reach it, and nothing
+//! mounted there reaches the host.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
@@ -18,13 +26,14 @@ use nix::errno::Errno;
 use nix::mount::{MsFlags, mount};
 use nix::sys::stat::{Mode, SFlag};
 
-use crate::mount_api;
-use crate::mount_api::{
+use nix::sched::{CloneFlags, unshare};
+
+use super::events::{SetupError, Step};
+use crate::protocol::{Identity, JailSpec, SkeletonRequest};
+use crate::sys::mount::{
     MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, attach_tree, clone_tree, clone_tree_at,
-    pivot_to_current_dir, set_mount_attributes, set_tree_attributes,
+    cpath, pivot_to_current_dir, set_mount_attributes, set_tree_attributes,
 };
-use crate::report::{SetupError, Step};
-use crate::spec::JailSpec;
 
 /// Host directories shared read-only with every sandbox (a symlink, as on merged-/usr systems, is recreated).
 const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
@@ -36,11 +45,11 @@ const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 /// Parts of `/proc` that are remounted read-only (as bubblewrap does).
 const PROC_READ_ONLY: &[&str] = &["sys", "sysrq-trigger", "irq", "bus", "fs"];
 /// Attributes of every read-only tree.
-pub const READ_ONLY: u64 = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+const READ_ONLY: u64 = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
 /// Attributes of `/dev`: read-only, but its device nodes work (it has no others: nothing can make one there).
 const DEV_READ_ONLY: u64 = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC;
 /// Where the new root is assembled before the pivot (hidden from the host: the mount namespace is private).
-pub const STAGING: &str = "/tmp";
+const STAGING: &str = "/tmp";
 
 /// A host path to reproduce in the sandbox.
 enum Source {
@@ -116,13 +125,13 @@ fn write_etc(etc: &Path, identity: &Identity) -> Result<(), SetupError> {
     Ok(())
 }
 
-/// The trees that come from outside the system dirs: the conversation, interpreter prefixes, and the zygote's
-/// skeleton. When the init starts as root it captures them before switching to the sandbox uid, which may not be
+/// The trees that come from outside the system dirs: the conversation, interpreter prefixes, volumes and the
+/// zygote's skeleton. When the init starts as root it captures them before switching to the sandbox uid, which may not be
 /// allowed to traverse to them (a pyenv build under `/root`, a conversation root of mode 0700); otherwise pid 1
 /// captures them by path.
 pub struct HostTrees {
     workspace: OwnedFd,
-    /// The workspace is an idmapped mount: its storage owner shows as the run's uid (see [`crate::idmap`]).
+    /// The workspace is an idmapped mount: its storage owner shows as the run's uid (see [`crate::sys::idmap`]).
     pub idmapped: bool,
     extra_ro_binds: Vec<(PathBuf, OwnedFd)>,
     skeleton: Option<OwnedFd>,
@@ -132,10 +141,9 @@ pub struct HostTrees {
 
 impl HostTrees {
     /// Clones the trees of `spec`'s workspace (never through a symlink; idmapped from the storage uid to the run's
-    /// when the spec names both, see [`crate::idmap`]), its root template if it has one, and its extra binds (its
-    /// runner's prefixes, bound on the template's mount points), with their attributes. A `skeleton` assembled
-    /// ahead for this spec (see [`crate::root_template::assemble_detached`]) serves as the root template.
-    pub fn capture(spec: &JailSpec, skeleton: Option<OwnedFd>) -> Result<Self, SetupError> {
+    /// when the spec names both, see [`crate::sys::idmap`]), its cached skeleton if it has one, its extra binds (its
+    /// runner's prefixes, bound on the skeleton's mount points) and its volumes, with their attributes.
+    pub fn capture(spec: &JailSpec) -> Result<Self, SetupError> {
         let directory = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -145,16 +153,16 @@ impl HostTrees {
             clone_tree_at(directory.as_raw_fd()).step(|| format!("open_tree {}", spec.workspace.display()))?;
         set_tree_attributes(&workspace, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV).step(|| "mount_setattr /data".into())?;
         // A filesystem without idmapped mounts leaves `idmapped` false: the init then runs the program as the
-        // storage uid (see `init::helper`).
+        // storage uid (see `init::build_and_wait`).
         let idmapped = match (spec.storage_id, spec.switch_to) {
             (Some(storage), Some((run, _))) if storage != run => {
-                crate::idmap::map_tree(&workspace, storage, run).is_ok()
+                crate::sys::idmap::map_tree(&workspace, storage, run).is_ok()
             }
             _ => false,
         };
-        let skeleton = match (&spec.root_template, skeleton) {
-            (Some(template), _) => Some(clone_tree(template).step(|| format!("open_tree {}", template.display()))?),
-            (None, skeleton) => skeleton,
+        let skeleton = match &spec.skeleton {
+            Some(dir) => Some(clone_tree(dir).step(|| format!("open_tree {}", dir.display()))?),
+            None => None,
         };
         let extra_ro_binds = capture_read_only(&spec.extra_ro_binds)?;
         let volumes = capture_volumes(spec, idmapped)?;
@@ -172,7 +180,7 @@ fn capture_volumes(spec: &JailSpec, idmapped: bool) -> Result<Vec<(PathBuf, Owne
         let attributes = if volume.read_only { READ_ONLY } else { MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV };
         set_tree_attributes(&tree, attributes).step(|| format!("mount_setattr {}", volume.host.display()))?;
         if let (true, Some(storage), Some((run, _))) = (idmapped, spec.storage_id, spec.switch_to) {
-            let _ = crate::idmap::map_tree(&tree, storage, run);
+            let _ = crate::sys::idmap::map_tree(&tree, storage, run);
         }
         trees.push((volume.path.clone(), tree));
     }
@@ -190,7 +198,7 @@ fn attach_volumes(volumes: &[(PathBuf, OwnedFd)]) -> Result<(), SetupError> {
 }
 
 /// Read-only clones of host directories, to bind at the same paths.
-pub fn capture_read_only(dirs: &[PathBuf]) -> Result<Vec<(PathBuf, OwnedFd)>, SetupError> {
+fn capture_read_only(dirs: &[PathBuf]) -> Result<Vec<(PathBuf, OwnedFd)>, SetupError> {
     let mut trees = Vec::new();
     for dir in dirs {
         let tree = clone_tree(dir).step(|| format!("open_tree {}", dir.display()))?;
@@ -198,26 +206,6 @@ pub fn capture_read_only(dirs: &[PathBuf]) -> Result<Vec<(PathBuf, OwnedFd)>, Se
         trees.push((dir.clone(), tree));
     }
     Ok(trees)
-}
-
-/// Who the sandbox's user is, for the generated `/etc` files: the part of a [`JailSpec`] the read-only skeleton
-/// depends on (see [`crate::root_template`]).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Identity {
-    pub uid: u32,
-    pub gid: u32,
-    pub hostname: String,
-}
-
-impl Identity {
-    pub fn of(spec: &JailSpec) -> Self {
-        Self { uid: spec.sandbox_uid, gid: spec.sandbox_gid, hostname: spec.hostname.clone() }
-    }
-
-    /// The sandbox user every run of sandlot has (uid and gid 1000, host name `sandlot`).
-    pub fn standard() -> Self {
-        Self { uid: 1000, gid: 1000, hostname: "sandlot".into() }
-    }
 }
 
 /// Assembles at `root` (an existing directory) the read-only skeleton of a sandbox's filesystem: a small tmpfs
@@ -270,14 +258,13 @@ pub fn assemble_skeleton(
         std::os::unix::fs::symlink(target, under("/dev").join(link)).step(|| format!("symlink /dev/{link}"))?;
     }
     std::fs::create_dir(under("/dev/shm")).step(|| "mkdir /dev/shm".into())?;
-    let dev = mount_api::cpath(&under("/dev")).step(|| "/dev path".into())?;
+    let dev = cpath(&under("/dev")).step(|| "/dev path".into())?;
     set_mount_attributes(&dev, DEV_READ_ONLY).step(|| "make /dev read-only".into())
 }
 
 /// Reproduces the host's device `/dev/<name>` at `target`: as a device node like the host's when this process may
 /// make one (root in the host's user namespace), else as a bind of the host's node (a user namespace may not make
-/// device nodes). Making them starts the program ~70 µs sooner than binding all six (`scripts/phases-jail.sh`,
-/// docs/benchmarks.md). A device the host lacks is left out.
+/// device nodes; making them is the faster of the two, see docs/benchmarks.md). A device the host lacks is left out.
 fn add_device(name: &str, target: &Path) -> Result<(), SetupError> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
     let host = Path::new("/dev").join(name);
@@ -300,8 +287,7 @@ fn add_device(name: &str, target: &Path) -> Result<(), SetupError> {
 
 /// Builds the whole filesystem and pivots into it. On return the process's root is the sandbox's.
 ///
-/// With `spec.root_template` the read-only skeleton is a recursive clone of the one the zygote assembled once
-/// (one `open_tree` instead of some sixty mount calls and two tmpfs per run); otherwise it is assembled here.
+/// With `spec.skeleton` the read-only skeleton is a clone of the zygote's cached one; otherwise it is assembled here.
 pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError> {
     mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
         .step(|| "make / private".into())?;
@@ -309,7 +295,7 @@ pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError
     // 1. The host trees of this run, before the new root covers anything (the workspace may be under /tmp).
     let HostTrees { workspace: data, extra_ro_binds, skeleton, volumes, .. } = match trees {
         Some(trees) => trees,
-        None => HostTrees::capture(spec, None)?,
+        None => HostTrees::capture(spec)?,
     };
 
     // 2. The read-only skeleton at the staging point.
@@ -317,7 +303,7 @@ pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError
     match skeleton {
         Some(skeleton) => {
             attach_tree(&skeleton, staging).step(|| format!("move_mount {STAGING}"))?;
-            // The runner's own prefixes, on the mount points the skeleton has for them (see `RootTemplate::fits`).
+            // The runner's own prefixes, on the mount points the skeleton has for them (see `SkeletonRequest::fits`).
             for (dir, tree) in extra_ro_binds {
                 let target = staged(&dir.to_string_lossy());
                 attach_tree(&tree, &target).step(|| format!("move_mount {}", target.display()))?;
@@ -372,5 +358,24 @@ pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError
     set_mount_attributes(c"/", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
         .step(|| "make / read-only".into())?;
     nix::sys::stat::umask(Mode::from_bits_truncate(0o022));
+    Ok(())
+}
+
+/// In the zygote: moves it to a mount namespace of its own (a slave of the host's) and assembles the skeleton
+/// `request` describes at its directory, read-only; every init the zygote clones shares it.
+pub fn cache_skeleton(request: &SkeletonRequest) -> Result<(), SetupError> {
+    unshare(CloneFlags::CLONE_NEWNS).step(|| "unshare mount namespace".into())?;
+    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_SLAVE, None::<&str>)
+        .step(|| "make / a slave".into())?;
+    let dir = &request.dir;
+    assemble_skeleton(dir, &request.identity, vec![], &request.mount_points)?;
+    // Read-only down to the two tmpfs superblocks, which belong to the host's user namespace: no sandbox can make
+    // them writable again, whatever it does to its own copies of the mounts.
+    let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    let dev_flags = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC; // its device nodes must work
+    for (path, flags) in [(dir.join("dev"), dev_flags), (dir.to_owned(), nosuid_nodev)] {
+        mount(None::<&str>, &path, None::<&str>, MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | flags, None::<&str>)
+            .step(|| format!("remount {} read-only", path.display()))?;
+    }
     Ok(())
 }

@@ -3,7 +3,7 @@
 use nix::errno::Errno;
 use nix::sys::resource::{Resource, setrlimit};
 
-use crate::spec::RlimitSpec;
+use crate::protocol::RlimitSpec;
 
 /// Sets every limit of `spec` (soft = hard, so the program cannot raise them).
 pub fn apply(spec: &RlimitSpec) -> Result<(), Errno> {

@@ -1,4 +1,4 @@
-//! Errors of the jail's supervisor (the init reports its own failures through [`crate::report`]).
+//! Errors of the jail's supervisor (the sandbox side reports its own failures as `InitEvent::SetupFailed`).
 
 /// Result with the jail [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;

@@ -1,9 +1,9 @@
-//! A child process the supervisor did not start through `tokio::process`: an init forked by `sandlot run` before
-//! its runtime started, or cloned by the [`crate::zygote`] as a child of the server. It is watched through a pidfd:
+//! An init, a child of the supervisor's process: forked by `sandlot run` before its runtime started, or cloned by
+//! the zygote as a sibling of itself. It is watched through a pidfd:
 //! readable once the process has exited, then reaped with `waitid(P_PIDFD)`, and signalled with
 //! `pidfd_send_signal`, so a recycled pid can never be hit.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
@@ -12,17 +12,6 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
 /// A child of this process, known by its pidfd.
-/// A pidfd for the process `pid` (`pidfd_open`), close-on-exec.
-pub fn pidfd_open(pid: Pid) -> std::io::Result<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just returned this descriptor; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
 #[derive(Debug)]
 pub struct PidfdChild {
     pid: Pid,
@@ -36,17 +25,12 @@ pub struct PidfdChild {
 impl PidfdChild {
     /// Opens a pidfd for `pid`, which must be a child of this process that has not been reaped.
     pub fn open(pid: Pid) -> std::io::Result<Self> {
-        Ok(Self { pid, pidfd: pidfd_open(pid)?, status: None, abandoned: false })
+        Ok(Self { pid, pidfd: crate::sys::pidfd_open(pid)?, status: None, abandoned: false })
     }
 
     /// The child's pid.
     pub fn pid(&self) -> Pid {
         self.pid
-    }
-
-    /// Whether the child has not been reaped yet (so its pid still names it).
-    pub fn is_unreaped(&self) -> bool {
-        self.status.is_none()
     }
 
     /// Reaps the child if it has exited; `None` while it runs.

@@ -1,18 +1,17 @@
-//! Inits started ahead of time. An init spends its first ~0.2 ms (cloned by the zygote) or ~1.5 ms (exec'd) being
-//! started, and then waits for its
-//! spec on stdin; a server keeps a few waiting, so a run takes a ready one and only that wait is left on its path.
-//! A warm init has no namespace, cgroup or secret yet: everything specific to a run comes with its spec. Each is
-//! used once; the pool is topped up in the background after every take.
+//! A server's inits, cloned by its zygote ahead of time: each waits for its spec, so a run takes a ready one and its
+//! start is off the run's path. A warm init has no namespace, cgroup or secret yet: everything specific to a run
+//! comes with its spec. Each is used once; the pool is topped up in the background after every take.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use crate::Result;
-use crate::launcher::{InitPipes, InitProcess, InitStarter};
+use super::error::Result;
+use super::launch::{Init, Launcher};
+use super::zygote::Zygote;
 
 /// A pool of started, waiting inits.
 pub struct WarmPool {
-    starter: InitStarter,
+    zygote: Zygote,
     size: usize,
     state: Mutex<State>,
 }
@@ -20,16 +19,16 @@ pub struct WarmPool {
 /// The inits waiting, and how many are being started for the pool.
 #[derive(Default)]
 struct State {
-    ready: VecDeque<(InitProcess, InitPipes)>,
+    ready: VecDeque<Init>,
     /// Invariant: `ready.len() + starting <= size`. Every take starts a refill task; on a loaded machine they
     /// overlap, and a task that counted only the ready inits filled the pool past its size.
     starting: usize,
 }
 
 impl WarmPool {
-    /// A pool of `size` inits started by `starter` (0: no pool, every run starts its own).
-    pub fn new(starter: InitStarter, size: usize) -> Arc<Self> {
-        Arc::new(Self { starter, size, state: Mutex::default() })
+    /// A pool of `size` inits cloned by `zygote` (0: no pool, every run has its own cloned).
+    pub fn new(zygote: Zygote, size: usize) -> Arc<Self> {
+        Arc::new(Self { zygote, size, state: Mutex::default() })
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -37,24 +36,23 @@ impl WarmPool {
     }
 
     /// A ready init if one is alive, else one started now; tops the pool up in the background.
-    pub fn take(self: &Arc<Self>) -> Result<(InitProcess, InitPipes)> {
+    pub fn take(self: &Arc<Self>) -> Result<Init> {
         let taken = loop {
-            let Some((mut init, pipes)) = self.state().ready.pop_front() else { break None };
-            if init.is_alive() {
-                break Some((init, pipes));
+            let Some(mut init) = self.state().ready.pop_front() else { break None };
+            if init.process.is_alive() {
+                break Some(init);
             }
             tracing::warn!("a warm jail init died while waiting; discarding it");
         };
         self.refill();
         match taken {
             Some(ready) => Ok(ready),
-            None => self.starter.start(),
+            None => Launcher::clone_from(&self.zygote),
         }
     }
 
-    /// Starts inits until the pool is full, in a task of the current runtime (whose worker threads outlive the
-    /// inits: an init's parent-death signal fires when the thread that started it exits). Each start reserves its
-    /// place first, so refills running at once never start more than the pool lacks.
+    /// Starts inits until the pool is full, in a task of the current runtime. Each start reserves its place first,
+    /// so refills running at once never start more than the pool lacks.
     pub fn refill(self: &Arc<Self>) {
         if self.size == 0 || self.lacking() == 0 {
             return;
@@ -69,7 +67,7 @@ impl WarmPool {
                     }
                     state.starting += 1;
                 }
-                let started = pool.starter.start();
+                let started = Launcher::clone_from(&pool.zygote);
                 let mut state = pool.state();
                 state.starting -= 1;
                 match started {
@@ -83,9 +81,9 @@ impl WarmPool {
         });
     }
 
-    /// What starts the inits.
-    pub fn starter(&self) -> &InitStarter {
-        &self.starter
+    /// The zygote that clones the inits.
+    pub fn zygote(&self) -> &Zygote {
+        &self.zygote
     }
 
     /// How many inits the pool lacks, counting those being started.

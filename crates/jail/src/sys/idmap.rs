@@ -1,5 +1,5 @@
 //! Idmapped mounts for `/data`: a run's conversation directory is owned on disk by the storage uid (see
-//! [`crate::host_uids`]) and shown to the run as owned by the run's own host uid, so that files it creates land on
+//! `supervisor::uids`) and shown to the run as owned by the run's own host uid, so that files it creates land on
 //! disk as the storage uid again.
 //!
 //! `mount_setattr(MOUNT_ATTR_IDMAP)` takes a user namespace whose maps say how: `<storage> <run> 1` for uids and
@@ -13,7 +13,7 @@ use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::Path;
 
-use crate::mount_api;
+use super::mount;
 
 /// Stack of the child that owns the new user namespace (it calls `pause` in a loop and nothing else).
 const CHILD_STACK_BYTES: usize = 16 * 1024;
@@ -31,7 +31,7 @@ pub fn user_namespace(inside: u32, outside: u32) -> io::Result<OwnedFd> {
             unsafe { libc::pause() };
         }
     }
-    let (_, top) = crate::pid1::map_stack(CHILD_STACK_BYTES)?;
+    let top = super::map_stack(CHILD_STACK_BYTES)?;
     let flags = libc::CLONE_VM | libc::CLONE_NEWUSER | libc::SIGCHLD;
     // SAFETY: the child runs `sleep_forever` on its own stack, which is never unmapped; it touches no other memory.
     let pid = unsafe { libc::clone(sleep_forever, top, flags, std::ptr::null_mut()) };
@@ -48,7 +48,7 @@ fn map_and_open(pid: libc::pid_t, inside: u32, outside: u32) -> io::Result<Owned
     let map = format!("{inside} {outside} 1\n");
     std::fs::write(format!("/proc/{pid}/uid_map"), &map)?;
     std::fs::write(format!("/proc/{pid}/gid_map"), &map)?;
-    let path = mount_api::cpath(Path::new(&format!("/proc/{pid}/ns/user"))).map_err(io::Error::from)?;
+    let path = mount::cpath(Path::new(&format!("/proc/{pid}/ns/user"))).map_err(io::Error::from)?;
     // SAFETY: open of a NUL-terminated path; the descriptor returned is ours.
     let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
     if fd < 0 {
@@ -62,12 +62,12 @@ fn map_and_open(pid: libc::pid_t, inside: u32, outside: u32) -> io::Result<Owned
 /// Leaves a child to reap (see [`user_namespace`]).
 pub fn map_tree(tree: &OwnedFd, storage: u32, run: u32) -> io::Result<()> {
     let userns = user_namespace(storage, run)?;
-    mount_api::set_tree_idmap(tree, &userns).map_err(io::Error::from)
+    mount::set_tree_idmap(tree, &userns).map_err(io::Error::from)
 }
 
 /// Whether the filesystem holding `dir` takes idmapped mounts (as root): `Err` says why not. The mount made to
 /// find out is detached and dropped.
 pub fn probe(dir: &Path, storage: u32, run: u32) -> io::Result<()> {
-    let tree = mount_api::clone_tree(dir).map_err(io::Error::from)?;
+    let tree = mount::clone_tree(dir).map_err(io::Error::from)?;
     map_tree(&tree, storage, run)
 }

@@ -132,6 +132,7 @@ impl CgroupSupport {
     /// The tmpfs pages (`shmem` in `memory.stat`) charged to each free slot's memory group, by slot directory: what
     /// a run that took the slot now would find charged to it already and could not reclaim. A slot is free when
     /// its lock can be taken; it is held only while its group is read. The tests check this is ~0 after runs.
+    #[cfg(feature = "testing")]
     pub fn shmem_of_free_slots(&self) -> Vec<(PathBuf, u64)> {
         let mut free = Vec::new();
         for slot in 0..MAX_SLOTS {

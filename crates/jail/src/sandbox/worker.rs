@@ -1,7 +1,6 @@
-//! The worker: the last steps before the interpreter runs, in the order that keeps each one possible.
-//! New session (no terminal to inject into; unless the init made one ahead), the run's cgroups joined (and a
-//! cgroup namespace rooted there), rlimits, `/data` as working directory, every capability dropped, `no_new_privs`, Landlock, stray descriptors
-//! closed, seccomp last, then `execve`.
+//! The worker: the last steps before the interpreter runs, in the order that keeps each one possible. A new session
+//! (no terminal to inject into), the run's cgroups joined (and a cgroup namespace rooted there), rlimits, the working
+//! directory, every capability dropped, `no_new_privs`, Landlock, stray descriptors closed, seccomp last, `execve`.
 
 use std::convert::Infallible;
 use std::ffi::CString;
@@ -12,21 +11,20 @@ use std::path::Path;
 use nix::sched::{CloneFlags, unshare};
 use nix::unistd::{chdir, execve, setsid};
 
-use crate::report::{SetupError, Step};
-use crate::spec::{HomeMount, JailSpec};
-use crate::{capabilities, landlock_rules, mount_api, rlimits, seccomp};
+use super::events::{SetupError, Step};
+use super::{capabilities, landlock, rlimits, seccomp};
+use crate::protocol::{HomeMount, JailSpec};
+use crate::sys::mount::cpath;
 
-/// What the worker needs: the spec, and the run's `cgroup.procs` files (opened by the init as root).
-pub struct Task<'a> {
+/// What the worker starts: the spec's program, in the run's cgroups (`cgroup.procs` files opened by the init as root).
+pub struct ProgramToStart<'a> {
     pub spec: &'a JailSpec,
     pub cgroups: &'a [File],
-    /// Make a new session; `false` when the init already leads one that has no controlling terminal.
-    pub new_session: bool,
 }
 
 /// Runs the worker; never returns (it becomes the program, or reports why not).
-pub fn run(task: &Task) -> ! {
-    match prepare_and_exec(task) {
+pub fn run(program: &ProgramToStart) -> ! {
+    match prepare_and_exec(program) {
         Ok(never) => match never {},
         Err(error) => error.report_and_exit(),
     }
@@ -48,12 +46,10 @@ fn join_cgroups(cgroups: &[File]) -> Result<(), SetupError> {
     Ok(())
 }
 
-fn prepare_and_exec(task: &Task) -> Result<Infallible, SetupError> {
-    let spec = task.spec;
-    if task.new_session {
-        setsid().step(|| "setsid".into())?;
-    }
-    join_cgroups(task.cgroups)?;
+fn prepare_and_exec(program: &ProgramToStart) -> Result<Infallible, SetupError> {
+    let spec = program.spec;
+    setsid().step(|| "setsid".into())?;
+    join_cgroups(program.cgroups)?;
     rlimits::apply(&spec.rlimits).step(|| "setrlimit".into())?;
     let workdir = match &spec.home {
         Some(HomeMount { path, scratch_mb: None }) => path.as_path(),
@@ -66,10 +62,10 @@ fn prepare_and_exec(task: &Task) -> Result<Infallible, SetupError> {
         return Err(SetupError::new("prctl(PR_SET_NO_NEW_PRIVS)", std::io::Error::last_os_error()));
     }
     if spec.landlock {
-        landlock_rules::apply(spec.home.as_ref().map(|home| home.path.as_path())).step(|| "landlock".into())?;
+        landlock::apply(spec.home.as_ref().map(|home| home.path.as_path())).step(|| "landlock".into())?;
     }
 
-    let program = mount_api::cpath(&spec.program).step(|| "program path".into())?;
+    let path = cpath(&spec.program).step(|| "program path".into())?;
     let mut argv = vec![cstring(&spec.program.to_string_lossy(), "program")?];
     for arg in &spec.args {
         argv.push(cstring(arg, "argument")?);
@@ -84,6 +80,6 @@ fn prepare_and_exec(task: &Task) -> Result<Infallible, SetupError> {
         return Err(SetupError::new("close_range", std::io::Error::last_os_error()));
     }
     seccomp::install().step(|| "seccomp".into())?;
-    let Err(error) = execve(&program, &argv, &env);
+    let Err(error) = execve(&path, &argv, &env);
     Err(SetupError::new(format!("exec {}", spec.program.display()), error))
 }

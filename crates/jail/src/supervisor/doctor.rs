@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use sandlot_core::{Backend, Job, Language, Limits};
 
-use crate::JailBackend;
+use super::JailBackend;
 
 /// How a layer fares on this host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,7 +88,7 @@ pub async fn diagnose(backend: &JailBackend) -> Vec<Check> {
         (None, _) => check("user namespaces", CheckStatus::Failed, "kernel without user namespaces"),
     });
     checks.push(match backend.cgroups() {
-        crate::CgroupSupport::Unavailable { .. } => check(
+        super::CgroupSupport::Unavailable { .. } => check(
             "cgroups",
             CheckStatus::Missing,
             format!(
@@ -98,20 +98,23 @@ pub async fn diagnose(backend: &JailBackend) -> Vec<Check> {
         ),
         supported => check("cgroups", CheckStatus::Ok, supported.describe()),
     });
-    if let Some(enabled) = crate::cgroup::favordynmods_enabled() {
+    if let Some(enabled) = super::cgroup::favordynmods_enabled() {
         checks.push(if enabled {
             check("cgroup tuning", CheckStatus::Ok, "favordynmods on: moving a run into its cgroup costs ~0.1 ms")
         } else {
-            check("cgroup tuning", CheckStatus::Missing, "favordynmods off: each run waits ~6 ms to enter its cgroup")
+            check(
+                "cgroup tuning",
+                CheckStatus::Missing,
+                "favordynmods off: each run waits ~6 ms to enter its cgroup; SANDLOT_TUNE_CGROUPS=true turns it on \
+                 (it remounts the host's cgroup2 mount)",
+            )
         });
     }
     let seccomp = read_trimmed("/proc/sys/kernel/seccomp/actions_avail");
     checks.push(match seccomp {
-        Some(actions) if actions.contains("kill_process") && actions.contains("errno") => check(
-            "seccomp",
-            CheckStatus::Ok,
-            format!("filter mode ({} syscalls denied, x32 killed)", crate::seccomp::DENIED.len()),
-        ),
+        Some(actions) if actions.contains("kill_process") && actions.contains("errno") => {
+            check("seccomp", CheckStatus::Ok, "filter mode (dangerous syscalls denied, x32 killed)")
+        }
         _ => check("seccomp", CheckStatus::Failed, "seccomp filters are not available"),
     });
     checks.push(match landlock_abi() {
@@ -140,7 +143,7 @@ pub async fn diagnose(backend: &JailBackend) -> Vec<Check> {
         checks.push(probe_run(backend, runner.language).await);
     }
     let jail_ok = checks.iter().any(|c| c.layer == "jail" && c.status == CheckStatus::Ok);
-    checks.extend(crate::container::container_check(jail_ok));
+    checks.extend(super::container::container_check(jail_ok));
     checks
 }
 
@@ -154,7 +157,7 @@ fn uid_check(backend: &JailBackend) -> Check {
     // The nearest existing directory of the conversation root: the filesystem that will hold conversations.
     let root = backend.data_root().map(std::path::Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
     let existing = root.ancestors().find(|dir| dir.is_dir()).unwrap_or(std::path::Path::new("/")).to_path_buf();
-    match crate::idmap::probe(&existing, storage, *runs.start()) {
+    match crate::sys::idmap::probe(&existing, storage, *runs.start()) {
         Ok(()) => check(
             "sandbox uids",
             CheckStatus::Ok,

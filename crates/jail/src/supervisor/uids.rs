@@ -2,7 +2,7 @@
 //! default) whose first uid, the **storage uid**, owns every conversation directory on disk, and whose others are
 //! leased one per concurrent run ([`UidLeases`]). Two runs at the same time never share a host uid, so per-user
 //! kernel limits (inotify instances, user namespaces, ...) are per run, and a run's processes can reach nothing of
-//! another's, even outside their namespaces. A run's `/data` is an idmapped mount (see [`crate::idmap`]): the run's
+//! another's, even outside their namespaces. A run's `/data` is an idmapped mount (see [`crate::sys::idmap`]): the run's
 //! uid inside, the storage uid on disk, so the files of a conversation stay usable by its next run, whatever uid
 //! that one gets.
 //!

@@ -1,0 +1,35 @@
+//! Timestamps at the steps of a run, compiled in only with the `phases` feature (`scripts/phases-jail.sh` builds
+//! with it): with `SANDLOT_MARKS` set, [`open`] opens `/tmp/sandlot-marks.log` and each [`mark`] appends
+//! `<label> <ns since the epoch>` to it, from whichever process of the run reaches it (the command, the init, pid 1,
+//! the worker). Without the feature both are empty and compiled away.
+
+#[cfg(feature = "phases")]
+static FILE: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
+
+/// Opens the log when `SANDLOT_MARKS` is set (call once, early in `main`; forked processes inherit it).
+#[inline(always)]
+pub fn open() {
+    #[cfg(feature = "phases")]
+    if std::env::var_os("SANDLOT_MARKS").is_some()
+        && let Ok(file) = std::fs::OpenOptions::new().append(true).create(true).open("/tmp/sandlot-marks.log")
+    {
+        let _ = FILE.set(file);
+    }
+}
+
+/// Appends `label` and the time now, in one write, without allocating (the sandbox side calls it too).
+#[inline(always)]
+pub fn mark(label: &str) {
+    #[cfg(feature = "phases")]
+    if let Some(mut file) = FILE.get() {
+        use std::io::Write;
+        let ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let mut line = [0u8; 96];
+        let mut cursor = std::io::Cursor::new(&mut line[..]);
+        let _ = writeln!(cursor, "{label} {ns}");
+        let length = cursor.position() as usize;
+        let _ = file.write_all(&line[..length]);
+    }
+    #[cfg(not(feature = "phases"))]
+    let _ = label;
+}

@@ -1,0 +1,178 @@
+//! The init: one per run, single-threaded (which `unshare(CLONE_NEWUSER)` requires), started with the four
+//! descriptors of [`crate::protocol`] by whoever forked it (the zygote, or `sandlot run` at the start of `main`).
+//! Its steps:
+//! 1. die with its parent, read the [`JailSpec`] from fd 0;
+//! 2. as root: open the run's `cgroup.procs` files (the worker joins them just before the exec, so only the
+//!    program's processes are ever in the run's cgroups), take references to the supervisor's locks on the cgroup
+//!    slot and the run's uid ([`share_lock`]), capture the host trees (`/data` idmapped from the storage uid to the
+//!    run's), enter the network namespace (the conversation's kept one, or a new one with loopback up), then become
+//!    the run's unprivileged host uid (the storage uid if the idmap failed);
+//! 3. create a user namespace mapping that uid to the sandbox uid, then the mount, pid, IPC, UTS and cgroup
+//!    namespaces owned by it (and the network namespace too when not root);
+//! 4. fork the sandbox's pid 1 ([`super::pid1`]), send [`InitEvent::Pid1Started`], close its copies of the
+//!    program's standard streams (so they end when the program does), wait for pid 1 and exit.
+
+use std::convert::Infallible;
+use std::fs::File;
+use std::mem::ManuallyDrop;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+
+use nix::sched::{CloneFlags, setns, unshare};
+use nix::sys::wait::{WaitStatus, waitpid};
+use nix::unistd::{ForkResult, Gid, Pid, Uid, fork, getegid, geteuid, setgroups, setresgid, setresuid};
+
+use super::events::{self, SetupError, Step};
+use super::loopback;
+use super::mounts::HostTrees;
+use super::pid1::{self, SandboxToRun};
+use crate::protocol::{HeldLock, InitEvent, JailSpec, MAX_SPEC_BYTES, read_frame};
+use crate::sys::{die_with_parent, pidfd_open};
+
+/// Entry point of the init; never returns.
+pub fn main() -> ! {
+    match build_and_wait() {
+        Ok(never) => match never {},
+        Err(error) => error.report_and_exit(),
+    }
+}
+
+fn read_spec() -> Result<JailSpec, SetupError> {
+    // SAFETY: fd 0 is the pipe the supervisor gave us; ManuallyDrop keeps it open for the program.
+    let mut stdin = ManuallyDrop::new(unsafe { File::from_raw_fd(0) });
+    let bytes = read_frame(&mut *stdin, MAX_SPEC_BYTES).step(|| "read spec".into())?;
+    serde_json::from_slice(&bytes).step(|| "parse spec".into())
+}
+
+/// Opens the run's `cgroup.procs` files for writing, as root: a descriptor opened by root lets the worker, an
+/// unprivileged process in the sandbox's namespaces by then, move itself in (the kernel checks the credentials of
+/// whoever opened the file). Close-on-exec, so the program never holds one.
+fn open_cgroups(spec: &JailSpec) -> Result<Vec<File>, SetupError> {
+    spec.cgroup_procs
+        .iter()
+        .map(|procs| std::fs::OpenOptions::new().write(true).open(procs).step(|| format!("open {}", procs.display())))
+        .collect()
+}
+
+/// Closes this process's copies of the program's standard streams: the supervisor sees the end of the program's
+/// output when the program's own copies close, not when the init exits.
+pub fn close_stdio() {
+    for fd in 0..=2 {
+        // SAFETY: closes descriptor numbers this process owns and no longer uses (nothing here reads or prints).
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// Takes a reference of its own to a lock the supervisor holds (`pidfd_getfd`, as root; close-on-exec; pid 1
+/// inherits it). Held by both until they exit, the cgroup slot's keeps the slot taken until the run's tmpfs mounts,
+/// whose pages are charged to the slot's memory cgroup, are gone (so pid 1 may report the program's end before it
+/// unmounts them), and the uid's keeps the uid from another run while a process of this one may be left. `None` if
+/// the kernel refuses (pid 1 then unmounts first).
+fn share_lock(lock: &HeldLock) -> Option<OwnedFd> {
+    let pidfd = pidfd_open(Pid::from_raw(lock.holder_pid as libc::pid_t)).ok()?;
+    // SAFETY: pidfd_getfd takes a pidfd, a descriptor number in that process and flags; returns a new descriptor.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), lock.fd, 0) };
+    // SAFETY: as above, a new descriptor owned by nobody else.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+fn write_id_maps(spec: &JailSpec, host_uid: u32, host_gid: u32) -> Result<(), SetupError> {
+    std::fs::write("/proc/self/setgroups", "deny").step(|| "write setgroups".into())?;
+    std::fs::write("/proc/self/uid_map", format!("{} {host_uid} 1\n", spec.sandbox_uid))
+        .step(|| "write uid_map".into())?;
+    std::fs::write("/proc/self/gid_map", format!("{} {host_gid} 1\n", spec.sandbox_gid)).step(|| "write gid_map".into())
+}
+
+/// As root: joins the conversation's kept network namespace, or makes a new one, owned by the host's user namespace
+/// (so nothing in the sandbox can reconfigure it), with its loopback up.
+fn enter_network_namespace(kept: Option<&Path>) -> Result<(), SetupError> {
+    match kept {
+        Some(path) => {
+            let netns = File::open(path).step(|| format!("open {}", path.display()))?;
+            setns(netns, CloneFlags::CLONE_NEWNET).step(|| "join the network namespace".into())
+        }
+        None => {
+            unshare(CloneFlags::CLONE_NEWNET).step(|| "unshare network namespace".into())?;
+            loopback::bring_up().step(|| "bring up loopback".into())
+        }
+    }
+}
+
+/// Becomes `uid`/`gid` for good, keeping the parent-death signal and the dumpable flag a credential change clears
+/// (without the latter, `/proc/self/{uid,gid}_map` would stay root's and unwritable).
+fn become_user(uid: u32, gid: u32) -> Result<(), SetupError> {
+    setgroups(&[]).step(|| "setgroups".into())?;
+    setresgid(Gid::from_raw(gid), Gid::from_raw(gid), Gid::from_raw(gid)).step(|| format!("setresgid {gid}"))?;
+    setresuid(Uid::from_raw(uid), Uid::from_raw(uid), Uid::from_raw(uid)).step(|| format!("setresuid {uid}"))?;
+    die_with_parent().step(|| "prctl(PR_SET_PDEATHSIG)".into())?;
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) } < 0 {
+        return Err(SetupError::new("prctl(PR_SET_DUMPABLE)", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+fn build_and_wait() -> Result<Infallible, SetupError> {
+    die_with_parent().step(|| "prctl(PR_SET_PDEATHSIG)".into())?;
+    let spec = read_spec()?;
+    let cgroups = open_cgroups(&spec)?;
+    let slot_lock = spec.slot_lock.as_ref().and_then(share_lock);
+    let report_first = spec.slot_lock.is_none() || slot_lock.is_some();
+    let _uid_lock = spec.uid_lock.as_ref().and_then(share_lock);
+    // As root, capture the trees while every path is still reachable (the run's uid may not traverse to them).
+    let trees = match spec.switch_to {
+        Some(_) => Some(HostTrees::capture(&spec)?),
+        None => None,
+    };
+    if spec.switch_to.is_some() {
+        enter_network_namespace(spec.join_netns.as_deref())?;
+    }
+    // Without an idmapped `/data`, the program runs as the uid that owns it on disk (shared by every such run).
+    let switch_to = match (&trees, spec.storage_id) {
+        (Some(trees), Some(storage)) if !trees.idmapped => spec.switch_to.map(|_| (storage, storage)),
+        _ => spec.switch_to,
+    };
+    if let Some((uid, gid)) = switch_to {
+        become_user(uid, gid)?;
+    }
+    let (host_uid, host_gid) = (geteuid().as_raw(), getegid().as_raw());
+    unshare(CloneFlags::CLONE_NEWUSER).step(|| "unshare user namespace".into())?;
+    write_id_maps(&spec, host_uid, host_gid)?;
+    let mut namespaces = CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWUTS
+        | CloneFlags::CLONE_NEWCGROUP;
+    if spec.switch_to.is_none() {
+        namespaces |= CloneFlags::CLONE_NEWNET; // pid 1 brings its loopback up
+    }
+    unshare(namespaces).step(|| "unshare namespaces".into())?;
+    // Pid 1 holds the read end: once the init is gone the pipe reports a hang-up, which closes the window before
+    // pid 1 has set its own parent-death signal.
+    let (alive_read, alive_write) = std::io::pipe().step(|| "create liveness pipe".into())?;
+    // SAFETY: this process is single-threaded, so the child may run arbitrary code after the fork.
+    let pid1 = match unsafe { fork() }.step(|| "fork pid 1".into())? {
+        ForkResult::Child => {
+            drop(alive_write);
+            pid1::run(SandboxToRun { spec, trees, cgroups, parent_alive: alive_read, report_first })
+        }
+        ForkResult::Parent { child } => child,
+    };
+    drop((cgroups, alive_read));
+    events::send(&InitEvent::Pid1Started { pid: pid1.as_raw() });
+    close_stdio();
+    let code = loop {
+        match waitpid(pid1, None) {
+            Ok(WaitStatus::Exited(_, code)) => break code,
+            Ok(WaitStatus::Signaled(_, signal, _)) => break 128 + signal as i32,
+            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => break 125,
+        }
+    };
+    // The child that made the idmap's user namespace (see `sys::idmap`), long dead by now: reaped here, off the
+    // run's path.
+    while !matches!(waitpid(None::<Pid>, None), Err(nix::errno::Errno::ECHILD)) {}
+    // SAFETY: ends the init without running the exit handlers of the image it was forked from; the kernel releases
+    // all it holds (the shared locks included).
+    unsafe { libc::_exit(code) }
+}

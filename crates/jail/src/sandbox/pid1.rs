@@ -1,0 +1,156 @@
+//! The sandbox's pid 1: builds the filesystem, names the host, brings up loopback (unless the init did), writes
+//! the code, starts the worker and reaps every process until the worker ends. Then it ends the run before it
+//! reports the program's end: it kills every process left in the pid namespace (background and double-forked ones
+//! too) and reaps them all. So when the report arrives, nothing of the program runs any more and its cgroups are
+//! empty: the supervisor can finish the run without waiting for the namespaces to be torn down. The run's tmpfs
+//! mounts, whose pages count against the run's memory cgroup, are unmounted after the report when the init shares
+//! the cgroup slot's lock (the slot stays taken until they are gone), else before it.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+
+use nix::errno::Errno;
+use nix::mount::{MntFlags, umount2};
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{WaitStatus, waitpid};
+use nix::unistd::{Pid, sethostname};
+use sandlot_core::Termination;
+
+use super::events::{self, SetupError, Step};
+use super::mounts::{self, HostTrees};
+use super::worker::{self, ProgramToStart};
+use super::{init, loopback};
+use crate::protocol::{InitEvent, JailSpec};
+use crate::sys::{die_with_parent, map_stack};
+
+/// What pid 1 is given by the init, all of it its own.
+pub struct SandboxToRun {
+    pub spec: JailSpec,
+    pub trees: Option<HostTrees>,
+    /// The run's `cgroup.procs` files, which the worker joins; pid 1 closes them once the worker has.
+    pub cgroups: Vec<File>,
+    /// Pid 1's end of the liveness pipe (see [`parent_gone`]).
+    pub parent_alive: std::io::PipeReader,
+    /// Report the program's end before unmounting the run's tmpfs mounts (see [`unmount_tmpfs`]).
+    pub report_first: bool,
+}
+
+/// Runs pid 1; never returns.
+pub fn run(sandbox: SandboxToRun) -> ! {
+    let SandboxToRun { spec, trees, cgroups, parent_alive, report_first } = sandbox;
+    let spec = &spec;
+    match prepare(spec, trees, &parent_alive) {
+        Ok(()) => {}
+        Err(error) => error.report_and_exit(),
+    }
+    let worker = match spawn_worker(&ProgramToStart { spec, cgroups: &cgroups }) {
+        Ok(worker) => worker,
+        Err(e) => SetupError::new("start the worker", e).report_and_exit(),
+    };
+    drop(cgroups);
+    init::close_stdio();
+    let status = loop {
+        match waitpid(None, None) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == worker => break Termination::Exited { code },
+            Ok(WaitStatus::Signaled(pid, signal, _)) if pid == worker => {
+                break Termination::Signaled { signal: signal as i32 };
+            }
+            Ok(_) | Err(Errno::EINTR) => continue,
+            Err(e) => SetupError::new("wait for worker", e).report_and_exit(),
+        }
+    };
+    end_every_process();
+    let ended = InitEvent::ProgramEnded(status);
+    if report_first {
+        events::send(&ended);
+        // The supervisor may now exit (`sandlot run` does at once), and the init die with it: pid 1, which holds
+        // the slot's lock too (inherited from the init), must not die with them before its unmounts are done.
+        // SAFETY: prctl with integer arguments only.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, 0, 0, 0, 0) };
+        unmount_tmpfs();
+    } else {
+        unmount_tmpfs();
+        events::send(&ended);
+    }
+    // SAFETY: ends pid 1 (and with it the namespace) without running destructors of the forked image.
+    unsafe { libc::_exit(0) }
+}
+
+/// Unmounts the run's tmpfs mounts. Their pages are charged to the run's memory cgroup until the superblock goes,
+/// which must happen before another run takes the same cgroup slot: before the report, unless the init shares the
+/// slot's lock (then pid 1 holds it too, inherited, and the slot stays taken until both have exited). An unmount
+/// waits for an RCU grace period (docs/benchmarks.md), which is why they do not come first when they need not.
+fn unmount_tmpfs() {
+    for tmpfs in ["/tmp", "/dev/shm"] {
+        let _ = umount2(tmpfs, MntFlags::MNT_DETACH);
+    }
+}
+
+/// Kills every other process in the pid namespace and reaps them all (as pid 1, every orphan is its child). A
+/// process forking at the moment of the kill is killed with its child: the loop kills again until none is left.
+fn end_every_process() {
+    loop {
+        let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+        match waitpid(None, None) {
+            Err(Errno::ECHILD) => return,
+            Ok(_) | Err(_) => continue,
+        }
+    }
+}
+
+/// Stack of the worker until it execs the program.
+const WORKER_STACK_BYTES: usize = 512 * 1024;
+
+/// Starts the worker the way `posix_spawn` starts a program: a clone that shares this process's memory
+/// (`CLONE_VM`) on a stack of its own, while this process waits (`CLONE_VFORK`) until it has exec'd the program or
+/// exited. Nothing is copied: no page tables, no copy-on-write faults, no second address space to tear down,
+/// which a `fork` would cost on every run. The worker changes only what is its own (credentials, seccomp,
+/// session, limits, working directory, its copy of the descriptor table); what it allocates on the way stays in
+/// this process's heap, unused.
+fn spawn_worker(program: &ProgramToStart) -> std::io::Result<Pid> {
+    extern "C" fn worker_entry(program: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `program` is the &ProgramToStart passed to clone below; the parent is suspended until this child
+        // execs or exits, so the reference stays valid for as long as it is used.
+        worker::run(unsafe { &*(program as *const ProgramToStart) })
+    }
+    // Left mapped (unused once the worker has exec'd) until pid 1 exits.
+    let top = map_stack(WORKER_STACK_BYTES)?;
+    let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
+    // SAFETY: the child runs on its own stack, shares memory only while this (single-threaded) process is
+    // suspended, and never returns from `worker_entry` (it execs or exits).
+    let pid = unsafe { libc::clone(worker_entry, top, flags, program as *const ProgramToStart as *mut libc::c_void) };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(Pid::from_raw(pid))
+}
+
+/// Whether the init that forked us is gone (its end of the liveness pipe closed).
+fn parent_gone(parent_alive: &std::io::PipeReader) -> bool {
+    let mut poll = libc::pollfd { fd: parent_alive.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, zero timeout.
+    let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+    ready > 0 && poll.revents & (libc::POLLHUP | libc::POLLIN) != 0
+}
+
+fn prepare(spec: &JailSpec, trees: Option<HostTrees>, parent_alive: &std::io::PipeReader) -> Result<(), SetupError> {
+    die_with_parent().step(|| "prctl(PR_SET_PDEATHSIG)".into())?;
+    if parent_gone(parent_alive) {
+        return Err(SetupError::new("start", "the init died before the sandbox started"));
+    }
+    mounts::build(spec, trees)?;
+    sethostname(&spec.hostname).step(|| "sethostname".into())?;
+    if spec.switch_to.is_none() {
+        // Started as root, the init made the network namespace and brought loopback up before giving up root.
+        loopback::bring_up().step(|| "bring up loopback".into())?;
+    }
+    let mut code = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(&spec.code_path)
+        .step(|| format!("create {}", spec.code_path.display()))?;
+    code.write_all(spec.code.as_bytes()).step(|| format!("write {}", spec.code_path.display()))
+}

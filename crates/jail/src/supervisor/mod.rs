@@ -1,0 +1,291 @@
+//! The host side: the native [`Backend`]. It lives in the server (or `sandlot run`), gets an init per run from its
+//! [`launch::Launcher`], and owns everything that must hold even if the sandbox misbehaves: limits (cgroups, a uid
+//! per run), the deadline, the disk quota, output caps and the final kill (see [`run::Run`]).
+
+mod cgroup;
+mod child;
+mod container;
+mod doctor;
+mod ending;
+mod error;
+mod launch;
+mod netns_pool;
+mod run;
+mod runners;
+mod spec;
+mod uids;
+mod warm_pool;
+mod zygote;
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use sandlot_core::{Backend, Job, Language, OutputSink, ReadinessCheck, RunOutcome, RunnerInfo, Termination};
+
+pub use cgroup::CgroupSupport;
+pub use doctor::{Check, CheckStatus, diagnose};
+pub use error::{Error, Result};
+pub use launch::{ForkedInit, ProcessModel, init_pipes};
+pub use runners::{HostRunner, RefusedRunner, RunnerOverrides, discover_runners, protected_dirs, screen_runners};
+pub use uids::{DEFAULT_UIDS, UidRange};
+
+use crate::protocol::{HeldLock, Identity, InitEvent, SkeletonRequest};
+use ending::{Evidence, Waited};
+use launch::Launcher;
+use netns_pool::NetnsPool;
+use run::Run;
+use spec::Resources;
+use uids::UidLeases;
+
+/// Name of the directory, under the conversation root, where a server's zygote mounts the cached skeleton.
+pub const SKELETON_DIR_NAME: &str = ".jail-root";
+
+/// How the native backend is set up.
+#[derive(Debug, Clone)]
+pub struct JailConfig {
+    /// The sandlot binary, run as the zygote (servers).
+    pub program: PathBuf,
+    /// How runs' processes are started: a server's zygote, or a one-shot command's forked init.
+    pub model: ProcessModel,
+    /// Host uids (and gids) sandboxes run as when the server is root (never root itself): the first owns the
+    /// conversation directories, each concurrent run leases one of the others (see `uids`).
+    pub sandbox_uids: UidRange,
+    /// Where the leases of those uids are held (shared by every sandlot of the host).
+    pub uid_lock_dir: PathBuf,
+    /// Languages to look for runners for.
+    pub languages: Vec<Language>,
+    pub overrides: RunnerOverrides,
+    /// Ask each interpreter its version at start (costs an exec each).
+    pub probe_versions: bool,
+    /// Turn on `favordynmods` on the host's cgroup2 mount when the backend is made: the operator's choice, as it
+    /// changes the host (see `cgroup::favor_dynamic_modifications`; `doctor` reports it).
+    pub tune_cgroups: bool,
+    /// Keep a conversation's network namespace from one run to its next (see `netns_pool`; servers as root only).
+    pub keep_netns: bool,
+    /// The conversation root (`SANDBOX_ROOT`): no runner's install prefix that holds it is bound (see
+    /// `runners::screen_runners`).
+    pub data_root: Option<PathBuf>,
+    /// An empty directory where a server's zygote (as root) caches the read-only skeleton, in its own mount
+    /// namespace; a server uses `<root>/.jail-root`. `None`: each run assembles it.
+    pub skeleton_dir: Option<PathBuf>,
+}
+
+impl JailConfig {
+    /// A server's configuration (no warm inits), every language, uids 900000-900999 on the host when root.
+    pub fn new(program: PathBuf) -> Self {
+        Self {
+            program,
+            model: ProcessModel::Server { warm_inits: 0 },
+            sandbox_uids: uids::DEFAULT_UIDS,
+            uid_lock_dir: PathBuf::from(uids::LOCK_DIR),
+            languages: Language::ALL.to_vec(),
+            overrides: RunnerOverrides::from_env(),
+            probe_versions: true,
+            tune_cgroups: false,
+            keep_netns: false,
+            data_root: None,
+            skeleton_dir: None,
+        }
+    }
+}
+
+/// The native Linux backend.
+pub struct JailBackend {
+    config: JailConfig,
+    launcher: Launcher,
+    /// Network namespaces kept between runs of a conversation (servers running as root).
+    netns: Option<NetnsPool>,
+    runners: Vec<HostRunner>,
+    /// Runners left out because a bind of theirs would expose too much (reported by `doctor`).
+    refused: Vec<RefusedRunner>,
+    cgroups: CgroupSupport,
+    /// The run uids, leased per run (as root).
+    uids: UidLeases,
+    root: bool,
+}
+
+impl JailBackend {
+    /// Finds runners and cgroup support on this host; a server starts its zygote.
+    pub fn new(config: JailConfig) -> Result<Self> {
+        let found = discover_runners(&config.languages, &config.overrides, config.probe_versions);
+        let (runners, refused) = screen_runners(found, &protected_dirs(config.data_root.as_deref()));
+        for refusal in &refused {
+            tracing::warn!("{refusal}");
+        }
+        let cgroups = CgroupSupport::detect(config.tune_cgroups);
+        let root = nix::unistd::geteuid().is_root();
+        let skeleton = config.skeleton_dir.clone().filter(|_| root).and_then(|dir| skeleton_request(dir, &runners));
+        let launcher = Launcher::new(&config.model, config.program.clone(), skeleton)?;
+        let server = matches!(config.model, ProcessModel::Server { .. });
+        let netns = (root && server && config.keep_netns).then(NetnsPool::default);
+        let uids = UidLeases::new(config.sandbox_uids, config.uid_lock_dir.clone());
+        Ok(Self { config, launcher, netns, runners, refused, cgroups, uids, root })
+    }
+
+    /// Starts a server's warm inits now (call from within the runtime that will serve the runs).
+    pub fn warm_up(&self) {
+        if let Launcher::Server(pool) = &self.launcher {
+            pool.refill();
+        }
+    }
+
+    /// Warm inits waiting now.
+    pub fn warm_ready(&self) -> usize {
+        match &self.launcher {
+            Launcher::Server(pool) => pool.len(),
+            Launcher::OneShot(_) => 0,
+        }
+    }
+
+    /// Gives a one-shot backend the init forked for its run (see [`crate::fork_init_for_one_shot`]).
+    pub fn use_forked_init(&self, init: ForkedInit) {
+        self.launcher.hand_over(init);
+    }
+
+    /// The runners found.
+    pub fn host_runners(&self) -> &[HostRunner] {
+        &self.runners
+    }
+
+    /// The runners found but refused (see `runners::screen_runners`).
+    pub fn refused_runners(&self) -> &[RefusedRunner] {
+        &self.refused
+    }
+
+    /// The host uids sandboxes run as (when root).
+    pub fn sandbox_uids(&self) -> UidRange {
+        self.config.sandbox_uids
+    }
+
+    /// The conversation root, if the backend was told it.
+    pub fn data_root(&self) -> Option<&std::path::Path> {
+        self.config.data_root.as_deref()
+    }
+
+    /// The cgroup support found.
+    pub fn cgroups(&self) -> &CgroupSupport {
+        &self.cgroups
+    }
+}
+
+/// What to ask the zygote to cache at `dir` (created if missing) for these runners: mount points for their
+/// prefixes, which each run binds for its own runner only. `None` if `dir` cannot be made.
+fn skeleton_request(dir: PathBuf, runners: &[HostRunner]) -> Option<SkeletonRequest> {
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        tracing::warn!(dir = %dir.display(), "no room for the sandbox's skeleton (each run assembles its own): {e}");
+        return None;
+    }
+    let mut mount_points: Vec<PathBuf> = runners.iter().flat_map(|r| r.extra_ro_binds.iter().cloned()).collect();
+    mount_points.sort();
+    mount_points.dedup();
+    Some(SkeletonRequest { dir, identity: Identity::standard(), mount_points })
+}
+
+#[async_trait]
+impl Backend for JailBackend {
+    fn name(&self) -> &'static str {
+        "native"
+    }
+
+    /// A crashed sandlot's sandboxes die with it (their inits have a parent-death signal and each is the pid 1 of
+    /// its namespace); what can be left is cgroup slots, with a straggler at worst: those are emptied and removed.
+    async fn remove_leftovers(&self) {
+        let with_leftovers = self.cgroups.remove_unused_slots().await;
+        if with_leftovers > 0 {
+            tracing::warn!(slots = with_leftovers, "killed processes left in cgroups by an earlier sandlot");
+        }
+    }
+
+    /// `jail`: an init can start (the zygote is alive, or was just restarted); `runners`: there is at least one, and
+    /// every runner's interpreter is still an executable file. A few `stat`s and a `waitpid(WNOHANG)`: microseconds.
+    async fn readiness(&self) -> Vec<ReadinessCheck> {
+        let jail = match &self.launcher {
+            Launcher::Server(pool) => match pool.zygote().ensure_alive() {
+                Ok(true) => ReadinessCheck::ok("jail", "the zygote is running"),
+                Ok(false) => ReadinessCheck::ok("jail", "the zygote had died and was restarted"),
+                Err(e) => ReadinessCheck::failed("jail", format!("no init can start: the zygote is gone ({e})")),
+            },
+            Launcher::OneShot(_) => ReadinessCheck::ok("jail", "one run, with the init forked at start"),
+        };
+        let missing: Vec<&str> =
+            self.runners.iter().filter(|r| !runners::is_executable(&r.program)).map(|r| r.language.as_str()).collect();
+        let runners = if self.runners.is_empty() {
+            ReadinessCheck::failed("runners", "no runner: no language can run")
+        } else if !missing.is_empty() {
+            ReadinessCheck::failed("runners", format!("the interpreter is gone for: {}", missing.join(", ")))
+        } else {
+            ReadinessCheck::ok("runners", format!("{} languages", self.runners.len()))
+        };
+        vec![jail, runners]
+    }
+
+    fn runners(&self) -> Vec<RunnerInfo> {
+        self.runners
+            .iter()
+            .map(|r| RunnerInfo {
+                language: r.language,
+                image: r.program.display().to_string(),
+                version: r.version.clone(),
+                packages: r.packages.clone(),
+            })
+            .collect()
+    }
+
+    fn storage_owner(&self) -> Option<(u32, u32)> {
+        let storage = self.config.sandbox_uids.storage();
+        self.root.then_some((storage, storage))
+    }
+
+    async fn run(&self, job: Job, sink: &dyn OutputSink) -> sandlot_core::Result<RunOutcome> {
+        tracing::debug!(run_id = job.run_id, "jail run requested");
+        let runner = self
+            .runners
+            .iter()
+            .find(|r| r.language == job.language)
+            .ok_or_else(|| sandlot_core::Error::no_runner(job.language, self.runners.iter().map(|r| r.language)))?;
+        // On disk the conversation belongs to the storage uid; the run sees it as its own leased uid (idmapped).
+        sandlot_core::hand_over(&job.workspace, self.storage_owner())
+            .map_err(|e| Error::io(format!("hand over {}", job.workspace.display()), e))?;
+        sandlot_core::hand_over_writable(&job.mounts, self.storage_owner())
+            .map_err(|e| Error::io(format!("hand over the volumes of run {}", job.run_id), e))?;
+        let uid = match self.root {
+            true => Some(
+                self.uids.lease().map_err(|e| Error::io(format!("lease a sandbox uid for run {}", job.run_id), e))?,
+            ),
+            false => None,
+        };
+        let cgroup = self
+            .cgroups
+            .acquire(&job.limits)
+            .map_err(|e| Error::io(format!("set up cgroups for run {}", job.run_id), e))?;
+        let kept_netns = self.netns.as_ref().and_then(|pool| pool.take(&job.workspace));
+        let holder_pid = std::process::id();
+        let resources = Resources {
+            cgroup: cgroup.as_ref().map(|c| (c.procs_files(), HeldLock { holder_pid, fd: c.lock_fd() })),
+            uid: uid
+                .as_ref()
+                .map(|u| (u.uid(), HeldLock { holder_pid, fd: u.lock_fd() }, self.config.sandbox_uids.storage())),
+            join_netns: kept_netns.as_ref().map(NetnsPool::path_of),
+        };
+        let mut spec = spec::build(&job, runner, resources);
+        let init = self.launcher.take()?;
+        spec.skeleton = init.skeleton.as_ref().filter(|cached| cached.fits(&spec)).map(|cached| cached.dir.clone());
+        let (mut run, pipes) = Run::new(init, cgroup, uid);
+        let capture_netns = self.netns.is_some() && spec.join_netns.is_none();
+        let finished = run.execute(pipes, &spec, &job, sink, capture_netns).await;
+        let evidence = Evidence { oom_killed: run.oom_killed(), at_quota: false };
+        let program_ended = matches!(finished, Ok(ref f) if matches!(f.waited, Waited::ProgramEnded));
+        run.release(program_ended, matches!(self.config.model, ProcessModel::OneShot)).await;
+        let finished = finished?;
+        // Every process of the program is gone: the run's network namespace may serve the conversation's next run.
+        if let (Some(pool), Some(netns)) = (&self.netns, kept_netns.or(finished.new_netns)) {
+            pool.give_back(job.workspace.clone(), netns);
+        }
+        // Only a shell's 128+SIGXFSZ needs the quota's word (see `ending::termination`).
+        let shell_xfsz = matches!(finished.last_event, Some(InitEvent::ProgramEnded(Termination::Exited { code }))
+            if code == 128 + libc::SIGXFSZ);
+        let evidence = Evidence { at_quota: shell_xfsz && sandlot_core::at_quota(&job), ..evidence };
+        let termination = ending::termination(&finished.waited, finished.last_event.as_ref(), evidence)?;
+        Ok(RunOutcome::from_streams(termination, finished.stdout, finished.stderr, finished.duration))
+    }
+}

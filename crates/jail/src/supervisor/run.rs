@@ -1,0 +1,217 @@
+//! One run on the supervisor's side: a [`Run`] owns everything the run holds on the host (its init, its cgroup
+//! slot, its uid lease, its network namespace) and the one way to kill it, and drives it from the spec to the
+//! program's end: it feeds the spec and the input, reads the init's events and the capped output, and enforces the
+//! deadline and cancellation.
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use sandlot_core::{CapturedStream, Job, OutputChunk, OutputSink, Stream, stop_reason};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+
+use super::cgroup::RunCgroup;
+use super::child::PidfdChild;
+use super::ending::Waited;
+use super::error::{Error, Result};
+use super::launch::{Init, InitPipes};
+use super::netns_pool::NetnsPool;
+use super::uids::UidLease;
+use crate::protocol::{InitEvent, JailSpec, frame};
+
+/// How long the init may take to reap the sandbox after its pid 1 was killed.
+const KILL_GRACE: Duration = Duration::from_secs(5);
+/// How long output may keep flowing after the init is gone (it cannot: everything died with pid 1).
+const DRAIN_GRACE: Duration = Duration::from_secs(5);
+
+/// A run in progress and what it holds.
+pub struct Run {
+    process: PidfdChild,
+    cgroup: Option<RunCgroup>,
+    uid: Option<UidLease>,
+    /// Pid 1's pid on the host, once the init has reported it (0 before).
+    pid1: AtomicI32,
+    /// The init has been reaped: its pid no longer names it.
+    reaped: AtomicBool,
+}
+
+/// What a finished run produced.
+pub struct Finished {
+    pub waited: Waited,
+    /// The init's last event but [`InitEvent::Pid1Started`], if any.
+    pub last_event: Option<InitEvent>,
+    pub stdout: CapturedStream,
+    pub stderr: CapturedStream,
+    pub duration: Duration,
+    /// The network namespace the init made, when asked to capture it.
+    pub new_netns: Option<OwnedFd>,
+}
+
+impl Run {
+    /// A run of `init` holding `cgroup` and `uid`, and the init's pipes to drive it with.
+    pub fn new(init: Init, cgroup: Option<RunCgroup>, uid: Option<UidLease>) -> (Self, InitPipes) {
+        let run = Self { process: init.process, cgroup, uid, pid1: AtomicI32::new(0), reaped: AtomicBool::new(false) };
+        (run, init.pipes)
+    }
+
+    /// Runs `spec` for `job` to its end. With `capture_netns`, keeps the network namespace the init makes.
+    pub async fn execute(
+        &mut self,
+        pipes: InitPipes,
+        spec: &JailSpec,
+        job: &Job,
+        sink: &dyn OutputSink,
+        capture_netns: bool,
+    ) -> Result<Finished> {
+        let started = Instant::now();
+        let spec_json = serde_json::to_vec(spec).map_err(|e| Error::io("encode spec", e.into()))?;
+        let frame = frame(&spec_json); // in one write: a second would wake the init a second time
+        let InitPipes { mut stdin, stdout, stderr, events } = pipes;
+        let feed = async move {
+            // The program may exit without reading its input; a broken pipe then is not an error.
+            let _ = stdin.write_all(&frame).await;
+            let _ = stdin.write_all(&job.stdin).await;
+        };
+        let Self { process, cgroup, pid1, reaped, .. } = self;
+        let (cgroup, pid1, reaped) = (&*cgroup, &*pid1, &*reaped);
+        let init_pid = process.pid().as_raw() as u32;
+        let program_ended = tokio::sync::Notify::new();
+        // The network namespace is captured through the init's pid, which names the init only until it is reaped:
+        // the wait below sets `reaped` first, and both run in this one task.
+        let read_events = async {
+            let mut lines = BufReader::new(events).lines();
+            let (mut last, mut netns) = (None, None);
+            while let Ok(Some(line)) = lines.next_line().await {
+                let event = match serde_json::from_str::<InitEvent>(&line) {
+                    Ok(event) => event,
+                    Err(e) => {
+                        tracing::warn!(%e, line, "unreadable event from the jail init");
+                        continue;
+                    }
+                };
+                let elapsed_us = started.elapsed().as_micros() as u64;
+                tracing::debug!(run_id = job.run_id, %event, elapsed_us, "jail event");
+                match event {
+                    InitEvent::Pid1Started { pid } => {
+                        pid1.store(pid, Ordering::SeqCst);
+                        if capture_netns && !reaped.load(Ordering::SeqCst) {
+                            netns = NetnsPool::capture(init_pid)
+                                .inspect_err(|e| tracing::debug!("network namespace not kept: {e}"))
+                                .ok();
+                        }
+                    }
+                    InitEvent::ProgramEnded(_) => {
+                        last = Some(event);
+                        program_ended.notify_one();
+                        break;
+                    }
+                    InitEvent::SetupFailed { .. } => last = Some(event),
+                }
+            }
+            (last, netns)
+        };
+        let cap = job.limits.max_output_bytes;
+        let read_stdout = read_capped(stdout, Stream::Stdout, cap, sink);
+        let read_stderr = read_capped(stderr, Stream::Stderr, cap, sink);
+        let wait = async {
+            let waited = tokio::select! {
+                status = process.wait() => {
+                    reaped.store(true, Ordering::SeqCst);
+                    return status.map(Waited::InitExited).map_err(|e| Error::io("wait for jail init", e));
+                },
+                () = program_ended.notified() => {
+                    reaped.store(true, Ordering::SeqCst); // no capture through the pid from here on
+                    return Ok(Waited::ProgramEnded);
+                },
+                stop = stop_reason(job, job.limits.timeout) => Waited::Stopped(stop),
+            };
+            reaped.store(true, Ordering::SeqCst); // not yet, but soon: no capture from here on
+            kill_sandbox(pid1, process);
+            if tokio::time::timeout(KILL_GRACE, process.wait()).await.is_err() {
+                tracing::warn!(run_id = job.run_id, "jail init still alive after killing pid 1");
+                kill_everything(process, cgroup);
+                process.wait().await.map_err(|e| Error::io("wait for jail init", e))?;
+            }
+            Ok(waited)
+        };
+        let everything = async { tokio::join!(feed, read_events, read_stdout, read_stderr, wait) };
+        let backstop = job.limits.timeout + KILL_GRACE + DRAIN_GRACE;
+        let Ok(((), (last_event, new_netns), stdout, stderr, waited)) =
+            tokio::time::timeout(backstop, everything).await
+        else {
+            kill_everything(&self.process, &self.cgroup);
+            return Err(Error::io("jail did not finish after its deadline", std::io::ErrorKind::TimedOut.into()));
+        };
+        tracing::debug!(run_id = job.run_id, elapsed_us = started.elapsed().as_micros() as u64, "jail finished");
+        Ok(Finished { waited: waited?, last_event, stdout, stderr, duration: started.elapsed(), new_netns })
+    }
+
+    /// Whether the run's memory cgroup counted an OOM kill.
+    pub fn oom_killed(&self) -> bool {
+        self.cgroup.as_ref().is_some_and(RunCgroup::oom_killed)
+    }
+
+    /// Lets go of what the run holds. Once pid 1 reported the program's end, nothing of the program is left: a
+    /// one-shot command, which exits next, leaves its init to exit on its own (it holds the cgroup slot and the uid
+    /// until it has), and a server reaps it in the background; otherwise the slot is drained first.
+    pub async fn release(self, program_ended: bool, one_shot: bool) {
+        let Self { mut process, cgroup, uid, .. } = self;
+        match cgroup {
+            Some(cgroup) if program_ended && one_shot => drop(cgroup),
+            Some(cgroup) => cgroup.release().await,
+            None => {}
+        }
+        drop(uid); // the init holds the lease until it is gone
+        if one_shot && program_ended {
+            process.abandon();
+        } else {
+            tokio::spawn(async move {
+                let _ = process.wait().await;
+            });
+        }
+    }
+}
+
+/// SIGKILLs the sandbox's pid 1: the kernel then kills everything in its pid namespace, and the init (its parent)
+/// reaps it and exits, so when the init is gone nothing of the run is left. Before pid 1 is known the init itself is
+/// killed (pid 1 dies with it through its parent-death signal).
+fn kill_sandbox(pid1: &AtomicI32, init: &PidfdChild) {
+    match pid1.load(Ordering::SeqCst) {
+        pid1 if pid1 > 0 => {
+            let _ = kill(Pid::from_raw(pid1), Signal::SIGKILL);
+        }
+        _ => init.kill(),
+    }
+}
+
+/// The last resort when the init does not go: the init, and every process in the run's cgroups.
+fn kill_everything(init: &PidfdChild, cgroup: &Option<RunCgroup>) {
+    init.kill();
+    if let Some(cgroup) = cgroup {
+        cgroup.kill_all();
+    }
+}
+
+/// Reads a stream to its end, keeping and forwarding at most `cap` bytes; the excess is read and dropped.
+async fn read_capped(
+    mut pipe: impl AsyncRead + Unpin,
+    stream: Stream,
+    cap: usize,
+    sink: &dyn OutputSink,
+) -> CapturedStream {
+    let mut captured = CapturedStream::new(cap);
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        match pipe.read(&mut buffer).await {
+            Ok(0) | Err(_) => return captured,
+            Ok(n) => {
+                let kept = captured.push(&buffer[..n]);
+                if !kept.is_empty() {
+                    sink.output(OutputChunk { stream, data: kept.to_vec() });
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! The [`JailSpec`] of one run: what the job asks for, with what the supervisor got for it (a cgroup slot, a uid,
+//! a kept network namespace). Pure: nothing here touches the host.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use sandlot_core::{Job, Layout};
+
+use super::runners::HostRunner;
+use crate::protocol::{HeldLock, HomeMount, Identity, JailSpec, RlimitSpec, VolumeMount};
+
+/// What the supervisor holds for a run, as the spec names it.
+#[derive(Debug, Default, Clone)]
+pub struct Resources {
+    /// The cgroup slot's `cgroup.procs` files and its lock; `None` without cgroups.
+    pub cgroup: Option<(Vec<PathBuf>, HeldLock)>,
+    /// The leased host uid and its lock, and the storage uid (as root).
+    pub uid: Option<(u32, HeldLock, u32)>,
+    /// The conversation's kept network namespace.
+    pub join_netns: Option<PathBuf>,
+}
+
+/// The environment every program starts with, before the layout's and the job's own.
+const BASE_ENV: &[(&str, &str)] = &[
+    ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+    ("HOME", "/tmp"),
+    ("TMPDIR", "/tmp"),
+    ("USER", "sandbox"),
+    ("LANG", "C.UTF-8"),
+    ("PYTHONUNBUFFERED", "1"),
+    ("PYTHONDONTWRITEBYTECODE", "1"),
+    ("NO_COLOR", "1"),
+];
+
+/// The spec of `job` run by `runner` with `resources`. Without a cgroup slot, rlimits stand in for the pids and
+/// memory limits.
+pub fn build(job: &Job, runner: &HostRunner, resources: Resources) -> JailSpec {
+    let code_path = PathBuf::from(format!("/tmp/main.{}", job.language.file_extension()));
+    let mut env: BTreeMap<String, String> = BASE_ENV.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    let home = (job.layout != Layout::Data).then(|| {
+        let path = job.layout.conversation_path();
+        env.insert("HOME".into(), path.into()); // the conversation's home: Baponi's `~` persists
+        HomeMount { path: path.into(), scratch_mb: job.layout.scratch_data_mb(&job.limits) }
+    });
+    env.extend(job.env.clone());
+    let mut args = runner.args.clone();
+    args.push(code_path.to_string_lossy().into_owned());
+    let limits = &job.limits;
+    let identity = Identity::standard();
+    let no_cgroup = resources.cgroup.is_none();
+    let (cgroup_procs, slot_lock) = resources.cgroup.map_or((vec![], None), |(procs, lock)| (procs, Some(lock)));
+    JailSpec {
+        program: runner.program.clone(),
+        args,
+        code_path,
+        code: job.code.clone(),
+        env: env.into_iter().collect(),
+        workspace: job.workspace.clone(),
+        home,
+        volumes: job
+            .mounts
+            .iter()
+            .map(|m| VolumeMount { host: m.host.clone(), path: m.path.clone().into(), read_only: m.read_only })
+            .collect(),
+        extra_ro_binds: runner.extra_ro_binds.clone(),
+        cgroup_procs,
+        slot_lock,
+        switch_to: resources.uid.map(|(uid, _, _)| (uid, uid)),
+        storage_id: resources.uid.map(|(_, _, storage)| storage),
+        uid_lock: resources.uid.map(|(_, lock, _)| lock),
+        join_netns: resources.join_netns,
+        sandbox_uid: identity.uid,
+        sandbox_gid: identity.gid,
+        hostname: identity.hostname,
+        tmp_mb: limits.tmp_mb,
+        rlimits: RlimitSpec {
+            open_files: limits.open_files,
+            file_size_bytes: limits.disk_mb * 1024 * 1024,
+            cpu_seconds: limits.timeout.as_secs() + 1,
+            processes: no_cgroup.then_some(limits.pids),
+            data_bytes: no_cgroup.then_some(limits.memory_mb * 1024 * 1024),
+        },
+        landlock: true,
+        skeleton: None, // set once the init, and the skeleton cached where it lives, are known
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::collections::BTreeMap;
+
+    use sandlot_core::{Language, Limits};
+
+    use super::*;
+
+    fn job(layout: Layout) -> Job {
+        Job {
+            run_id: "r1".into(),
+            language: Language::Python,
+            code: "print(1)".into(),
+            stdin: vec![],
+            env: BTreeMap::from([("HOME".into(), "/elsewhere".into()), ("A".into(), "1".into())]),
+            limits: Limits::default(),
+            workspace: "/srv/c/files".into(),
+            layout,
+            mounts: vec![],
+            cancel: Default::default(),
+        }
+    }
+
+    fn runner() -> HostRunner {
+        HostRunner {
+            language: Language::Python,
+            program: "/usr/bin/python3".into(),
+            args: vec!["-I".into()],
+            version: String::new(),
+            packages: BTreeMap::new(),
+            extra_ro_binds: vec!["/opt/py".into()],
+        }
+    }
+
+    #[test]
+    fn without_a_cgroup_rlimits_stand_in_for_pids_and_memory() {
+        let job = job(Layout::Data);
+        let spec = build(&job, &runner(), Resources::default());
+        assert_eq!(spec.rlimits.processes, Some(job.limits.pids));
+        assert_eq!(spec.rlimits.data_bytes, Some(job.limits.memory_mb * 1024 * 1024));
+        assert_eq!((spec.switch_to, spec.storage_id, spec.slot_lock), (None, None, None));
+        let lock = HeldLock { holder_pid: 1, fd: 5 };
+        let held = Resources {
+            cgroup: Some((vec!["/sys/fs/cgroup/sandlot/slot-0/cgroup.procs".into()], lock)),
+            uid: Some((900_002, lock, 900_000)),
+            join_netns: Some("/proc/1/fd/9".into()),
+        };
+        let spec = build(&job, &runner(), held);
+        assert_eq!((spec.rlimits.processes, spec.rlimits.data_bytes), (None, None));
+        assert_eq!((spec.switch_to, spec.storage_id), (Some((900_002, 900_002)), Some(900_000)));
+        assert_eq!(spec.cgroup_procs.len(), 1);
+        assert_eq!(spec.join_netns.as_deref(), Some(std::path::Path::new("/proc/1/fd/9")));
+    }
+
+    #[test]
+    fn the_program_gets_the_code_path_and_the_jobs_environment_last() {
+        let spec = build(&job(Layout::Data), &runner(), Resources::default());
+        assert_eq!(spec.args, ["-I", "/tmp/main.py"]);
+        assert_eq!(spec.code_path, std::path::Path::new("/tmp/main.py"));
+        let env: BTreeMap<_, _> = spec.env.into_iter().collect();
+        assert_eq!(env["HOME"], "/elsewhere", "the job's own environment wins");
+        assert_eq!(env["PYTHONUNBUFFERED"], "1");
+        assert_eq!(spec.home, None);
+        assert_eq!(spec.extra_ro_binds, [std::path::PathBuf::from("/opt/py")]);
+    }
+
+    #[test]
+    fn the_home_layout_moves_the_workspace_and_home() {
+        let mut job = job(Layout::Home { path: "/home/user" });
+        job.env.clear();
+        let spec = build(&job, &runner(), Resources::default());
+        let home = spec.home.unwrap();
+        assert_eq!(home.path, std::path::Path::new("/home/user"));
+        assert!(home.scratch_mb.is_some(), "the Home layout has a scratch /data");
+        assert!(spec.env.contains(&("HOME".into(), "/home/user".into())));
+    }
+}
