@@ -159,10 +159,10 @@ fn run_refuses_a_bad_timeout_and_an_unreadable_file_with_exit_code_2() {
     }
 }
 
-/// The init that `run` forks assembles the read-only skeleton of the root before the run is known, read-only down to
-/// its two superblocks (a skeleton pid 1 assembles itself is read-only at the mount only): the run gets that one.
+/// The skeleton of the root a one-shot run's pid 1 assembles is read-only down to its two superblocks, as a server's
+/// cached one is: the same assembler makes both.
 #[test]
-fn run_gets_the_skeleton_its_init_assembled_ahead() {
+fn run_gets_a_skeleton_read_only_at_its_superblocks() {
     let root = tempfile::tempdir().unwrap();
     let out = sandlot(
         &["run", "-l", "bash"],
@@ -191,8 +191,8 @@ print('filled')";
     }
 }
 
-/// `run` moves its preforked init off its own CPU to start it at once, and the init widens its CPUs again when the
-/// run comes: the program may use exactly the CPUs the command may (all of them, or those `taskset` gave it).
+/// The program may use exactly the CPUs the command may (all of them, or those `taskset` gave it): the init `run`
+/// forks inherits the command's, and nothing narrows them on the way.
 #[test]
 fn run_gives_the_program_the_cpus_of_the_command() {
     let root = tempfile::tempdir().unwrap();

@@ -311,7 +311,8 @@ pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError
         }
         None => {
             let home_mount_point = spec.home.as_ref().map(|home| std::slice::from_ref(&home.path)).unwrap_or(&[]);
-            assemble_skeleton(staging, &Identity::of(spec), extra_ro_binds, home_mount_point)?
+            assemble_skeleton(staging, &Identity::of(spec), extra_ro_binds, home_mount_point)?;
+            seal(staging)?;
         }
     }
 
@@ -367,10 +368,14 @@ pub fn cache_skeleton(request: &SkeletonRequest) -> Result<(), SetupError> {
     unshare(CloneFlags::CLONE_NEWNS).step(|| "unshare mount namespace".into())?;
     mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_SLAVE, None::<&str>)
         .step(|| "make / a slave".into())?;
-    let dir = &request.dir;
-    assemble_skeleton(dir, &request.identity, vec![], &request.mount_points)?;
-    // Read-only down to the two tmpfs superblocks, which belong to the host's user namespace: no sandbox can make
-    // them writable again, whatever it does to its own copies of the mounts.
+    assemble_skeleton(&request.dir, &request.identity, vec![], &request.mount_points)?;
+    seal(&request.dir)
+}
+
+/// Makes an assembled skeleton read-only down to its two tmpfs superblocks (a cached one's belong to the host's user
+/// namespace: no sandbox can make them writable again, whatever it does to its own copies of the mounts). The run's
+/// own mounts still go on its empty mount points.
+fn seal(dir: &Path) -> Result<(), SetupError> {
     let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     let dev_flags = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC; // its device nodes must work
     for (path, flags) in [(dir.join("dev"), dev_flags), (dir.to_owned(), nosuid_nodev)] {
