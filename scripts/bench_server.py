@@ -43,7 +43,8 @@ def main():
     port = free_port()
     token = "bench-" + os.urandom(8).hex()
     env = {"PATH": "/usr/bin:/bin", "SANDLOT_PYTHON": PYTHON, "SANDLOT_LOG": "error", "MCP_API_TOKEN": token,
-           "MCP_HTTP_ADDR": f"127.0.0.1:{port}", "SANDBOX_ROOT": os.path.join(work, "root"), "FILE_SECRET": "bench"}
+           "MCP_HTTP_ADDR": f"127.0.0.1:{port}", "SANDBOX_ROOT": os.path.join(work, "root"), "FILE_SECRET": "bench",
+           "SANDLOT_TUNE_CGROUPS": "true"}  # the cgroup tuning, asked for as an operator who benchmarks would
     server = start_server(sandlot, env, port)
     try:
         code_file = os.path.join(work, "print1.py")

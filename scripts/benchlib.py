@@ -16,17 +16,18 @@ def percentile(samples, p):
 
 
 def print_latency_table(samples, names, baseline, ratio_label):
-    """One row per name: p50, p95 and mean milliseconds, and p50 and p95 against the `baseline` row."""
+    """One row per name: p50, p95 and mean milliseconds, p50 and p95 against the `baseline` row, and the p50
+    overhead over it in ms (the ratio moves with the machine's speed at the baseline; the overhead is sandlot's)."""
     base50, base95 = percentile(samples[baseline], 50), percentile(samples[baseline], 95)
     width = max(len(name) for name in names) + 2
     p50_label, p95_label = f"p50/{ratio_label}", f"p95/{ratio_label}"
     print(f"{'command':<{width}} {'p50 ms':>8} {'p95 ms':>8} {'mean ms':>8} {p50_label:>{len(p50_label) + 1}} "
-          f"{p95_label:>{len(p95_label) + 1}}")
+          f"{p95_label:>{len(p95_label) + 1}} {'+ms p50':>8}")
     for name in names:
         s = samples[name]
         p50, p95 = percentile(s, 50), percentile(s, 95)
         print(f"{name:<{width}} {p50:8.2f} {p95:8.2f} {statistics.fmean(s):8.2f} "
-              f"{p50 / base50:{len(p50_label) + 1}.2f} {p95 / base95:{len(p95_label) + 1}.2f}")
+              f"{p50 / base50:{len(p50_label) + 1}.2f} {p95 / base95:{len(p95_label) + 1}.2f} {p50 - base50:8.2f}")
 
 
 def spawn_and_wait(argv, env, stdin_path=None):
