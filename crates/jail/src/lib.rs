@@ -12,7 +12,7 @@
 pub mod protocol;
 mod sandbox;
 mod supervisor;
-pub mod sys;
+mod sys;
 
 pub use supervisor::{
     CgroupSupport, Check, CheckStatus, DEFAULT_UIDS, Error, ForkedInit, HostRunner, JailBackend, JailConfig,

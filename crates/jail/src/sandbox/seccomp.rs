@@ -24,15 +24,9 @@
 //! Steps 3–9 find the syscall number with a binary search (a tree of `JGE` tests over the sorted numbers, with a
 //! few `JEQ` at each leaf), not a list of `JEQ`: at most 16 instructions per syscall instead of over a hundred.
 //! The kernel runs the filter once for every syscall number when it installs it (to learn which numbers it may
-//! allow without running the filter again), and on every syscall it could not decide that way. Installing took
-//! ~0.15 ms of every run with the list and ~0.13 ms with the tree; most of the rest is the kernel compiling the
-//! filter to machine code (docs/benchmarks.md).
-//!
-//! Steps 7–9 added 49 instructions (104 → 153) and made the kernel run the filter on every `openat` (before, it
-//! allowed `openat` from its cache without running the filter). Measured on this 2-core VM with a throwaway program
-//! that forks 200 children per filter, each timing `install` and then 20,000 `openat` + `close` of `/dev/null`
-//! (medians, other builds running): install ~79 → ~89 µs; an `openat` + `close` ~2.20 → ~2.24 µs (no filter
-//! ~2.12). A Python, Node or Bash start makes ~15–30 `openat`s, so a run pays ~11 µs more in all.
+//! allow without running the filter again), and on every syscall it could not decide that way, so the tree keeps
+//! both the install and every checked syscall short. Steps 7–9 made the kernel run the filter on every `openat`;
+//! what that and the tree cost is in docs/benchmarks.md ("The seccomp filter").
 //!
 //! Steps 5–9 read arguments. The filter sees the 64-bit argument registers as two 32-bit words and loads the low
 //! one (both supported architectures are little-endian, so it comes first); every argument checked is one the kernel

@@ -147,8 +147,8 @@ impl CgroupSupport {
 
     /// Takes a free slot (creating it the first time) and writes the run's limits into it.
     ///
-    /// Groups are reused rather than created and removed per run: `mkdir` and `rmdir` of a memory cgroup cost about
-    /// half a millisecond per run. A slot is held with an exclusive `flock` on its first directory, so concurrent
+    /// Groups are reused rather than created and removed per run: `mkdir` and `rmdir` of a memory cgroup are slow
+    /// (docs/benchmarks.md). A slot is held with an exclusive `flock` on its first directory, so concurrent
     /// runs, in this process or in other sandlot processes (`sandlot run`), never share one; the lock dies with
     /// its holder, so a crashed run's slot is free again (its stragglers are killed when it is taken).
     pub fn acquire(&self, limits: &Limits) -> std::io::Result<Option<RunCgroup>> {
@@ -206,9 +206,9 @@ pub fn favordynmods_enabled() -> Option<bool> {
     cgroup2_mount().map(|(_, options)| options.split(',').any(|o| o == "favordynmods"))
 }
 
-/// Moving a process into a cgroup takes a global lock whose writer waits for an RCU grace period: about 6 ms on
-/// our machines, on every run, for v1 and v2 alike. The cgroup2 mount option `favordynmods` (Linux 6.0+) makes
-/// that lock favour writers: the move then costs ~0.1 ms, at the price of slightly costlier fork and exit. The
+/// Moving a process into a cgroup takes a global lock whose writer waits for an RCU grace period, on every run, for
+/// v1 and v2 alike. The cgroup2 mount option `favordynmods` (Linux 6.0+) makes that lock favour writers, at the
+/// price of slightly costlier fork and exit (docs/benchmarks.md has both figures). The
 /// lock is global, so the option on the cgroup2 mount helps v1 hierarchies too. This remounts the cgroup2 mount
 /// with its current options plus `favordynmods`; it is a no-op when the option is already on.
 pub fn favor_dynamic_modifications() -> std::io::Result<()> {

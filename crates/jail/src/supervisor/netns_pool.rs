@@ -1,7 +1,7 @@
 //! Network namespaces kept from one run of a conversation to its next.
 //!
-//! Creating a network namespace and tearing it down costs about a millisecond of CPU per run (most of it in the
-//! kernel's asynchronous clean-up), a tenth of what a small run costs in all. When sandlot runs as root, the init
+//! Creating a network namespace and tearing it down is among the costliest steps of a run (most of it in the
+//! kernel's asynchronous clean-up; docs/benchmarks.md measures what keeping them saves). When sandlot runs as root, the init
 //! creates the namespace before it gives up root, so the namespace belongs to the host's user namespace and
 //! nothing in the sandbox can ever reconfigure it: it has only loopback, up. When the run ends, the supervisor keeps
 //! it (an open `/proc/<init>/ns/net`) for the next run of the same conversation, which joins it instead of making

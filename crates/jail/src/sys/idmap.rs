@@ -21,7 +21,7 @@ const CHILD_STACK_BYTES: usize = 16 * 1024;
 /// A user namespace mapping uid and gid `inside` to host uid and gid `outside` (one id each).
 ///
 /// The child that made it is killed but not waited for: it dies when it next runs, which on a busy host can take a
-/// scheduler tick (a wait for it cost 3.4 ms under load). It stays a zombie until this process waits for any
+/// scheduler tick (docs/benchmarks.md). It stays a zombie until this process waits for any
 /// child (the init does before it exits) or exits. Its stack (16 KiB) stays mapped, as it may still be running on
 /// it until then.
 pub fn user_namespace(inside: u32, outside: u32) -> io::Result<OwnedFd> {
