@@ -2,7 +2,7 @@
 """The MCP server's speed (issue 3): tools/call `print(1)` end to end over HTTP against bare python3 and `sandlot
 run`, and tools/list requests per second at 16 and 64 connections with wrk.
 
-Usage: bench_server.py SANDLOT [--runs N] [--seconds S]   (run as root; wrk must be installed)
+Usage: bench_server.py SANDLOT [--runs N] [--seconds S] [--env NAME=VALUE ...]   (as root; wrk must be installed)
 """
 
 import argparse
@@ -37,6 +37,8 @@ def main():
     parser.add_argument("sandlot")
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="one more variable for the server (repeatable), to measure a setting")
     args = parser.parse_args()
     sandlot = os.path.abspath(args.sandlot)
     work = tempfile.mkdtemp(prefix="sandlot-bench-server-")
@@ -45,6 +47,7 @@ def main():
     env = {"PATH": "/usr/bin:/bin", "SANDLOT_PYTHON": PYTHON, "SANDLOT_LOG": "error", "MCP_API_TOKEN": token,
            "MCP_HTTP_ADDR": f"127.0.0.1:{port}", "SANDBOX_ROOT": os.path.join(work, "root"), "FILE_SECRET": "bench",
            "SANDLOT_TUNE_CGROUPS": "true"}  # the cgroup tuning, asked for as an operator who benchmarks would
+    env.update(setting.split("=", 1) for setting in args.env)
     server = start_server(sandlot, env, port)
     try:
         code_file = os.path.join(work, "print1.py")
