@@ -36,3 +36,24 @@ pub fn fork_init_for_one_shot() -> std::io::Result<ForkedInit> {
     let pid = sandbox::fork_init(theirs, false)?;
     Ok(ForkedInit::new(pid, ours))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    /// The two sides meet only in `protocol` and `sys`: no file of one names a module of the other.
+    #[test]
+    fn the_sides_import_only_protocol_and_sys_from_each_other() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        for (side, other) in [("sandbox", "supervisor"), ("supervisor", "sandbox")] {
+            for entry in std::fs::read_dir(src.join(side)).unwrap() {
+                let path = entry.unwrap().path();
+                let text = std::fs::read_to_string(&path).unwrap();
+                let crossing = [format!("crate::{other}"), format!("super::{other}"), format!("super::super::{other}")];
+                for needle in crossing {
+                    assert!(!text.contains(&needle), "{} names {needle}", path.display());
+                }
+            }
+        }
+    }
+}

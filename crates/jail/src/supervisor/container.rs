@@ -6,7 +6,7 @@
 //! piece with its `docker run` flag. It only reads; the probe run of `doctor` stays the judge of whether the jail
 //! works (a custom seccomp profile may allow all the jail needs, say).
 
-use super::doctor::{Check, CheckStatus};
+use super::check::{Check, CheckStatus};
 
 /// `CAP_NET_ADMIN`: the loopback of each sandbox's network namespace, which sandlot (so the container) owns.
 const CAP_NET_ADMIN: u32 = 12;

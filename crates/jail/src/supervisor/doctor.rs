@@ -5,29 +5,7 @@ use std::collections::BTreeMap;
 use sandlot_core::{Backend, Job, Language, Limits};
 
 use super::JailBackend;
-
-/// How a layer fares on this host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CheckStatus {
-    /// Present and used.
-    Ok,
-    /// Absent: the jail runs without it (weaker), as the detail says.
-    Missing,
-    /// The jail cannot run.
-    Failed,
-}
-
-/// One line of the report.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Check {
-    pub layer: &'static str,
-    pub status: CheckStatus,
-    pub detail: String,
-}
-
-fn check(layer: &'static str, status: CheckStatus, detail: impl Into<String>) -> Check {
-    Check { layer, status, detail: detail.into() }
-}
+use super::check::{Check, CheckStatus, check};
 
 fn read_trimmed(path: &str) -> Option<String> {
     std::fs::read_to_string(path).ok().map(|s| s.trim().to_owned())

@@ -7,16 +7,11 @@
 //! async-signal-safe functions. Either way the init is the same clone (`sandbox::fork_init`) with the same four
 //! descriptors (see `protocol`), and the supervisor holds it as an [`Init`].
 
-use std::io::{PipeReader, PipeWriter};
-use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use nix::unistd::Pid;
-use tokio::net::unix::pipe;
-
-use super::child::PidfdChild;
 use super::error::{Error, Result};
+use super::init_process::{Init, InitEnds};
 use super::warm_pool::WarmPool;
 use super::zygote::Zygote;
 use crate::protocol::{SkeletonRequest, ZygoteSetup};
@@ -28,57 +23,6 @@ pub enum ProcessModel {
     Server { warm_inits: usize },
     /// One run by a command that forked its init first thing (see [`crate::fork_init_for_one_shot`]).
     OneShot,
-}
-
-/// The supervisor's ends of an init's descriptors, before the runtime watches them.
-#[derive(Debug)]
-pub struct InitEnds {
-    stdin: PipeWriter,
-    stdout: PipeReader,
-    stderr: PipeReader,
-    events: PipeReader,
-}
-
-/// Four pipes for a new init: its ends (stdin, stdout, stderr, events, the order of their numbers in the init) and
-/// the supervisor's.
-pub fn init_pipes() -> std::io::Result<([OwnedFd; 4], InitEnds)> {
-    let (stdin_read, stdin) = std::io::pipe()?;
-    let (stdout, stdout_write) = std::io::pipe()?;
-    let (stderr, stderr_write) = std::io::pipe()?;
-    let (events, events_write) = std::io::pipe()?;
-    let theirs = [stdin_read.into(), stdout_write.into(), stderr_write.into(), events_write.into()];
-    Ok((theirs, InitEnds { stdin, stdout, stderr, events }))
-}
-
-/// The supervisor's ends of a running init's pipes, watched by the runtime.
-pub struct InitPipes {
-    pub stdin: pipe::Sender,
-    pub stdout: pipe::Receiver,
-    pub stderr: pipe::Receiver,
-    pub events: pipe::Receiver,
-}
-
-/// An init waiting for its spec (or running it): the process, its pipes, and the skeleton cached where it lives.
-pub struct Init {
-    pub process: PidfdChild,
-    pub pipes: InitPipes,
-    pub skeleton: Option<SkeletonRequest>,
-}
-
-impl Init {
-    /// Adopts the child `pid` of this process, whose ends are `ends` (call within the runtime).
-    fn adopt(pid: i32, ends: InitEnds, skeleton: Option<SkeletonRequest>) -> Result<Self> {
-        let process = PidfdChild::open(Pid::from_raw(pid)).map_err(|e| Error::io("open a pidfd for the init", e))?;
-        let watch = |e| Error::io("watch the init's pipes", e);
-        let receiver = |reader: PipeReader| pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).map_err(watch);
-        let pipes = InitPipes {
-            stdin: pipe::Sender::from_owned_fd(OwnedFd::from(ends.stdin)).map_err(watch)?,
-            stdout: receiver(ends.stdout)?,
-            stderr: receiver(ends.stderr)?,
-            events: receiver(ends.events)?,
-        };
-        Ok(Self { process, pipes, skeleton })
-    }
 }
 
 /// The init `sandlot run` forked at the start of `main`, for its one run.
@@ -134,13 +78,5 @@ impl Launcher {
         if let Self::OneShot(forked) = self {
             *forked.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(init);
         }
-    }
-
-    /// A new init from the zygote (see [`WarmPool`]).
-    pub fn clone_from(zygote: &Zygote) -> Result<Init> {
-        let (theirs, ours) = init_pipes().map_err(|e| Error::io("create init pipes", e))?;
-        let (pid, skeleton) = zygote.clone_init(&theirs)?;
-        drop(theirs);
-        Init::adopt(pid, ours, skeleton)
     }
 }

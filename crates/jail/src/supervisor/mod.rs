@@ -3,11 +3,13 @@
 //! per run), the deadline, the disk quota, output caps and the final kill (see [`run::Run`]).
 
 mod cgroup;
+mod check;
 mod child;
 mod container;
 mod doctor;
 mod ending;
 mod error;
+mod init_process;
 mod launch;
 mod netns_pool;
 mod run;
@@ -23,9 +25,11 @@ use async_trait::async_trait;
 use sandlot_core::{Backend, Job, Language, OutputSink, ReadinessCheck, RunOutcome, RunnerInfo, Termination};
 
 pub use cgroup::CgroupSupport;
-pub use doctor::{Check, CheckStatus, diagnose};
+pub use check::{Check, CheckStatus};
+pub use doctor::diagnose;
 pub use error::{Error, Result};
-pub use launch::{ForkedInit, ProcessModel, init_pipes};
+pub use init_process::init_pipes;
+pub use launch::{ForkedInit, ProcessModel};
 pub use runners::{HostRunner, RefusedRunner, RunnerOverrides, discover_runners, protected_dirs, screen_runners};
 pub use uids::{DEFAULT_UIDS, UidRange};
 

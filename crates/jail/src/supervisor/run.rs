@@ -16,7 +16,7 @@ use super::cgroup::RunCgroup;
 use super::child::PidfdChild;
 use super::ending::Waited;
 use super::error::{Error, Result};
-use super::launch::{Init, InitPipes};
+use super::init_process::{Init, InitPipes};
 use super::netns_pool::NetnsPool;
 use super::uids::UidLease;
 use crate::protocol::{InitEvent, JailSpec, frame};

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use super::error::Result;
-use super::launch::{Init, Launcher};
+use super::init_process::Init;
 use super::zygote::Zygote;
 
 /// A pool of started, waiting inits.
@@ -47,7 +47,7 @@ impl WarmPool {
         self.refill();
         match taken {
             Some(ready) => Ok(ready),
-            None => Launcher::clone_from(&self.zygote),
+            None => Init::from_zygote(&self.zygote),
         }
     }
 
@@ -67,7 +67,7 @@ impl WarmPool {
                     }
                     state.starting += 1;
                 }
-                let started = Launcher::clone_from(&pool.zygote);
+                let started = Init::from_zygote(&pool.zygote);
                 let mut state = pool.state();
                 state.starting -= 1;
                 match started {

@@ -74,7 +74,7 @@ pub fn set_tree_attributes(tree: &OwnedFd, attr_set: u64) -> Result<(), Errno> {
 }
 
 /// Makes a detached tree (and its submounts) an idmapped mount through the user namespace `userns` (see
-/// [`super::idmap`]).
+/// the `idmap` module).
 pub fn set_tree_idmap(tree: &OwnedFd, userns: &OwnedFd) -> Result<(), Errno> {
     let userns_fd = userns.as_raw_fd() as u64;
     set_tree_attr(tree, &MountAttr { attr_set: MOUNT_ATTR_IDMAP, attr_clr: 0, propagation: 0, userns_fd })
