@@ -26,8 +26,9 @@ const HIGH_FD: std::os::fd::RawFd = 100;
 #[inline(always)]
 pub fn raw_fd() -> Option<std::os::fd::RawFd> {
     #[cfg(feature = "phases")]
-    return FILE.get().map(std::os::fd::AsRawFd::as_raw_fd);
-    #[cfg(not(feature = "phases"))]
+    if let Some(file) = FILE.get() {
+        return Some(std::os::fd::AsRawFd::as_raw_fd(file));
+    }
     None
 }
 
