@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Where the time of one `sandlot run` goes, step by step, without a tracer: builds sandlot with
-# scripts/phases-jail.patch applied (it writes a timestamp at each step of the command, the init, pid 1 and the
-# worker to /tmp/sandlot-marks.log when SANDLOT_MARKS is set) in a temporary git worktree of each revision, runs
+# Where the time of one `sandlot run` goes, step by step, without a tracer: builds sandlot's release binary with the
+# `phases` feature (SANDLOT_FEATURES=phases scripts/release-build.sh; the feature writes a timestamp at each step of
+# the command, the init, pid 1 and the worker to /tmp/sandlot-marks.log when SANDLOT_MARKS is set, see
+# crates/core/src/marks.rs) in a temporary git worktree of each revision (each must have the feature), runs
 # `python3 -c 'print(1)'`-like runs, and prints the median µs after the command's `main` at each step. With two
 # revisions, runs them alternately, in a random order per pair, and prints both and the difference (how the
 # figures of docs/benchmarks.md's sandbox section were measured). Run as root on an otherwise idle machine.
@@ -25,10 +26,10 @@ binaries=()
 for i in "${!revs[@]}"; do
   tree="$work/tree-$i"
   git worktree add --quiet --detach "$tree" "${revs[$i]}"
-  git -C "$tree" apply "$repo/scripts/phases-jail.patch" \
-    || { echo "phases-jail.sh: the patch does not apply to ${revs[$i]}" >&2; exit 1; }
+  grep -q '^phases = ' "$tree/crates/cli/Cargo.toml" \
+    || { echo "phases-jail.sh: ${revs[$i]} predates the phases feature" >&2; exit 1; }
   ln -s "$repo/target" "$tree/target" # the same build cache
-  binary="$("$tree/scripts/release-build.sh")"
+  binary="$(SANDLOT_FEATURES=phases "$tree/scripts/release-build.sh")"
   cp "$binary" "$work/sandlot-$i"
   binaries+=("$work/sandlot-$i")
 done

@@ -4,7 +4,8 @@
 # build needs when it is missing: the target's standard library (rustup target add) and musl-gcc for the C in ring,
 # SQLite and mimalloc (apt-get install musl-tools, as root). scripts/release-build.sh is the release build that
 # ships; tests/image/test-image.sh puts the debug one in the container image.
-# Usage: scripts/static-build.sh debug|release   (progress on stderr, the path on stdout)
+# Usage: [SANDLOT_FEATURES=F,...] scripts/static-build.sh debug|release   (progress on stderr, the path on stdout)
+# SANDLOT_FEATURES: cargo features of the sandlot crate to build with (scripts/phases-jail.sh sets `phases`).
 set -euo pipefail
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 
@@ -14,6 +15,7 @@ case "$profile" in
     release) flags=(--release) ;;
     *) echo "usage: scripts/static-build.sh debug|release" >&2; exit 2 ;;
 esac
+if [[ -n "${SANDLOT_FEATURES:-}" ]]; then flags+=(--features "$SANDLOT_FEATURES"); fi
 target="$(uname -m)-unknown-linux-musl"
 # grep reads a captured string: a pipe could end in SIGPIPE and, with pipefail, a false "missing".
 if ! grep -qx "$target" <<<"$(rustup target list --installed 2>/dev/null || true)"; then

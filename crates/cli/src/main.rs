@@ -15,12 +15,17 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     // The jail init and zygote must start before anything else (no runtime, no threads): check for them by hand.
     sandlot_jail::run_hidden_subcommand();
+    // Before the init is forked, which inherits the log (a no-op without the `phases` feature).
+    sandlot_core::marks::open();
+    sandlot_core::marks::mark("c.main");
     // `run` forks the jail init of its one run first thing, while this process has a single thread (a server has its
     // zygote clone them instead) and has touched little memory (so neither process copies much of the other's).
     let forked_init = (std::env::args_os().nth(1).is_some_and(|command| command == "run"))
         .then(sandlot_jail::fork_init_for_one_shot)
         .and_then(Result::ok);
+    sandlot_core::marks::mark("c.forked");
     let cli = cli::parse();
+    sandlot_core::marks::mark("c.parsed");
     // Only the native backend uses it; otherwise it is dropped, and it exits when it finds no spec.
     let forked_init = match &cli.command {
         cli::Command::Run(args) if args.sandbox.backend == cli::BackendKind::Native => forked_init,
@@ -50,5 +55,6 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    sandlot_core::marks::mark("c.runtime");
     runtime.block_on(commands::dispatch(cli, forked_init))
 }

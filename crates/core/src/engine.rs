@@ -272,7 +272,9 @@ impl Engine {
             }
         };
         // Held to the end of the run: the conversation cannot be removed meanwhile (see `delete_conversation`).
+        crate::marks::mark("c.admitted");
         let (workspace, _claim) = self.claim(&conversation).await?;
+        crate::marks::mark("c.workspace");
         tracing::info!(run_id, conversation = %conversation, %language, "run started");
         entry.start();
         let job = Job {
@@ -301,6 +303,7 @@ impl Engine {
                 return Err(error);
             }
         };
+        crate::marks::mark("c.backend_done");
         self.admission.record_duration(outcome.duration);
         entry.finish(&outcome);
         let files = self.list_files(&conversation)?;

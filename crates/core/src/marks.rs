@@ -12,9 +12,24 @@ pub fn open() {
     #[cfg(feature = "phases")]
     if std::env::var_os("SANDLOT_MARKS").is_some()
         && let Ok(file) = std::fs::OpenOptions::new().append(true).create(true).open("/tmp/sandlot-marks.log")
+        && let Ok(high) = rustix::io::fcntl_dupfd_cloexec(&file, HIGH_FD)
     {
-        let _ = FILE.set(file);
+        let _ = FILE.set(high.into());
     }
+}
+
+/// Where the log's descriptor is moved: clear of 0-3, which a forked init fills with its own pipes.
+#[cfg(feature = "phases")]
+const HIGH_FD: std::os::fd::RawFd = 100;
+
+/// The log's descriptor, when it is open: a forked init keeps it when it closes every other descriptor.
+#[inline(always)]
+pub fn raw_fd() -> Option<std::os::fd::RawFd> {
+    #[cfg(feature = "phases")]
+    if let Some(file) = FILE.get() {
+        return Some(std::os::fd::AsRawFd::as_raw_fd(file));
+    }
+    None
 }
 
 /// Appends `label` and the time now, in one write, without allocating (the sandbox side calls it too).

@@ -47,6 +47,7 @@ pub async fn run(args: RunArgs, forked_init: Option<sandlot_jail::ForkedInit>) -
         }
         crate::cli::BackendKind::Docker => super::backend(&args.sandbox, 0).await?,
     };
+    sandlot_core::marks::mark("c.backend");
     let engine = Engine::new(backend, Workspaces::new(&args.sandbox.root), args.sandbox.engine_config());
     let request = RunRequest {
         conversation_id: args.conversation.clone(),
@@ -66,6 +67,7 @@ pub async fn run(args: RunArgs, forked_init: Option<sandlot_jail::ForkedInit>) -
             };
         }
     };
+    sandlot_core::marks::mark("c.engine");
     let report = match engine.run(request, &sink).await {
         Ok(report) => report,
         Err(e @ (Error::InvalidArgument { .. } | Error::NoRunner { .. })) => {
@@ -74,6 +76,7 @@ pub async fn run(args: RunArgs, forked_init: Option<sandlot_jail::ForkedInit>) -
         }
         Err(e) => return Err(e.into()),
     };
+    sandlot_core::marks::mark("c.ran");
     if args.json {
         println!("{}", serde_json::to_string_pretty(&json_report(&report))?);
     } else if let Some(diagnostic) = report.outcome.termination.diagnostic(report.limits.timeout) {

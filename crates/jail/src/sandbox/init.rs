@@ -113,20 +113,25 @@ fn become_user(uid: u32, gid: u32) -> Result<(), SetupError> {
 }
 
 fn build_and_wait() -> Result<Infallible, SetupError> {
+    sandlot_core::marks::mark("i.start");
     die_with_parent().step(|| "prctl(PR_SET_PDEATHSIG)".into())?;
     let spec = read_spec()?;
+    sandlot_core::marks::mark("i.spec");
     let cgroups = open_cgroups(&spec)?;
     let slot_lock = spec.slot_lock.as_ref().and_then(share_lock);
     let report_first = spec.slot_lock.is_none() || slot_lock.is_some();
     let _uid_lock = spec.uid_lock.as_ref().and_then(share_lock);
+    sandlot_core::marks::mark("i.cgroups_lock");
     // As root, capture the trees while every path is still reachable (the run's uid may not traverse to them).
     let trees = match spec.switch_to {
         Some(_) => Some(HostTrees::capture(&spec)?),
         None => None,
     };
+    sandlot_core::marks::mark("i.trees");
     if spec.switch_to.is_some() {
         enter_network_namespace(spec.join_netns.as_deref())?;
     }
+    sandlot_core::marks::mark("i.netns");
     // Without an idmapped `/data`, the program runs as the uid that owns it on disk (shared by every such run).
     let switch_to = match (&trees, spec.storage_id) {
         (Some(trees), Some(storage)) if !trees.idmapped => spec.switch_to.map(|_| (storage, storage)),
@@ -135,9 +140,12 @@ fn build_and_wait() -> Result<Infallible, SetupError> {
     if let Some((uid, gid)) = switch_to {
         become_user(uid, gid)?;
     }
+    sandlot_core::marks::mark("i.creds");
     let (host_uid, host_gid) = (geteuid().as_raw(), getegid().as_raw());
     unshare(CloneFlags::CLONE_NEWUSER).step(|| "unshare user namespace".into())?;
+    sandlot_core::marks::mark("i.userns");
     write_id_maps(&spec, host_uid, host_gid)?;
+    sandlot_core::marks::mark("i.idmaps");
     let mut namespaces = CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWPID
         | CloneFlags::CLONE_NEWIPC
@@ -147,6 +155,7 @@ fn build_and_wait() -> Result<Infallible, SetupError> {
         namespaces |= CloneFlags::CLONE_NEWNET; // pid 1 brings its loopback up
     }
     unshare(namespaces).step(|| "unshare namespaces".into())?;
+    sandlot_core::marks::mark("i.unshared");
     // Pid 1 holds the read end: once the init is gone the pipe reports a hang-up, which closes the window before
     // pid 1 has set its own parent-death signal.
     let (alive_read, alive_write) = std::io::pipe().step(|| "create liveness pipe".into())?;
@@ -158,6 +167,7 @@ fn build_and_wait() -> Result<Infallible, SetupError> {
         }
         ForkResult::Parent { child } => child,
     };
+    sandlot_core::marks::mark("i.pid1_forked");
     drop((cgroups, alive_read));
     events::send(&InitEvent::Pid1Started { pid: pid1.as_raw() });
     close_stdio();

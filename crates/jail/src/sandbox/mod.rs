@@ -59,7 +59,17 @@ pub fn fork_init(fds: InitFds, sibling: bool) -> Result<i32, Errno> {
             unsafe { libc::_exit(126) }
         }
     }
-    // SAFETY: close_range on descriptor numbers; no memory is involved.
-    unsafe { libc::syscall(libc::SYS_close_range, EVENTS_FD as u32 + 1, u32::MAX, 0u32) };
+    let close = |first: u32, last: u32| {
+        // SAFETY: close_range on descriptor numbers; no memory is involved.
+        unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
+    };
+    // The step log of the `phases` feature stays open (see `sandlot_core::marks`); without the feature none is.
+    match sandlot_core::marks::raw_fd().map(|fd| fd as u32).filter(|&fd| fd > EVENTS_FD as u32 + 1) {
+        Some(fd) => {
+            close(EVENTS_FD as u32 + 1, fd - 1);
+            close(fd + 1, u32::MAX);
+        }
+        None => close(EVENTS_FD as u32 + 1, u32::MAX),
+    }
     init::main()
 }

@@ -230,6 +230,7 @@ pub fn assemble_skeleton(
     for (dir, tree) in extra_ro_binds {
         sources.push((under(&dir.to_string_lossy()), Source::Tree(tree), true));
     }
+    sandlot_core::marks::mark("s.captured");
     let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     mount_tmpfs(root, "size=2m,nr_inodes=4096,mode=0755", nosuid_nodev)?;
     for dir in ["/etc", "/proc", "/data", "/root", "/tmp", "/dev"] {
@@ -242,7 +243,9 @@ pub fn assemble_skeleton(
         let target = under(&dir.to_string_lossy());
         std::fs::create_dir_all(&target).step(|| format!("mkdir {}", target.display()))?;
     }
+    sandlot_core::marks::mark("s.placed");
     write_etc(&under("/etc"), identity)?;
+    sandlot_core::marks::mark("s.etc");
 
     // /dev: a small tmpfs with the host's device nodes, and the usual symlinks.
     mount_tmpfs(&under("/dev"), "size=64k,nr_inodes=64,mode=0755", MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC)?;
@@ -297,6 +300,7 @@ pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError
         Some(trees) => trees,
         None => HostTrees::capture(spec)?,
     };
+    sandlot_core::marks::mark("p.private");
 
     // 2. The read-only skeleton at the staging point.
     let staging = Path::new(STAGING);
@@ -316,6 +320,7 @@ pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError
         }
     }
 
+    sandlot_core::marks::mark("p.skeleton");
     // 3. The run's own writable places: /dev/shm, /tmp and /data (in the Home layout a scratch tmpfs, and the
     // conversation at the home path, on the mount point the skeleton has for it).
     let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
@@ -337,6 +342,7 @@ pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError
         }
     }
 
+    sandlot_core::marks::mark("p.tmpfs_data");
     // 4. A fresh /proc for the new pid namespace, with the kernel knobs read-only.
     let proc_dir = staged("/proc");
     // `hidepid=invisible`: a process the reader may not ptrace has no directory at all. That hides pid 1 (it keeps
@@ -353,9 +359,11 @@ pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError
         }
     }
 
+    sandlot_core::marks::mark("p.proc");
     // 5. Switch roots; nothing of the host's root stays reachable; the root itself becomes read-only.
     nix::unistd::chdir(STAGING).step(|| "chdir to new root".into())?;
     pivot_to_current_dir().step(|| "pivot_root".into())?;
+    sandlot_core::marks::mark("p.pivoted");
     set_mount_attributes(c"/", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
         .step(|| "make / read-only".into())?;
     nix::sys::stat::umask(Mode::from_bits_truncate(0o022));

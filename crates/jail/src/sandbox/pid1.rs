@@ -39,6 +39,7 @@ pub struct SandboxToRun {
 
 /// Runs pid 1; never returns.
 pub fn run(sandbox: SandboxToRun) -> ! {
+    sandlot_core::marks::mark("p.start");
     let SandboxToRun { spec, trees, cgroups, parent_alive, report_first } = sandbox;
     let spec = &spec;
     match prepare(spec, trees, &parent_alive) {
@@ -49,6 +50,7 @@ pub fn run(sandbox: SandboxToRun) -> ! {
         Ok(worker) => worker,
         Err(e) => SetupError::new("start the worker", e).report_and_exit(),
     };
+    sandlot_core::marks::mark("p.worker_execd");
     drop(cgroups);
     init::close_stdio();
     let status = loop {
@@ -61,7 +63,9 @@ pub fn run(sandbox: SandboxToRun) -> ! {
             Err(e) => SetupError::new("wait for worker", e).report_and_exit(),
         }
     };
+    sandlot_core::marks::mark("p.worker_exit");
     end_every_process();
+    sandlot_core::marks::mark("p.ended_all");
     let ended = InitEvent::ProgramEnded(status);
     if report_first {
         events::send(&ended);
@@ -141,11 +145,13 @@ fn prepare(spec: &JailSpec, trees: Option<HostTrees>, parent_alive: &std::io::Pi
         return Err(SetupError::new("start", "the init died before the sandbox started"));
     }
     mounts::build(spec, trees)?;
+    sandlot_core::marks::mark("p.fs");
     sethostname(&spec.hostname).step(|| "sethostname".into())?;
     if spec.switch_to.is_none() {
         // Started as root, the init made the network namespace and brought loopback up before giving up root.
         loopback::bring_up().step(|| "bring up loopback".into())?;
     }
+    sandlot_core::marks::mark("p.host");
     let mut code = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

@@ -48,23 +48,28 @@ fn join_cgroups(cgroups: &[File]) -> Result<(), SetupError> {
 
 fn prepare_and_exec(program: &ProgramToStart) -> Result<Infallible, SetupError> {
     let spec = program.spec;
+    sandlot_core::marks::mark("w.start");
     setsid().step(|| "setsid".into())?;
     join_cgroups(program.cgroups)?;
+    sandlot_core::marks::mark("w.cgroups");
     rlimits::apply(&spec.rlimits).step(|| "setrlimit".into())?;
     let workdir = match &spec.home {
         Some(HomeMount { path, scratch_mb: None }) => path.as_path(),
         _ => Path::new("/data"),
     };
     chdir(workdir).step(|| format!("chdir {}", workdir.display()))?;
+    sandlot_core::marks::mark("w.chdir");
     capabilities::drop_all().step(|| "drop capabilities".into())?;
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } < 0 {
         return Err(SetupError::new("prctl(PR_SET_NO_NEW_PRIVS)", std::io::Error::last_os_error()));
     }
+    sandlot_core::marks::mark("w.caps_nnp");
     if spec.landlock {
         landlock::apply(spec.home.as_ref().map(|home| home.path.as_path())).step(|| "landlock".into())?;
     }
 
+    sandlot_core::marks::mark("w.landlock");
     let path = cpath(&spec.program).step(|| "program path".into())?;
     let mut argv = vec![cstring(&spec.program.to_string_lossy(), "program")?];
     for arg in &spec.args {
@@ -79,7 +84,9 @@ fn prepare_and_exec(program: &ProgramToStart) -> Result<Infallible, SetupError> 
     if unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) } < 0 {
         return Err(SetupError::new("close_range", std::io::Error::last_os_error()));
     }
+    sandlot_core::marks::mark("w.closerange");
     seccomp::install().step(|| "seccomp".into())?;
+    sandlot_core::marks::mark("w.seccomp");
     let Err(error) = execve(&path, &argv, &env);
     Err(SetupError::new(format!("exec {}", spec.program.display()), error))
 }

@@ -258,10 +258,12 @@ impl Backend for JailBackend {
             ),
             false => None,
         };
+        sandlot_core::marks::mark("c.handed_over");
         let cgroup = self
             .cgroups
             .acquire(&job.limits)
             .map_err(|e| Error::io(format!("set up cgroups for run {}", job.run_id), e))?;
+        sandlot_core::marks::mark("c.cgroup");
         let kept_netns = self.netns.as_ref().and_then(|pool| pool.take(&job.workspace));
         let holder_pid = std::process::id();
         let resources = Resources {
@@ -277,9 +279,11 @@ impl Backend for JailBackend {
         let (mut run, pipes) = Run::new(init, cgroup, uid);
         let capture_netns = self.netns.is_some() && spec.join_netns.is_none();
         let finished = run.execute(pipes, &spec, &job, sink, capture_netns).await;
+        sandlot_core::marks::mark("c.executed");
         let evidence = Evidence { oom_killed: run.oom_killed(), at_quota: false };
         let program_ended = matches!(finished, Ok(ref f) if matches!(f.waited, Waited::ProgramEnded));
         run.release(program_ended, matches!(self.config.model, ProcessModel::OneShot)).await;
+        sandlot_core::marks::mark("c.released");
         let finished = finished?;
         // Every process of the program is gone: the run's network namespace may serve the conversation's next run.
         if let (Some(pool), Some(netns)) = (&self.netns, kept_netns.or(finished.new_netns)) {

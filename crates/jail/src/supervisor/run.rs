@@ -72,6 +72,7 @@ impl Run {
         let feed = async move {
             // The program may exit without reading its input; a broken pipe then is not an error.
             let _ = stdin.write_all(&frame).await;
+            sandlot_core::marks::mark("c.spec_sent");
             let _ = stdin.write_all(&job.stdin).await;
         };
         let Self { process, cgroup, pid1, reaped, .. } = self;
@@ -122,6 +123,7 @@ impl Run {
                     return status.map(Waited::InitExited).map_err(|e| Error::io("wait for jail init", e));
                 },
                 () = program_ended.notified() => {
+                    sandlot_core::marks::mark("c.reported");
                     reaped.store(true, Ordering::SeqCst); // no capture through the pid from here on
                     return Ok(Waited::ProgramEnded);
                 },
