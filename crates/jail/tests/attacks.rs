@@ -17,7 +17,7 @@ use sandlot_core::{ConversationId, Language, Termination};
 /// The attacks whose promise holds on every launch path (see `LaunchPath`): each runs once per path, named
 /// `<test>::<path>` but on the server as root, which keeps the plain name. The rest need root (cgroups, leased uids,
 /// the cached skeleton, idmapped `/data`) or the server's kept network namespace, and run there only.
-const ON_EVERY_PATH: &[(&str, fn(LaunchPath) -> Result<(), Failed>)] = &[
+const ON_EVERY_PATH: &[common::PathTest] = &[
     ("host_only_files_are_invisible", host_only_files_are_invisible),
     ("system_dirs_and_root_are_read_only", system_dirs_and_root_are_read_only),
     ("host_processes_are_invisible_and_unkillable", host_processes_are_invisible_and_unkillable),

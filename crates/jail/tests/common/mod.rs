@@ -38,6 +38,9 @@ pub fn unprivileged_uid() -> u32 {
 /// One named test.
 pub type Test = (&'static str, fn() -> Result<(), Failed>);
 
+/// One named test to run on a launch path (see [`LaunchPath`]).
+pub type PathTest = (&'static str, fn(LaunchPath) -> Result<(), Failed>);
+
 /// Runs the tests, or acts as the jail init or zygote when re-executed by the backend.
 pub fn main(tests: Vec<Test>) -> ! {
     main_trials(tests.into_iter().map(|(name, test)| Trial::test(name, test)).collect())
