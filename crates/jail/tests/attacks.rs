@@ -10,22 +10,48 @@ use std::net::TcpListener;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Sandbox, check, check_eq, check_not_on_host, describe};
-use libtest_mimic::Failed;
+use common::{LaunchPath, Sandbox, check, check_eq, check_not_on_host, describe};
+use libtest_mimic::{Failed, Trial};
 use sandlot_core::{ConversationId, Language, Termination};
 
+/// The attacks whose promise holds on every launch path (see `LaunchPath`): each runs once per path, named
+/// `<test>::<path>` but on the server as root, which keeps the plain name. The rest need root (cgroups, leased uids,
+/// the cached skeleton, idmapped `/data`) or the server's kept network namespace, and run there only.
+const ON_EVERY_PATH: &[common::PathTest] = &[
+    ("host_only_files_are_invisible", host_only_files_are_invisible),
+    ("system_dirs_and_root_are_read_only", system_dirs_and_root_are_read_only),
+    ("host_processes_are_invisible_and_unkillable", host_processes_are_invisible_and_unkillable),
+    ("network_is_loopback_only", network_is_loopback_only),
+    ("background_children_die_with_the_program", background_children_die_with_the_program),
+    ("dangerous_syscalls_are_refused", dangerous_syscalls_are_refused),
+    ("namespace_and_mount_tools_fail", namespace_and_mount_tools_fail),
+    ("x32_syscalls_kill_the_process", x32_syscalls_kill_the_process),
+    ("no_capabilities_and_no_new_privileges", no_capabilities_and_no_new_privileges),
+    ("conversations_cannot_see_each_other", conversations_cannot_see_each_other),
+    ("server_environment_does_not_leak", server_environment_does_not_leak),
+    ("proc_shows_nothing_of_the_host_layout", proc_shows_nothing_of_the_host_layout),
+    ("setsid_double_fork_dies_at_the_deadline", setsid_double_fork_dies_at_the_deadline),
+    ("runs_as_the_launch_paths_host_uid", runs_as_the_launch_paths_host_uid),
+];
+
 fn main() {
-    common::main(vec![
-        ("host_only_files_are_invisible", host_only_files_are_invisible),
-        ("system_dirs_and_root_are_read_only", system_dirs_and_root_are_read_only),
+    let mut trials: Vec<Trial> = Vec::new();
+    for path in LaunchPath::ALL {
+        for &(name, test) in ON_EVERY_PATH {
+            let name = match path.suffix() {
+                None => name.to_owned(),
+                Some(suffix) => format!("{name}::{suffix}"),
+            };
+            trials.push(Trial::test(name, move || test(path)));
+        }
+    }
+    let root_only: Vec<common::Test> = vec![
         ("devices_work_and_dev_takes_no_new_node", devices_work_and_dev_takes_no_new_node),
         (
             "the_shared_root_skeleton_is_read_only_at_its_superblock",
             the_shared_root_skeleton_is_read_only_at_its_superblock,
         ),
-        ("host_processes_are_invisible_and_unkillable", host_processes_are_invisible_and_unkillable),
         ("host_system_v_ipc_is_invisible", host_system_v_ipc_is_invisible),
-        ("network_is_loopback_only", network_is_loopback_only),
         (
             "a_kept_network_namespace_holds_nothing_of_the_last_run",
             a_kept_network_namespace_holds_nothing_of_the_last_run,
@@ -33,46 +59,39 @@ fn main() {
         ("fork_bomb_is_contained", fork_bomb_is_contained),
         ("memory_bomb_is_killed_as_out_of_memory", memory_bomb_is_killed_as_out_of_memory),
         ("loopback_tcp_buffers_stay_within_the_memory_limit", loopback_tcp_buffers_stay_within_the_memory_limit),
-        ("setsid_double_fork_dies_at_the_deadline", setsid_double_fork_dies_at_the_deadline),
-        ("background_children_die_with_the_program", background_children_die_with_the_program),
         ("output_flood_is_capped_and_server_memory_stays_flat", output_flood_is_capped_and_server_memory_stays_flat),
         ("filling_tmp_stops_at_its_size", filling_tmp_stops_at_its_size),
         ("filling_data_with_many_files_hits_the_quota", filling_data_with_many_files_hits_the_quota),
         ("one_huge_file_in_data_hits_the_quota", one_huge_file_in_data_hits_the_quota),
         ("fallocate_cannot_reserve_disk_past_the_quota", fallocate_cannot_reserve_disk_past_the_quota),
-        ("dangerous_syscalls_are_refused", dangerous_syscalls_are_refused),
-        ("namespace_and_mount_tools_fail", namespace_and_mount_tools_fail),
-        ("x32_syscalls_kill_the_process", x32_syscalls_kill_the_process),
-        ("no_capabilities_and_no_new_privileges", no_capabilities_and_no_new_privileges),
         ("setuid_and_setgid_bits_cannot_be_set_in_data", setuid_and_setgid_bits_cannot_be_set_in_data),
         ("data_is_mounted_nosuid_and_nodev", data_is_mounted_nosuid_and_nodev),
         ("read_events_of_system_dirs_cannot_be_watched", read_events_of_system_dirs_cannot_be_watched),
         ("symlinks_in_data_are_never_followed_by_the_server", symlinks_in_data_are_never_followed_by_the_server),
-        ("conversations_cannot_see_each_other", conversations_cannot_see_each_other),
-        ("server_environment_does_not_leak", server_environment_does_not_leak),
         ("sandbox_never_runs_as_host_root", sandbox_never_runs_as_host_root),
         (
             "concurrent_runs_have_their_own_uid_and_inotify_instances",
             concurrent_runs_have_their_own_uid_and_inotify_instances,
         ),
         ("data_keeps_one_owner_across_runs_of_different_uids", data_keeps_one_owner_across_runs_of_different_uids),
-        ("proc_shows_nothing_of_the_host_layout", proc_shows_nothing_of_the_host_layout),
         (
             "a_project_local_runner_exposes_nothing_of_its_project",
             a_project_local_runner_exposes_nothing_of_its_project,
         ),
-    ]);
+    ];
+    trials.extend(root_only.into_iter().map(|(name, test)| Trial::test(name, test)));
+    common::main_trials(trials)
 }
 
 fn python(sandbox: &Sandbox, code: &str) -> sandlot_core::RunReport {
     sandbox.run("attack", Language::Python, code)
 }
 
-fn host_only_files_are_invisible() -> Result<(), Failed> {
+fn host_only_files_are_invisible(path: LaunchPath) -> Result<(), Failed> {
     let secret_dir = tempfile::tempdir()?;
     let secret = secret_dir.path().join("secret.txt");
     std::fs::write(&secret, "host secret")?;
-    let sandbox = Sandbox::new(|_| {});
+    let sandbox = Sandbox::on(path, |_| {});
     let code = format!(
         r#"
 import os
@@ -98,8 +117,8 @@ print(sorted(os.listdir("/etc")))
     check_eq(report.outcome.stdout.as_str(), expected.as_str(), "what the sandbox sees")
 }
 
-fn system_dirs_and_root_are_read_only() -> Result<(), Failed> {
-    let sandbox = Sandbox::new(|_| {});
+fn system_dirs_and_root_are_read_only(path: LaunchPath) -> Result<(), Failed> {
+    let sandbox = Sandbox::on(path, |_| {});
     let marker = format!("sandlot-attack-{}", std::process::id());
     let dirs =
         ["/usr/bin", "/usr/lib", "/etc", "/", "/bin", "/lib", "/root", "/dev", "/proc/sys/kernel", "/tmp", "/data"];
@@ -185,9 +204,9 @@ for path in ["/", "/dev"]:
     check_eq(entries, 0, &format!("{} on the host is an empty directory", on_host.display()))
 }
 
-fn host_processes_are_invisible_and_unkillable() -> Result<(), Failed> {
+fn host_processes_are_invisible_and_unkillable(path: LaunchPath) -> Result<(), Failed> {
     let mut victim = Command::new("sleep").arg("300").spawn()?;
-    let sandbox = Sandbox::new(|_| {});
+    let sandbox = Sandbox::on(path, |_| {});
     let code = format!(
         "ls /proc | grep -cE '^[0-9]+$'\nkill -9 {pid} 2>/dev/null && echo KILLED-HOST || echo no-such-process\nkill -9 1 2>/dev/null && echo KILLED-INIT || echo init-refused\nkill -9 -1\necho still-here",
         pid = victim.id()
@@ -236,11 +255,11 @@ print("own-segment", "created" if own >= 0 else os.strerror(ctypes.get_errno()))
     )
 }
 
-fn network_is_loopback_only() -> Result<(), Failed> {
+fn network_is_loopback_only(path: LaunchPath) -> Result<(), Failed> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     listener.set_nonblocking(true)?;
     let port = listener.local_addr()?.port();
-    let sandbox = Sandbox::new(|_| {});
+    let sandbox = Sandbox::on(path, |_| {});
     let code = format!(
         r#"
 import socket, threading
@@ -262,8 +281,9 @@ import os
 print("netns", os.readlink("/proc/self/ns/net"))
 "#
     );
-    // A conversation's network namespace is kept for its next run (as a server keeps it): the second run must be
-    // just as closed, and another conversation must get a namespace of its own.
+    // A conversation's network namespace is kept for its next run (as a server keeps it, as root): the second run
+    // must be just as closed, and another conversation must get a namespace of its own. On the other paths each run
+    // has a new one, freed when it ends (so its inode number may come again): only "not the host's" is checked.
     let mut namespaces = Vec::new();
     for conversation in ["net-a", "net-a", "net-b"] {
         let report = sandbox.run(conversation, Language::Python, &code);
@@ -273,8 +293,12 @@ print("netns", os.readlink("/proc/self/ns/net"))
         check_eq(probes, expected, &format!("network probes in {conversation}\n{}", describe(&report)))?;
         namespaces.push(netns.trim().to_owned());
     }
-    check_eq(namespaces[0].as_str(), namespaces[1].as_str(), "the namespace kept for a conversation's next run")?;
-    check(namespaces[1] != namespaces[2], || format!("two conversations share a network namespace: {namespaces:?}"))?;
+    if path.keeps_netns() {
+        check_eq(namespaces[0].as_str(), namespaces[1].as_str(), "the namespace kept for a conversation's next run")?;
+        check(namespaces[1] != namespaces[2], || {
+            format!("two conversations share a network namespace: {namespaces:?}")
+        })?;
+    }
     let host = std::fs::read_link("/proc/self/ns/net")?.to_string_lossy().into_owned();
     check(!namespaces.contains(&host), || "a sandbox is in the host's network namespace".into())?;
     check(listener.accept().is_err(), || "the host listener got a connection".into())
@@ -406,29 +430,29 @@ print(held // MiB, "MiB held;", peak, "MiB of TCP memory on the host at the peak
     check(held < 64 + 32, || format!("the run's sockets held more than its 64 MiB limit: {}", describe(&report)))
 }
 
-fn setsid_double_fork_dies_at_the_deadline() -> Result<(), Failed> {
-    let sandbox = Sandbox::new(|limits| limits.timeout = Duration::from_secs(2));
+fn setsid_double_fork_dies_at_the_deadline(path: LaunchPath) -> Result<(), Failed> {
+    let sandbox = Sandbox::on(path, |limits| limits.timeout = Duration::from_secs(2));
     let code = "setsid bash -c 'sleep 1000 & disown' &\n( setsid sleep 999 & )\nnohup sleep 998 >/dev/null 2>&1 &\nwhile :; do :; done";
     let report = sandbox.run("attack", Language::Bash, code);
     check_eq(report.outcome.termination.clone(), Termination::TimedOut, "termination")?;
-    let left = common::sandbox_processes();
+    let left = sandbox.processes();
     check(left.is_empty(), || format!("processes left after the deadline: {left:?}"))
 }
 
-fn background_children_die_with_the_program() -> Result<(), Failed> {
-    let sandbox = Sandbox::new(|_| {});
+fn background_children_die_with_the_program(path: LaunchPath) -> Result<(), Failed> {
+    let sandbox = Sandbox::on(path, |_| {});
     let report = sandbox.run("attack", Language::Bash, "( setsid sleep 1000 & )\nsleep 1000 &\ndisown\necho done");
     check_eq(report.outcome.termination.clone(), Termination::Exited { code: 0 }, "termination")?;
     check_eq(report.outcome.stdout.as_str(), "done\n", "stdout")?;
     // Gone when the run returns: the run ends with pid 1's report, which it sends after killing them all.
-    let left = common::program_processes();
+    let left = sandbox.program_processes();
     check(left.is_empty(), || format!("processes of the program left after it exited: {left:?}"))?;
     // The init and pid 1 finish exiting a moment later (generous for a loaded machine; they would otherwise stay).
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !common::sandbox_processes().is_empty() && std::time::Instant::now() < deadline {
+    while !sandbox.processes().is_empty() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-    let left = common::sandbox_processes();
+    let left = sandbox.processes();
     check(left.is_empty(), || format!("processes of the sandbox uid left 10 s after the run: {left:?}"))
 }
 
@@ -541,8 +565,8 @@ print("posix_fallocate", os.fstat(fd).st_size)
     check(allocated <= 8 * 1024 * 1024, || format!("/data holds {allocated} bytes of blocks under an 8 MiB quota"))
 }
 
-fn dangerous_syscalls_are_refused() -> Result<(), Failed> {
-    let sandbox = Sandbox::new(|_| {});
+fn dangerous_syscalls_are_refused(path: LaunchPath) -> Result<(), Failed> {
+    let sandbox = Sandbox::on(path, |_| {});
     let code = r#"
 import ctypes, errno, os
 libc = ctypes.CDLL(None, use_errno=True)
@@ -612,8 +636,8 @@ for name, nr, *args in calls:
     check_eq(report.outcome.stdout.as_str(), expected.as_str(), &describe(&report))
 }
 
-fn namespace_and_mount_tools_fail() -> Result<(), Failed> {
-    let sandbox = Sandbox::new(|_| {});
+fn namespace_and_mount_tools_fail(path: LaunchPath) -> Result<(), Failed> {
+    let sandbox = Sandbox::on(path, |_| {});
     let code = "unshare -r true 2>/dev/null && echo unshare-ok || echo unshare-refused\n\
                 mkdir -p /tmp/m; mount -t tmpfs none /tmp/m 2>/dev/null && echo mount-ok || echo mount-refused\n\
                 mknod /tmp/sda b 8 0 2>/dev/null && echo mknod-ok || echo mknod-refused\n\
@@ -626,8 +650,8 @@ fn namespace_and_mount_tools_fail() -> Result<(), Failed> {
     )
 }
 
-fn x32_syscalls_kill_the_process() -> Result<(), Failed> {
-    let sandbox = Sandbox::new(|_| {});
+fn x32_syscalls_kill_the_process(path: LaunchPath) -> Result<(), Failed> {
+    let sandbox = Sandbox::on(path, |_| {});
     // getpid through the x32 ABI: the filter must not let x32 numbers alias the x86_64 ones.
     let code = "import ctypes\nlibc = ctypes.CDLL(None)\nprint('before', flush=True)\nlibc.syscall(0x40000000 | 39)\nprint('after')";
     let report = python(&sandbox, code);
@@ -635,8 +659,8 @@ fn x32_syscalls_kill_the_process() -> Result<(), Failed> {
     check_eq(report.outcome.stdout.as_str(), "before\n", "stdout")
 }
 
-fn no_capabilities_and_no_new_privileges() -> Result<(), Failed> {
-    let sandbox = Sandbox::new(|_| {});
+fn no_capabilities_and_no_new_privileges(path: LaunchPath) -> Result<(), Failed> {
+    let sandbox = Sandbox::on(path, |_| {});
     let code = "grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\\t ' ' '\n\
                 awk '$5 != \"/proc\" && $5 !~ /^\\/proc\\// && $6 !~ /nosuid/ {print \"suid allowed on\", $5}' /proc/self/mountinfo";
     let report = sandbox.run("attack", Language::Bash, code);
@@ -808,8 +832,8 @@ fn symlinks_in_data_are_never_followed_by_the_server() -> Result<(), Failed> {
     check_eq(text.as_str(), "real\n", "real file")
 }
 
-fn conversations_cannot_see_each_other() -> Result<(), Failed> {
-    let sandbox = Sandbox::new(|_| {});
+fn conversations_cannot_see_each_other(path: LaunchPath) -> Result<(), Failed> {
+    let sandbox = Sandbox::on(path, |_| {});
     let a = sandbox.run("conv-a", Language::Bash, "echo alpha-secret > /data/secret-a.txt");
     check_eq(a.outcome.termination.clone(), Termination::Exited { code: 0 }, "first run")?;
     let b = sandbox.run(
@@ -824,10 +848,10 @@ fn conversations_cannot_see_each_other() -> Result<(), Failed> {
     )
 }
 
-fn server_environment_does_not_leak() -> Result<(), Failed> {
+fn server_environment_does_not_leak(path: LaunchPath) -> Result<(), Failed> {
     // The test process runs under cargo, with CARGO_* and PATH variables of its own; none may reach the program.
     check(std::env::vars().any(|(k, _)| k.starts_with("CARGO")), || "expected cargo's variables in the test".into())?;
-    let sandbox = Sandbox::new(|_| {});
+    let sandbox = Sandbox::on(path, |_| {});
     let env = [("MY_SETTING".to_owned(), "42".to_owned())].into_iter().collect();
     // The sandbox's pid 1 keeps capabilities the program lacks, so the program cannot read its memory or environ
     // (its /proc directory is hidden, `hidepid=invisible`).
@@ -848,6 +872,20 @@ fn sandbox_never_runs_as_host_root() -> Result<(), Failed> {
     check_eq(report.outcome.stdout.as_str(), expected.as_str(), &describe(&report))?;
     let meta = std::fs::metadata(sandbox.data_dir("attack").join("owned"))?;
     check_eq(std::os::unix::fs::MetadataExt::uid(&meta), common::storage_uid(), "owner of a file written in /data")
+}
+
+/// Each path runs the program as whom it should on the host (so the suite's other tests ran on the path they are
+/// named for): a leased run uid as root, the unprivileged child's own uid otherwise; never root.
+fn runs_as_the_launch_paths_host_uid(path: LaunchPath) -> Result<(), Failed> {
+    let sandbox = Sandbox::on(path, |_| {});
+    let report = sandbox.run("attack", Language::Bash, "id -u; cat /proc/self/uid_map | tr -s ' '");
+    let host_uid = run_uid_of(&report)?;
+    if path.is_root() {
+        check(common::sandbox_uids().run_uids().contains(&host_uid), || format!("host uid {host_uid} is no run uid"))?;
+    } else {
+        check_eq(host_uid, common::unprivileged_uid(), "host uid of an unprivileged run")?;
+    }
+    check_eq(report.outcome.stdout.as_str(), format!("1000\n 1000 {host_uid} 1\n").as_str(), &describe(&report))
 }
 
 /// The host uid in the `uid_map` line a run printed (`1000 <host uid> 1`).
@@ -954,8 +992,8 @@ fn data_keeps_one_owner_across_runs_of_different_uids() -> Result<(), Failed> {
 /// environment, memory map and executable are the server's, and whose cgroup is the server's): none of it may name
 /// the conversation root on the host, the server's cgroup or the server's command line. The one exception is
 /// documented in docs/security.md: the root field of `/data`'s line in `mountinfo`.
-fn proc_shows_nothing_of_the_host_layout() -> Result<(), Failed> {
-    let sandbox = Sandbox::new(|_| {});
+fn proc_shows_nothing_of_the_host_layout(path: LaunchPath) -> Result<(), Failed> {
+    let sandbox = Sandbox::on(path, |_| {});
     let report = sandbox.run("attack", Language::Bash, common::PROC_LEAK_SCRIPT);
     check_eq(report.outcome.termination.clone(), Termination::Exited { code: 0 }, &describe(&report))?;
     let root = std::fs::canonicalize(sandbox.root.path())?;

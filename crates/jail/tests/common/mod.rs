@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+mod child_backend;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,15 +29,71 @@ pub fn storage_uid() -> u32 {
     sandbox_uids().storage()
 }
 
+/// The host uid the unprivileged launch paths run their child as: unique per test process (like [`sandbox_uids`],
+/// and outside every such range), so a test finds the leftovers of its own runs only, whatever runs beside it.
+pub fn unprivileged_uid() -> u32 {
+    1_800_000_000 + std::process::id() % 400_000
+}
+
 /// One named test.
 pub type Test = (&'static str, fn() -> Result<(), Failed>);
 
+/// One named test to run on a launch path (see [`LaunchPath`]).
+pub type PathTest = (&'static str, fn(LaunchPath) -> Result<(), Failed>);
+
 /// Runs the tests, or acts as the jail init or zygote when re-executed by the backend.
 pub fn main(tests: Vec<Test>) -> ! {
+    main_trials(tests.into_iter().map(|(name, test)| Trial::test(name, test)).collect())
+}
+
+/// [`main`] for trials made by the caller (tests run once per launch path, say).
+pub fn main_trials(trials: Vec<Trial>) -> ! {
     sandlot_jail::run_hidden_subcommand();
+    // A child of the test binary running one job on a one-shot or unprivileged path: before any thread exists.
+    child_backend::serve_if_child();
     let arguments = Arguments::from_args();
-    let trials = tests.into_iter().map(|(name, test)| Trial::test(name, test)).collect();
     libtest_mimic::run(&arguments, trials).exit()
+}
+
+/// How a sandbox's runs are started: a process model (see `sandlot_jail::ProcessModel`) as root or unprivileged.
+///
+/// `ServerRoot` is the backend in this process. The others run each job in a child of the test binary
+/// ([`child_backend`]): one-shot must fork its init while single-threaded, which the test process is not, and
+/// unprivileged needs a process that is not root. `ServerUnprivileged` is also a child per job, each with its own
+/// zygote (`warm_inits: 0`): a long-lived child serving many jobs would only add a protocol, while every run still
+/// goes through the unprivileged server path (the zygote's clone, no cgroups, no leased uid).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LaunchPath {
+    ServerRoot,
+    OneShotRoot,
+    ServerUnprivileged,
+    OneShotUnprivileged,
+}
+
+impl LaunchPath {
+    pub const ALL: [LaunchPath; 4] =
+        [Self::ServerRoot, Self::OneShotRoot, Self::ServerUnprivileged, Self::OneShotUnprivileged];
+
+    /// The suffix of a test's name on this path (`name::one_shot_root`); `None` for the server as root, whose
+    /// tests keep their plain names.
+    pub fn suffix(self) -> Option<&'static str> {
+        match self {
+            Self::ServerRoot => None,
+            Self::OneShotRoot => Some("one_shot_root"),
+            Self::ServerUnprivileged => Some("server_unprivileged"),
+            Self::OneShotUnprivileged => Some("one_shot_unprivileged"),
+        }
+    }
+
+    /// Whether runs on this path are root's: cgroups, leased host uids, an idmapped `/data`.
+    pub fn is_root(self) -> bool {
+        matches!(self, Self::ServerRoot | Self::OneShotRoot)
+    }
+
+    /// Whether a conversation's network namespace is kept for its next run (a server, as root, with `keep_netns`).
+    pub fn keeps_netns(self) -> bool {
+        self == Self::ServerRoot
+    }
 }
 
 /// An engine over the native backend with its own temporary conversation root.
@@ -43,9 +101,26 @@ pub struct Sandbox {
     pub root: tempfile::TempDir,
     pub engine: Engine,
     pub runtime: tokio::runtime::Runtime,
+    pub path: LaunchPath,
 }
 
 impl Sandbox {
+    /// A sandbox whose runs start on `path`, with default limits changed by `adjust`.
+    pub fn on(path: LaunchPath, adjust: impl FnOnce(&mut Limits)) -> Self {
+        let (model, caller) = match path {
+            LaunchPath::ServerRoot => return Self::new(adjust),
+            LaunchPath::OneShotRoot => (child_backend::ChildModel::OneShot, None),
+            LaunchPath::ServerUnprivileged => (child_backend::ChildModel::Server, Some(unprivileged_uid())),
+            LaunchPath::OneShotUnprivileged => (child_backend::ChildModel::OneShot, Some(unprivileged_uid())),
+        };
+        assert!(nix::unistd::geteuid().is_root(), "the jail tests need root (run scripts/test.sh as root)");
+        let root = tempfile::tempdir().expect("temp root");
+        // The unprivileged child must reach the conversations below the root (each is handed to it).
+        std::fs::set_permissions(root.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+        let backend = Arc::new(child_backend::ChildBackend::new(model, caller, root.path().to_owned()));
+        Self::with_backend(root, backend, path, adjust)
+    }
+
     /// A sandbox with default limits changed by `adjust`.
     pub fn new(adjust: impl FnOnce(&mut Limits)) -> Self {
         Self::with_config(|_| {}, adjust)
@@ -72,12 +147,33 @@ impl Sandbox {
         config.data_root = Some(root.path().to_owned());
         configure(&mut config);
         let backend = Arc::new(JailBackend::new(config).expect("the native backend"));
+        Self::with_backend(root, backend, LaunchPath::ServerRoot, adjust)
+    }
+
+    /// A sandbox over `backend`, whose conversations live in `root`.
+    fn with_backend(
+        root: tempfile::TempDir,
+        backend: Arc<dyn sandlot_core::Backend>,
+        path: LaunchPath,
+        adjust: impl FnOnce(&mut Limits),
+    ) -> Self {
         let mut engine_config = EngineConfig::default();
         engine_config.limits.timeout = Duration::from_secs(10);
         adjust(&mut engine_config.limits);
         let engine = Engine::new(backend, Workspaces::new(root.path()), engine_config);
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
-        Self { root, engine, runtime }
+        Self { root, engine, runtime, path }
+    }
+
+    /// Pids of host processes of this sandbox's runs (their init and pid 1 included): the leased uids as root, the
+    /// child's uid unprivileged.
+    pub fn processes(&self) -> Vec<i32> {
+        if self.path.is_root() { sandbox_processes() } else { processes_of_uid(unprivileged_uid()) }
+    }
+
+    /// [`Sandbox::processes`] without the jail's own processes (see [`program_processes`]).
+    pub fn program_processes(&self) -> Vec<i32> {
+        without_jail_processes(self.processes())
     }
 
     /// Runs `code` in `conversation`.
@@ -183,9 +279,13 @@ fn processes_where(wanted: impl Fn(u32) -> bool) -> Vec<i32> {
 /// like it), which may still be exiting when a run has returned: pid 1 ends every process of the program, and the
 /// program's cgroups are empty, before it reports the program's exit.
 pub fn program_processes() -> Vec<i32> {
+    without_jail_processes(sandbox_processes())
+}
+
+/// `pids` without copies of this test binary (the jail's init and pid 1, a child backend's child).
+fn without_jail_processes(pids: Vec<i32>) -> Vec<i32> {
     let own_name = std::fs::read_to_string("/proc/self/comm").unwrap_or_default();
-    sandbox_processes()
-        .into_iter()
+    pids.into_iter()
         .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|name| name != own_name))
         .collect()
 }
