@@ -33,7 +33,10 @@ pub fn run_hidden_subcommand() {
 /// init waits for its spec, and exits when it finds none (its standard input closed).
 pub fn fork_init_for_one_shot() -> std::io::Result<ForkedInit> {
     let (theirs, ours) = supervisor::init_pipes()?;
-    let pid = sandbox::fork_init(theirs, false)?;
+    let pid = sandbox::fork_init(theirs, sandbox::Maker::OneShot)?;
+    // The init prepares its sandbox while this command prepares the run: on another CPU, not queued behind it. The
+    // command keeps to the other CPUs for its short life; the init, and so the program, keeps all of them.
+    sys::step_aside_from_this_cpu();
     Ok(ForkedInit::new(pid, ours))
 }
 

@@ -92,8 +92,6 @@ pub struct JailSpec {
     pub rlimits: RlimitSpec,
     /// Apply Landlock when the kernel has it.
     pub landlock: bool,
-    /// Where the zygote's cached skeleton is mounted, in the init's mount namespace; `None`: pid 1 assembles one.
-    pub skeleton: Option<PathBuf>,
 }
 
 /// Where a run of the Home or Workspace layout sees its workspace, and the size of its scratch `/data`.
@@ -173,10 +171,10 @@ pub struct ZygoteSetup {
     pub skeleton: Option<SkeletonRequest>,
 }
 
-/// Where and for whom a zygote assembles the cached skeleton.
+/// Where and for whom the skeleton is cached (by a zygote for all its inits, or by `sandlot run`'s init for itself).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SkeletonRequest {
-    /// An existing, empty directory; the skeleton is mounted on it in the zygote's mount namespace only.
+    /// An existing, empty directory; the skeleton is mounted on it in a mount namespace of the cacher's own only.
     pub dir: PathBuf,
     pub identity: Identity,
     /// Empty directories in the skeleton, for what a run binds there: interpreter prefixes outside the system dirs
@@ -185,9 +183,9 @@ pub struct SkeletonRequest {
 }
 
 impl SkeletonRequest {
-    /// Whether a run of `spec` may use this skeleton: the same sandbox user, and a mount point for every bind it needs
-    /// (its runner's prefixes, its home path in the Home layout); the skeleton is read-only, so a run that needs
-    /// another mount point has pid 1 assemble its own.
+    /// Whether a run of `spec` may use this skeleton (the init asks): the same sandbox user, and a mount point for
+    /// every bind it needs (its runner's prefixes, its home path in the Home layout); the skeleton is read-only, so a
+    /// run that needs another mount point has pid 1 assemble its own.
     pub fn fits(&self, spec: &JailSpec) -> bool {
         Identity::of(spec) == self.identity
             && spec.extra_ro_binds.iter().all(|dir| self.mount_points.contains(dir))
@@ -265,7 +263,6 @@ mod tests {
                 data_bytes: None,
             },
             landlock: true,
-            skeleton: None,
         }
     }
 

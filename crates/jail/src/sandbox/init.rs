@@ -24,17 +24,53 @@ use nix::unistd::{ForkResult, Gid, Pid, Uid, fork, getegid, geteuid, setgroups, 
 
 use super::events::{self, SetupError, Step};
 use super::loopback;
-use super::mounts::HostTrees;
+use super::mounts::{HostTrees, cache_skeleton};
 use super::pid1::{self, SandboxToRun};
-use crate::protocol::{HeldLock, InitEvent, JailSpec, MAX_SPEC_BYTES, read_frame};
+use crate::protocol::{HeldLock, Identity, InitEvent, JailSpec, MAX_SPEC_BYTES, SkeletonRequest, read_frame};
 use crate::sys::{die_with_parent, pidfd_open};
 
+/// Who made the init, which says what it has before its spec comes.
+pub enum Maker {
+    /// A server's zygote: its clones share the skeleton it cached (if it could) in its mount namespace.
+    Zygote { skeleton: Option<SkeletonRequest> },
+    /// `sandlot run`, at the start of `main`: as root, the init makes the standard skeleton and its network
+    /// namespace itself while the command prepares the run (the figures are in docs/benchmarks.md).
+    OneShot,
+}
+
+/// What an init has before its spec comes.
+#[derive(Default)]
+struct Ahead {
+    /// A skeleton cached in this process's mount namespace.
+    skeleton: Option<SkeletonRequest>,
+    /// This process is in a new network namespace of its own, loopback up.
+    network: bool,
+}
+
+/// Where `sandlot run`'s init caches the standard skeleton: an empty directory on the host, mounted over only in
+/// the init's own mount namespace.
+const ONE_SHOT_SKELETON_DIR: &str = "/run/sandlot/skeleton";
+
 /// Entry point of the init; never returns.
-pub fn main() -> ! {
-    match build_and_wait() {
+pub fn main(maker: Maker) -> ! {
+    let ahead = match maker {
+        Maker::Zygote { skeleton } => Ahead { skeleton, network: false },
+        Maker::OneShot if geteuid().is_root() => prepare_alone(),
+        Maker::OneShot => Ahead::default(),
+    };
+    match build_and_wait(ahead) {
         Ok(never) => match never {},
         Err(error) => error.report_and_exit(),
     }
+}
+
+/// As root, before the spec: the standard skeleton, cached as a zygote caches it, and a new network namespace. What
+/// fails is made per run instead.
+fn prepare_alone() -> Ahead {
+    let request =
+        SkeletonRequest { dir: ONE_SHOT_SKELETON_DIR.into(), identity: Identity::standard(), mount_points: vec![] };
+    let cached = std::fs::create_dir_all(&request.dir).is_ok() && cache_skeleton(&request).is_ok();
+    Ahead { skeleton: cached.then_some(request), network: enter_network_namespace(None).is_ok() }
 }
 
 fn read_spec() -> Result<JailSpec, SetupError> {
@@ -112,7 +148,7 @@ fn become_user(uid: u32, gid: u32) -> Result<(), SetupError> {
     Ok(())
 }
 
-fn build_and_wait() -> Result<Infallible, SetupError> {
+fn build_and_wait(ahead: Ahead) -> Result<Infallible, SetupError> {
     sandlot_core::marks::mark("i.start");
     die_with_parent().step(|| "prctl(PR_SET_PDEATHSIG)".into())?;
     let spec = read_spec()?;
@@ -124,11 +160,14 @@ fn build_and_wait() -> Result<Infallible, SetupError> {
     sandlot_core::marks::mark("i.cgroups_lock");
     // As root, capture the trees while every path is still reachable (the run's uid may not traverse to them).
     let trees = match spec.switch_to {
-        Some(_) => Some(HostTrees::capture(&spec)?),
+        Some(_) => {
+            let skeleton = ahead.skeleton.filter(|cached| cached.fits(&spec));
+            Some(HostTrees::capture(&spec, skeleton.as_ref().map(|cached| cached.dir.as_path()))?)
+        }
         None => None,
     };
     sandlot_core::marks::mark("i.trees");
-    if spec.switch_to.is_some() {
+    if spec.switch_to.is_some() && (spec.join_netns.is_some() || !ahead.network) {
         enter_network_namespace(spec.join_netns.as_deref())?;
     }
     sandlot_core::marks::mark("i.netns");

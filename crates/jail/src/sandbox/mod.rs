@@ -23,18 +23,21 @@ use std::os::fd::{AsRawFd, OwnedFd};
 
 use nix::errno::Errno;
 
+pub use init::Maker;
+
 use crate::protocol::EVENTS_FD;
 
 /// The descriptors of a new init, in the order of their numbers: stdin (spec, then the program's input), stdout,
 /// stderr, events.
 pub type InitFds = [OwnedFd; 4];
 
-/// Clones this single-threaded process into a new init holding `fds` (as a sibling with `sibling`: its parent is
-/// then this process's parent, as the zygote makes them). Returns the init's pid; the clone never returns.
+/// Clones this single-threaded process into a new init holding `fds`, made by `maker` (a zygote's clone is a
+/// sibling: its parent is the zygote's parent, the server). Returns the init's pid; the clone never returns.
 ///
 /// This is a raw `clone` with no new stack, which behaves like `fork` in a single-threaded process (glibc's `fork`
 /// would also refresh the thread id it caches for `raise`, which the init never calls).
-pub fn fork_init(fds: InitFds, sibling: bool) -> Result<i32, Errno> {
+pub fn fork_init(fds: InitFds, maker: Maker) -> Result<i32, Errno> {
+    let sibling = matches!(maker, Maker::Zygote { .. });
     let flags = if sibling { libc::CLONE_PARENT | libc::SIGCHLD } else { libc::SIGCHLD } as libc::c_ulong;
     // SAFETY: clone without CLONE_VM gives the child its own copy of this single-threaded process's memory, so it
     // may continue on the same stack, exactly as after fork.
@@ -71,5 +74,5 @@ pub fn fork_init(fds: InitFds, sibling: bool) -> Result<i32, Errno> {
         }
         None => close(EVENTS_FD as u32 + 1, u32::MAX),
     }
-    init::main()
+    init::main(maker)
 }

@@ -141,9 +141,9 @@ pub struct HostTrees {
 
 impl HostTrees {
     /// Clones the trees of `spec`'s workspace (never through a symlink; idmapped from the storage uid to the run's
-    /// when the spec names both, see [`crate::sys::idmap`]), its cached skeleton if it has one, its extra binds (its
-    /// runner's prefixes, bound on the skeleton's mount points) and its volumes, with their attributes.
-    pub fn capture(spec: &JailSpec) -> Result<Self, SetupError> {
+    /// when the spec names both, see [`crate::sys::idmap`]), the cached `skeleton` that fits it if any, its extra
+    /// binds (its runner's prefixes, bound on the skeleton's mount points) and its volumes, with their attributes.
+    pub fn capture(spec: &JailSpec, skeleton: Option<&Path>) -> Result<Self, SetupError> {
         let directory = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -160,7 +160,7 @@ impl HostTrees {
             }
             _ => false,
         };
-        let skeleton = match &spec.skeleton {
+        let skeleton = match skeleton {
             Some(dir) => Some(clone_tree(dir).step(|| format!("open_tree {}", dir.display()))?),
             None => None,
         };
@@ -290,7 +290,7 @@ fn add_device(name: &str, target: &Path) -> Result<(), SetupError> {
 
 /// Builds the whole filesystem and pivots into it. On return the process's root is the sandbox's.
 ///
-/// With `spec.skeleton` the read-only skeleton is a clone of the zygote's cached one; otherwise it is assembled here.
+/// With a cached skeleton among `trees` the read-only skeleton is a clone of it; otherwise it is assembled here.
 pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError> {
     mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
         .step(|| "make / private".into())?;
@@ -298,7 +298,7 @@ pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError
     // 1. The host trees of this run, before the new root covers anything (the workspace may be under /tmp).
     let HostTrees { workspace: data, extra_ro_binds, skeleton, volumes, .. } = match trees {
         Some(trees) => trees,
-        None => HostTrees::capture(spec)?,
+        None => HostTrees::capture(spec, None)?,
     };
     sandlot_core::marks::mark("p.private");
 

@@ -14,8 +14,8 @@ use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use nix::errno::Errno;
 use nix::sys::socket::{ControlMessageOwned, MsgFlags, recv, recvmsg, send};
 
-use super::fork_init;
-use crate::protocol::{MAX_SETUP_BYTES, ZYGOTE_READY, ZygoteSetup, encode_clone_reply};
+use super::{Maker, fork_init};
+use crate::protocol::{MAX_SETUP_BYTES, SkeletonRequest, ZYGOTE_READY, ZygoteSetup, encode_clone_reply};
 
 /// The zygote's end of its socket is its standard input.
 const CHANNEL_FD: RawFd = 0;
@@ -25,7 +25,7 @@ pub fn main() -> ! {
     if crate::sys::die_with_parent().is_err() {
         std::process::exit(1);
     }
-    let reply = set_up();
+    let (cached, reply) = set_up();
     if send(CHANNEL_FD, reply.as_bytes(), MsgFlags::MSG_NOSIGNAL).is_err() {
         std::process::exit(1);
     }
@@ -39,7 +39,7 @@ pub fn main() -> ! {
         };
         let reply = match <[OwnedFd; 4]>::try_from(fds) {
             Err(_) => Err(Errno::EINVAL as i32),
-            Ok(fds) => fork_init(fds, true).map_err(|errno| errno as i32),
+            Ok(fds) => fork_init(fds, Maker::Zygote { skeleton: cached.clone() }).map_err(|errno| errno as i32),
         };
         if send(CHANNEL_FD, &encode_clone_reply(reply), MsgFlags::MSG_NOSIGNAL).is_err() {
             std::process::exit(1);
@@ -47,8 +47,9 @@ pub fn main() -> ! {
     }
 }
 
-/// Reads the setup message and carries it out; returns the reply: [`ZYGOTE_READY`], or what went wrong.
-fn set_up() -> String {
+/// Reads the setup message and carries it out; returns the skeleton cached and the reply: [`ZYGOTE_READY`], or what
+/// went wrong.
+fn set_up() -> (Option<SkeletonRequest>, String) {
     let ready = String::from_utf8_lossy(ZYGOTE_READY).into_owned();
     let mut setup = vec![0u8; MAX_SETUP_BYTES];
     let length = match recv(CHANNEL_FD, &mut setup, MsgFlags::empty()) {
@@ -57,11 +58,11 @@ fn set_up() -> String {
     };
     match serde_json::from_slice::<ZygoteSetup>(&setup[..length]) {
         Ok(ZygoteSetup { skeleton: Some(request) }) => match super::mounts::cache_skeleton(&request) {
-            Ok(()) => ready,
-            Err(e) => format!("{}: {}", e.step, e.error),
+            Ok(()) => (Some(request), ready),
+            Err(e) => (None, format!("{}: {}", e.step, e.error)),
         },
-        Ok(ZygoteSetup { skeleton: None }) => ready,
-        Err(e) => format!("unreadable setup: {e}"),
+        Ok(ZygoteSetup { skeleton: None }) => (None, ready),
+        Err(e) => (None, format!("unreadable setup: {e}")),
     }
 }
 

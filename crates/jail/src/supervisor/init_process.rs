@@ -9,7 +9,6 @@ use tokio::net::unix::pipe;
 use super::child::PidfdChild;
 use super::error::{Error, Result};
 use super::zygote::Zygote;
-use crate::protocol::SkeletonRequest;
 
 /// The supervisor's ends of an init's descriptors, before the runtime watches them.
 #[derive(Debug)]
@@ -39,16 +38,15 @@ pub struct InitPipes {
     pub events: pipe::Receiver,
 }
 
-/// An init waiting for its spec (or running it): the process, its pipes, and the skeleton cached where it lives.
+/// An init waiting for its spec (or running it): the process and its pipes.
 pub struct Init {
     pub process: PidfdChild,
     pub pipes: InitPipes,
-    pub skeleton: Option<SkeletonRequest>,
 }
 
 impl Init {
     /// Adopts the child `pid` of this process, whose ends are `ends` (call within the runtime).
-    pub fn adopt(pid: i32, ends: InitEnds, skeleton: Option<SkeletonRequest>) -> Result<Self> {
+    pub fn adopt(pid: i32, ends: InitEnds) -> Result<Self> {
         let process = PidfdChild::open(Pid::from_raw(pid)).map_err(|e| Error::io("open a pidfd for the init", e))?;
         let watch = |e| Error::io("watch the init's pipes", e);
         let receiver = |reader: PipeReader| pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).map_err(watch);
@@ -58,14 +56,14 @@ impl Init {
             stderr: receiver(ends.stderr)?,
             events: receiver(ends.events)?,
         };
-        Ok(Self { process, pipes, skeleton })
+        Ok(Self { process, pipes })
     }
 
     /// A new init, cloned by `zygote` now.
     pub fn from_zygote(zygote: &Zygote) -> Result<Self> {
         let (theirs, ours) = init_pipes().map_err(|e| Error::io("create init pipes", e))?;
-        let (pid, skeleton) = zygote.clone_init(&theirs)?;
+        let pid = zygote.clone_init(&theirs)?;
         drop(theirs);
-        Self::adopt(pid, ours, skeleton)
+        Self::adopt(pid, ours)
     }
 }

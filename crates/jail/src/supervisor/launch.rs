@@ -68,7 +68,7 @@ impl Launcher {
                         std::io::Error::other("a one-shot backend runs once, with a forked init"),
                     )
                 })?;
-                Init::adopt(forked.pid, forked.ends, None)
+                Init::adopt(forked.pid, forked.ends)
             }
         }
     }

@@ -273,9 +273,8 @@ impl Backend for JailBackend {
                 .map(|u| (u.uid(), HeldLock { holder_pid, fd: u.lock_fd() }, self.config.sandbox_uids.storage())),
             join_netns: kept_netns.as_ref().map(NetnsPool::path_of),
         };
-        let mut spec = spec::build(&job, runner, resources);
+        let spec = spec::build(&job, runner, resources);
         let init = self.launcher.take()?;
-        spec.skeleton = init.skeleton.as_ref().filter(|cached| cached.fits(&spec)).map(|cached| cached.dir.clone());
         let (mut run, pipes) = Run::new(init, cgroup, uid);
         let capture_netns = self.netns.is_some() && spec.join_netns.is_none();
         let finished = run.execute(pipes, &spec, &job, sink, capture_netns).await;

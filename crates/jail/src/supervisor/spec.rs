@@ -81,7 +81,6 @@ pub fn build(job: &Job, runner: &HostRunner, resources: Resources) -> JailSpec {
             data_bytes: no_cgroup.then_some(limits.memory_mb * 1024 * 1024),
         },
         landlock: true,
-        skeleton: None, // set once the init, and the skeleton cached where it lives, are known
     }
 }
 

@@ -14,16 +14,12 @@ use std::sync::{Mutex, mpsc};
 use nix::sys::socket::{AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, recv, send, sendmsg, socketpair};
 
 use super::error::{Error, Result};
-use crate::protocol::{
-    MAX_SETUP_BYTES, SkeletonRequest, ZYGOTE_READY, ZYGOTE_SUBCOMMAND, ZygoteSetup, decode_clone_reply,
-};
+use crate::protocol::{MAX_SETUP_BYTES, ZYGOTE_READY, ZYGOTE_SUBCOMMAND, ZygoteSetup, decode_clone_reply};
 
 /// A zygote process and its socket.
 struct Running {
     channel: OwnedFd,
     process: std::process::Child,
-    /// The skeleton it cached, if it could.
-    skeleton: Option<SkeletonRequest>,
 }
 
 /// What the keeper thread is asked: start a zygote, and answer on the enclosed channel.
@@ -80,9 +76,9 @@ impl Zygote {
         Ok(false)
     }
 
-    /// Has the zygote clone an init holding `fds` (stdin, stdout, stderr, events: the init's ends); returns its pid
-    /// and the skeleton cached in its mount namespace. A zygote found dead is replaced, once.
-    pub fn clone_init(&self, fds: &[OwnedFd; 4]) -> Result<(i32, Option<SkeletonRequest>)> {
+    /// Has the zygote clone an init holding `fds` (stdin, stdout, stderr, events: the init's ends); returns its pid.
+    /// A zygote found dead is replaced, once.
+    pub fn clone_init(&self, fds: &[OwnedFd; 4]) -> Result<i32> {
         match self.try_clone_init(fds) {
             Ok(cloned) => Ok(cloned),
             Err(e) if self.ensure_alive().is_ok_and(|alive| !alive) => {
@@ -93,7 +89,7 @@ impl Zygote {
         }
     }
 
-    fn try_clone_init(&self, fds: &[OwnedFd; 4]) -> Result<(i32, Option<SkeletonRequest>)> {
+    fn try_clone_init(&self, fds: &[OwnedFd; 4]) -> Result<i32> {
         let current = self.current();
         let Some(running) = current.as_ref() else {
             return Err(Error::io("clone an init", std::io::Error::other("no zygote")));
@@ -108,8 +104,7 @@ impl Zygote {
         if length != reply.len() {
             return Err(Error::io("read the zygote's reply", std::io::ErrorKind::UnexpectedEof.into()));
         }
-        let pid = decode_clone_reply(reply).map_err(|e| Error::io("clone an init in the zygote", e))?;
-        Ok((pid, running.skeleton.clone()))
+        decode_clone_reply(reply).map_err(|e| Error::io("clone an init in the zygote", e))
     }
 }
 
@@ -148,6 +143,5 @@ fn start_one(program: &Path, setup: &ZygoteSetup) -> Result<Running> {
         let why = String::from_utf8_lossy(&reply[..length]);
         tracing::warn!("the jail zygote could not cache the sandbox's skeleton (each run assembles its own): {why}");
     }
-    let skeleton = setup.skeleton.clone().filter(|_| ready);
-    Ok(Running { channel: ours, process, skeleton })
+    Ok(Running { channel: ours, process })
 }
