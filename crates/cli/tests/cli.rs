@@ -159,8 +159,8 @@ fn run_refuses_a_bad_timeout_and_an_unreadable_file_with_exit_code_2() {
     }
 }
 
-/// The skeleton of the root a one-shot run's pid 1 assembles is read-only down to its two superblocks, as a server's
-/// cached one is: the same assembler makes both.
+/// A one-shot run's skeleton of the root (the one its init caches ahead, as root) is read-only down to its two
+/// superblocks, as a server's cached one is: the same assembler and seal make both.
 #[test]
 fn run_gets_a_skeleton_read_only_at_its_superblocks() {
     let root = tempfile::tempdir().unwrap();
