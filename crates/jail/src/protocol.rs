@@ -153,6 +153,16 @@ impl InitEvent {
     }
 }
 
+/// [`InitEvent::Pid1Started`]'s line for `pid`, written into `buffer` without allocating: the init sends it while
+/// pid 1 shares its memory (see `sandbox::pid1::start`).
+pub fn pid1_started_line(pid: i32, buffer: &mut [u8; 64]) -> &[u8] {
+    use std::io::Write;
+    let mut rest = &mut buffer[..];
+    let _ = writeln!(rest, r#"{{"event":"pid1_started","pid":{pid}}}"#);
+    let length = 64 - rest.len();
+    &buffer[..length]
+}
+
 /// A log field's view of an event: words, not Rust's debug text.
 impl std::fmt::Display for InitEvent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -308,6 +318,14 @@ mod tests {
         }
         let ended = String::from_utf8(InitEvent::ProgramEnded(Termination::Exited { code: 0 }).to_line()).unwrap();
         assert_eq!(ended.trim(), r#"{"event":"program_ended","kind":"exited","code":0}"#);
+    }
+
+    #[test]
+    fn the_pid1_started_line_written_without_allocating_is_the_events_own() {
+        for pid in [1, 4242, i32::MAX] {
+            let mut buffer = [0u8; 64];
+            assert_eq!(pid1_started_line(pid, &mut buffer), InitEvent::Pid1Started { pid }.to_line().as_slice());
+        }
     }
 
     #[test]

@@ -6,7 +6,11 @@ use crate::protocol::{EVENTS_FD, InitEvent};
 
 /// Sends one event. Errors are ignored: the supervisor treats a missing event as a failure anyway.
 pub fn send(event: &InitEvent) {
-    let line = event.to_line();
+    send_line(&event.to_line());
+}
+
+/// Sends a line already made (see `protocol::pid1_started_line`), without allocating.
+pub fn send_line(line: &[u8]) {
     // SAFETY: writes a valid buffer to a descriptor; a closed or invalid fd only yields an error code.
     unsafe { libc::write(EVENTS_FD, line.as_ptr().cast(), line.len()) };
 }

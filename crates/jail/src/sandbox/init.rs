@@ -9,24 +9,24 @@
 //!    the run's unprivileged host uid (the storage uid if the idmap failed);
 //! 3. create a user namespace mapping that uid to the sandbox uid, then the mount, pid, IPC, UTS and cgroup
 //!    namespaces owned by it (and the network namespace too when not root);
-//! 4. fork the sandbox's pid 1 ([`super::pid1`]), send [`InitEvent::Pid1Started`], close its copies of the
-//!    program's standard streams (so they end when the program does), wait for pid 1 and exit.
+//! 4. start the sandbox's pid 1 ([`super::pid1`], sharing this process's memory), send `Pid1Started`, close its
+//!    copies of the program's standard streams (so they end when the program does), wait for pid 1 and exit.
 
 use std::convert::Infallible;
 use std::fs::File;
 use std::mem::ManuallyDrop;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 use nix::sched::{CloneFlags, setns, unshare};
 use nix::sys::wait::{WaitStatus, waitpid};
-use nix::unistd::{ForkResult, Gid, Pid, Uid, fork, getegid, geteuid, setgroups, setresgid, setresuid};
+use nix::unistd::{Gid, Pid, Uid, getegid, geteuid, setgroups, setresgid, setresuid};
 
 use super::events::{self, SetupError, Step};
 use super::loopback;
 use super::mounts::{HostTrees, cache_skeleton};
 use super::pid1::{self, SandboxToRun};
-use crate::protocol::{HeldLock, Identity, InitEvent, JailSpec, MAX_SPEC_BYTES, SkeletonRequest, read_frame};
+use crate::protocol::{HeldLock, Identity, JailSpec, MAX_SPEC_BYTES, SkeletonRequest, pid1_started_line, read_frame};
 use crate::sys::{die_with_parent, pidfd_open};
 
 /// Who made the init, which says what it has before its spec comes.
@@ -198,17 +198,28 @@ fn build_and_wait(ahead: Ahead) -> Result<Infallible, SetupError> {
     // Pid 1 holds the read end: once the init is gone the pipe reports a hang-up, which closes the window before
     // pid 1 has set its own parent-death signal.
     let (alive_read, alive_write) = std::io::pipe().step(|| "create liveness pipe".into())?;
-    // SAFETY: this process is single-threaded, so the child may run arbitrary code after the fork.
-    let pid1 = match unsafe { fork() }.step(|| "fork pid 1".into())? {
-        ForkResult::Child => {
-            drop(alive_write);
-            pid1::run(SandboxToRun { spec, trees, cgroups, parent_alive: alive_read, report_first })
-        }
-        ForkResult::Parent { child } => child,
-    };
-    sandlot_core::marks::mark("i.pid1_forked");
-    drop((cgroups, alive_read));
-    events::send(&InitEvent::Pid1Started { pid: pid1.as_raw() });
+    // This process's copies of what pid 1 now owns, closed by number once pid 1 has its own.
+    let mut handed_over: Vec<RawFd> = cgroups.iter().map(AsRawFd::as_raw_fd).collect();
+    handed_over.push(alive_read.as_raw_fd());
+    let init_end = alive_write.as_raw_fd();
+    let pid1 = pid1::start(SandboxToRun { spec, trees, cgroups, parent_alive: alive_read, init_end, report_first })?;
+    watch_pid1(pid1, &handed_over)
+}
+
+/// The init's part once pid 1 runs: closes its copies of what pid 1 owns, reports pid 1, closes its copies of the
+/// program's standard streams, waits for pid 1 and exits with its status.
+///
+/// Pid 1 shares this process's memory (see `pid1::start`), so this function and everything it calls allocates and
+/// frees nothing, runs no destructor and ends with `_exit`: only `libc` calls, `nix::waitpid` and a stack buffer.
+/// The values of `build_and_wait` stay where they are, never dropped.
+fn watch_pid1(pid1: Pid, handed_over: &[RawFd]) -> ! {
+    sandlot_core::marks::mark("i.pid1_started");
+    for fd in handed_over {
+        // SAFETY: closes this process's copies of descriptors pid 1 owns in its own descriptor table.
+        unsafe { libc::close(*fd) };
+    }
+    let mut line = [0u8; 64];
+    events::send_line(pid1_started_line(pid1.as_raw(), &mut line));
     close_stdio();
     let code = loop {
         match waitpid(pid1, None) {

@@ -8,7 +8,7 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 
 use nix::errno::Errno;
@@ -33,14 +33,48 @@ pub struct SandboxToRun {
     pub cgroups: Vec<File>,
     /// Pid 1's end of the liveness pipe (see [`parent_gone`]).
     pub parent_alive: std::io::PipeReader,
+    /// The init's end of that pipe: pid 1 closes its copy of the descriptor.
+    pub init_end: RawFd,
     /// Report the program's end before unmounting the run's tmpfs mounts (see [`unmount_tmpfs`]).
     pub report_first: bool,
 }
 
 /// Runs pid 1; never returns.
-pub fn run(sandbox: SandboxToRun) -> ! {
+/// Stack of pid 1, mapped on demand (only the pages it touches get memory), above a guard page.
+const PID1_STACK_BYTES: usize = 8 * 1024 * 1024;
+
+/// Starts pid 1 (the init has unshared the pid namespace, so its next child is pid 1 there) and returns its pid on
+/// the host.
+///
+/// Pid 1 shares the init's memory (`CLONE_VM`) on a stack of its own, with its own descriptor table, credentials and
+/// namespaces: a `fork` would copy the init's page tables and then both would take copy-on-write faults, which under
+/// load cost throughput (docs/benchmarks.md). The price is the rule of `init::watch_pid1`, the only code the init
+/// runs from here on; pid 1 owns everything in `sandbox`.
+pub fn start(sandbox: SandboxToRun) -> Result<Pid, SetupError> {
+    extern "C" fn pid1_entry(sandbox: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `sandbox` is the box leaked by `start` for this process alone; the init never touches it again.
+        let sandbox = unsafe { Box::from_raw(sandbox as *mut SandboxToRun) };
+        run(*sandbox)
+    }
+    let stack = map_stack(PID1_STACK_BYTES).step(|| "map pid 1's stack".into())?;
+    let sandbox = Box::into_raw(Box::new(sandbox));
+    // SAFETY: the child runs on its own stack (never unmapped), never returns from `pid1_entry`, and the parent
+    // touches neither the box nor the heap from here on (`init::watch_pid1`).
+    let pid = unsafe { libc::clone(pid1_entry, stack, libc::CLONE_VM | libc::SIGCHLD, sandbox.cast()) };
+    if pid < 0 {
+        let error = std::io::Error::last_os_error();
+        // SAFETY: no child took the box; it is this process's again.
+        drop(unsafe { Box::from_raw(sandbox) });
+        return Err(SetupError::new("clone pid 1", error));
+    }
+    Ok(Pid::from_raw(pid))
+}
+
+fn run(sandbox: SandboxToRun) -> ! {
     sandlot_core::marks::mark("p.start");
-    let SandboxToRun { spec, trees, cgroups, parent_alive, report_first } = sandbox;
+    let SandboxToRun { spec, trees, cgroups, parent_alive, init_end, report_first } = sandbox;
+    // SAFETY: closes pid 1's copy of the init's end of the liveness pipe (its own descriptor table).
+    unsafe { libc::close(init_end) };
     let spec = &spec;
     match prepare(spec, trees, &parent_alive) {
         Ok(()) => {}
