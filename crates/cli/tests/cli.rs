@@ -1,5 +1,5 @@
-//! The `sandlot` binary end to end: `run` (whose jail init is preforked, unlike the library tests' spawned one),
-//! `runners` and `doctor`. Needs root, like every test that starts sandboxes.
+//! The `sandlot` binary end to end: `run` (whose jail init is forked by the command, unlike the library tests'
+//! zygote clones), `runners` and `doctor`. Needs root, like every test that starts sandboxes.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -600,7 +600,7 @@ fn conversations_named_like_the_servers_state_do_not_stop_its_start() {
     assert!(root.path().join(".sandlot/history.db").is_file());
 }
 
-/// From inside a `sandlot run` (its pid 1 is a clone of the preforked init, so of the command: its command line,
+/// From inside a `sandlot run` (its pid 1 is a clone of the forked init, so of the command: its command line,
 /// environment, memory map, executable and cgroup are the command's), `/proc` names neither the conversation root
 /// on the host, nor the command's cgroup, nor its command line; the one exception, the root field of `/data`'s line
 /// in `mountinfo` (the conversation's path on its host filesystem), is documented in docs/security.md.

@@ -10,7 +10,7 @@ use super::check::{Check, CheckStatus};
 
 /// `CAP_NET_ADMIN`: the loopback of each sandbox's network namespace, which sandlot (so the container) owns.
 const CAP_NET_ADMIN: u32 = 12;
-/// `CAP_SYS_ADMIN`: mounts, idmapped `/data`, pinned network namespaces.
+/// `CAP_SYS_ADMIN`: mounts, idmapped `/data`, the cached skeletons.
 const CAP_SYS_ADMIN: u32 = 21;
 
 /// The mark a container engine left, if any: `None` on a host (or a host made from a container image, which keeps
