@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use common::{Sandbox, check, check_eq, describe};
 use libtest_mimic::Failed;
 use sandlot_core::{Engine, EngineConfig, Language, OutputChunk, RunRequest, Stream, Termination, Workspaces};
-use sandlot_jail::protocol::ZYGOTE_SUBCOMMAND;
 use sandlot_jail::{CgroupSupport, JailBackend, JailConfig, ProcessModel};
 
 fn main() {
@@ -313,11 +312,11 @@ fn warm_inits_serve_runs_and_are_replaced() -> Result<(), Failed> {
 
 fn the_zygote_clones_inits_and_is_replaced_when_it_dies() -> Result<(), Failed> {
     let sandbox = Sandbox::new(|_| {});
-    let zygotes = common::children_running(ZYGOTE_SUBCOMMAND);
+    let zygotes = common::zygote_family(true);
     check_eq(zygotes.len(), 1, "zygotes started by the backend")?;
     // The sandbox hides its pid 1 from the program (`hidepid`), so the init is told apart from the host while the
-    // run sleeps: a clone of the zygote has the zygote's command line. `zygotes`: children that count for nothing.
-    let inits_during_a_run = |zygotes: &[i32]| {
+    // run sleeps: a clone of the zygote has the zygote's command line (and a pipe, not a socket, on its stdin).
+    let inits_during_a_run = || {
         // The run signals it is running and waits (up to 60 s) to be let go: the inits are counted in between, as
         // long as a loaded machine needs to start the run.
         let (ready, done) = (sandbox.data_dir("zygote").join("ready"), sandbox.data_dir("zygote").join("done"));
@@ -326,14 +325,13 @@ fn the_zygote_clones_inits_and_is_replaced_when_it_dies() -> Result<(), Failed> 
             let code = "touch /data/ready; for i in $(seq 3000); do [ -e /data/done ] && break; sleep 0.02; done";
             let run = scope.spawn(|| sandbox.run("zygote", Language::Bash, code));
             let waited = common::wait_for(&ready);
-            let clones =
-                common::children_running(ZYGOTE_SUBCOMMAND).iter().filter(|pid| !zygotes.contains(pid)).count();
+            let clones = common::zygote_family(false).len();
             let _ = std::fs::write(&done, ""); // lets the run go (if it got as far as making /data)
             let report = run.join().expect("run");
             waited.map(|()| (clones, report))
         })
     };
-    let (clones, report) = inits_during_a_run(&zygotes)?;
+    let (clones, report) = inits_during_a_run()?;
     check(report.outcome.success(), || describe(&report))?;
     check(clones >= 1, || "the sandbox's init should be a clone of the zygote".into())?;
 
@@ -341,10 +339,9 @@ fn the_zygote_clones_inits_and_is_replaced_when_it_dies() -> Result<(), Failed> 
     std::thread::sleep(Duration::from_millis(100));
     let report = sandbox.run("zygote", Language::Bash, "true");
     check(report.outcome.success(), || format!("a run after the zygote died: {}", describe(&report)))?;
-    let replacements: Vec<i32> =
-        common::children_running(ZYGOTE_SUBCOMMAND).into_iter().filter(|pid| *pid != zygotes[0]).collect();
+    let replacements: Vec<i32> = common::zygote_family(true).into_iter().filter(|pid| *pid != zygotes[0]).collect();
     check_eq(replacements.len(), 1, "zygotes after the first died")?;
-    let (clones, report) = inits_during_a_run(&replacements)?;
+    let (clones, report) = inits_during_a_run()?;
     check(report.outcome.success(), || format!("a run after the zygote died: {}", describe(&report)))?;
     check(clones >= 1, || "the next init should be a clone of the new zygote".into())
 }

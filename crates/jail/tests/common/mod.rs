@@ -246,6 +246,19 @@ pub fn children_running(needle: &str) -> Vec<i32> {
     pids
 }
 
+/// Pids of this process's zygotes (`zygote`) or of the inits they cloned (which share the zygote's command line):
+/// only a zygote reads a socket on its standard input.
+pub fn zygote_family(zygote: bool) -> Vec<i32> {
+    let needle = sandlot_jail::protocol::ZYGOTE_SUBCOMMAND;
+    children_running(needle)
+        .into_iter()
+        .filter(|pid| {
+            let stdin = std::fs::read_link(format!("/proc/{pid}/fd/0")).unwrap_or_default();
+            stdin.to_string_lossy().starts_with("socket:") == zygote
+        })
+        .collect()
+}
+
 /// Pids of host processes running as one of this test process's sandbox uids.
 pub fn sandbox_processes() -> Vec<i32> {
     let uids = sandbox_uids();
