@@ -78,7 +78,7 @@ fn prepare_and_exec(program: &ProgramToStart) -> Result<Infallible, SetupError> 
     let env =
         spec.env.iter().map(|(k, v)| cstring(&format!("{k}={v}"), "environment")).collect::<Result<Vec<_>, _>>()?;
 
-    // Every inherited descriptor but stdio (the report pipe, the mount sources) closes on exec.
+    // Every inherited descriptor but stdio (the events pipe, the mount sources) closes on exec.
     const CLOSE_RANGE_CLOEXEC: u32 = 1 << 2;
     // SAFETY: close_range on descriptor numbers; no memory is involved.
     if unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) } < 0 {

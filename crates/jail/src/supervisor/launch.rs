@@ -5,7 +5,7 @@
 //!
 //! A server cannot fork inits itself: it is multi-threaded, and a fork of a multi-threaded process may only call
 //! async-signal-safe functions. Either way the init is the same clone (`sandbox::fork_init`) with the same four
-//! descriptors (see `protocol`), and the supervisor holds it as an [`Init`].
+//! descriptors (see `protocol`), and the supervisor holds it as an `Init` (`init_process.rs`).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
