@@ -53,6 +53,8 @@ const ONE_SHOT_SKELETON_DIR: &str = "/run/sandlot/skeleton";
 
 /// Entry point of the init; never returns.
 pub fn main(maker: Maker) -> ! {
+    // First of all, so that nothing made ahead outlives the command or server that forked this process.
+    let _ = die_with_parent();
     let ahead = match maker {
         Maker::Zygote { skeleton } => Ahead { skeleton, network: false },
         Maker::OneShot if geteuid().is_root() => prepare_alone(),
