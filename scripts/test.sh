@@ -5,7 +5,7 @@
 # First scripts/setup.sh provisions what the tests need and is missing (apt, npm, PyPI, cargo-nextest, dockerd and
 # the runner images); then every check runs, each even when an earlier one failed, and the script ends with a summary
 # of all of them and exits non-zero when any failed. The checks: cargo fmt --check, cargo clippy -D warnings (also
-# of the sandlot binary with the `phases` feature), cargo nextest run (profile "ci", .config/nextest.toml), and the
+# of the sandlot binary with the `phases` feature), the jail's docs (cargo doc, links must resolve), cargo nextest run (profile "ci", .config/nextest.toml), and the
 # end-to-end tests (real MCP clients and the playground in headless Chromium against the real binary).
 # The jail's tests need root (cgroups, dedicated sandbox uids, user namespaces): they fail, not skip, without it, so
 # this script refuses to start unless it runs as root.
@@ -66,6 +66,9 @@ check "cargo fmt --all -- --check" cargo fmt --all -- --check
 check "cargo clippy --workspace --all-targets -- -D warnings" cargo clippy --workspace --all-targets -- -D warnings
 # scripts/phases-jail.sh measures the sandbox's start-up step by step with this feature: it must keep building.
 check "cargo clippy -p sandlot --features phases -- -D warnings" cargo clippy -p sandlot --features phases -- -D warnings
+# The jail's module docs are its map for a newcomer: their links must resolve.
+check "cargo doc -p sandlot-jail (private items, -D warnings)" \
+    env RUSTDOCFLAGS="-D warnings" cargo doc -p sandlot-jail --no-deps --document-private-items --quiet
 check "cargo nextest run --workspace --profile ci" cargo nextest run --workspace --no-fail-fast --profile ci
 check "build the sandlot binary (cargo build --bin sandlot)" build_binary
 check "end-to-end: Python MCP SDK 1.x (tests/e2e/python_v1)" with_binary .venv-e2e/bin/python -m pytest -q tests/e2e/python_v1

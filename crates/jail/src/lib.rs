@@ -1,6 +1,6 @@
 //! sandlot-jail: the native Linux backend, the only crate with `unsafe`.
 //!
-//! Two sides, joined only by [`protocol`] (what they say to each other) and [`sys`] (the raw syscalls both need):
+//! Two sides, joined only by [`protocol`] (what they say to each other) and `sys` (the raw syscalls both need):
 //! - the **supervisor** ([`JailBackend`]), in the server or `sandlot run`: it gets an init per run (cloned by a
 //!   zygote, or forked by the command), holds the run's cgroup slot and uid, sends the spec, reads output with caps,
 //!   enforces the deadline and the disk quota, and kills the whole tree;

@@ -1,5 +1,5 @@
 //! Everything the supervisor and the sandbox side say to each other, and nothing else: the one module (with
-//! [`crate::sys`]) both sides import.
+//! `sys`) both sides import.
 //!
 //! - **An init's descriptors.** Whoever starts an init (the zygote, or `sandlot run`'s fork) gives it four: fd 0 carries
 //!   one [`frame`] holding the [`JailSpec`] as JSON, then the program's standard input until end of file; fds 1 and 2
@@ -52,7 +52,7 @@ pub fn read_frame(reader: &mut impl std::io::Read, max: usize) -> std::io::Resul
 pub struct JailSpec {
     /// Interpreter to exec (an absolute path that is visible inside the jail).
     pub program: PathBuf,
-    /// Its arguments, not counting argv[0].
+    /// Its arguments, not counting `argv[0]`.
     pub args: Vec<String>,
     /// Where the code is written inside the jail (under `/tmp`).
     pub code_path: PathBuf,

@@ -32,7 +32,7 @@ pub enum CgroupSupport {
 
 impl CgroupSupport {
     /// Looks at the host; creates sandlot's parent groups when they are usable. With `tune`, turns on the
-    /// `favordynmods` option of the cgroup2 mount (see [`favor_dynamic_modifications`]).
+    /// `favordynmods` option of the cgroup2 mount (see `favor_dynamic_modifications`).
     pub fn detect(tune: bool) -> Self {
         if !nix::unistd::geteuid().is_root() {
             return Self::Unavailable { reason: "not running as root".into() };

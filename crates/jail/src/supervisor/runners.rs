@@ -30,7 +30,7 @@ pub struct HostRunner {
     pub extra_ro_binds: Vec<PathBuf>,
     /// `program --version`'s first line, or empty when not probed.
     pub version: String,
-    /// Key packages installed for it, name → version ([`KEY_PACKAGES`] for Python), or empty when not probed.
+    /// Key packages installed for it, name → version (`KEY_PACKAGES` for Python), or empty when not probed.
     pub packages: BTreeMap<String, String>,
 }
 
@@ -279,7 +279,7 @@ fn discover_one(language: Language, overrides: &RunnerOverrides) -> Option<HostR
 }
 
 /// Finds the runners for `languages` on this host; with `probe_versions`, asks each for its version (and Python
-/// for its [`KEY_PACKAGES`]).
+/// for its `KEY_PACKAGES`).
 pub fn discover_runners(languages: &[Language], overrides: &RunnerOverrides, probe_versions: bool) -> Vec<HostRunner> {
     let mut runners: Vec<HostRunner> = languages.iter().filter_map(|l| discover_one(*l, overrides)).collect();
     if probe_versions {

@@ -51,7 +51,7 @@ impl UidRange {
         Ok(Self { first, last })
     }
 
-    /// The range of [`DEFAULT_COUNT`] uids starting at `first`.
+    /// The range of `DEFAULT_COUNT` uids starting at `first`.
     pub fn starting_at(first: u32) -> Result<Self, String> {
         let last =
             first.checked_add(DEFAULT_COUNT - 1).ok_or_else(|| format!("{first} + {DEFAULT_COUNT} overflows"))?;
