@@ -5,8 +5,9 @@
 # First scripts/setup.sh provisions what the tests need and is missing (apt, npm, PyPI, cargo-nextest, dockerd and
 # the runner images); then every check runs, each even when an earlier one failed, and the script ends with a summary
 # of all of them and exits non-zero when any failed. The checks: cargo fmt --check, cargo clippy -D warnings (also
-# of the sandlot binary with the `phases` feature), the jail's docs (cargo doc, links must resolve), cargo nextest run (profile "ci", .config/nextest.toml), and the
-# end-to-end tests (real MCP clients and the playground in headless Chromium against the real binary).
+# of the sandlot binary with the `phases` feature), the jail's docs (cargo doc, links must resolve), cargo nextest run
+# (profile "ci", .config/nextest.toml), and the end-to-end tests (real MCP clients and the playground in headless
+# Chromium against the real binary).
 # The jail's tests need root (cgroups, dedicated sandbox uids, user namespaces): they fail, not skip, without it, so
 # this script refuses to start unless it runs as root.
 #
