@@ -23,6 +23,7 @@ fn main() {
         ("output_is_streamed_while_the_program_runs", output_is_streamed_while_the_program_runs),
         ("files_persist_across_runs_of_a_conversation", files_persist_across_runs_of_a_conversation),
         ("missing_runner_lists_the_available_ones", missing_runner_lists_the_available_ones),
+        ("a_one_shot_backend_runs_only_with_its_forked_init", a_one_shot_backend_runs_only_with_its_forked_init),
         ("invalid_requests_are_refused_before_running", invalid_requests_are_refused_before_running),
         ("an_oom_is_not_blamed_on_the_next_run", an_oom_is_not_blamed_on_the_next_run),
         ("concurrent_runs_get_their_own_limits", concurrent_runs_get_their_own_limits),
@@ -153,6 +154,27 @@ fn missing_runner_lists_the_available_ones() -> Result<(), Failed> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let error = runtime.block_on(engine.run(request, &())).unwrap_err();
     check_eq(error.to_string().as_str(), "no runner for language javascript; available: python, bash", "error")
+}
+
+/// A one-shot backend has no zygote: a run without the init its command forked is a clear error, not a hang.
+fn a_one_shot_backend_runs_only_with_its_forked_init() -> Result<(), Failed> {
+    let mut config = JailConfig::new(std::env::current_exe()?);
+    config.model = ProcessModel::OneShot;
+    config.languages = vec![Language::Bash];
+    config.probe_versions = false;
+    config.sandbox_uids = common::sandbox_uids();
+    let root = tempfile::tempdir()?;
+    let engine =
+        Engine::new(Arc::new(JailBackend::new(config)?), Workspaces::new(root.path()), EngineConfig::default());
+    let request = RunRequest {
+        conversation_id: "c".into(),
+        language: "bash".into(),
+        code: "true".into(),
+        ..RunRequest::default()
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let error = runtime.block_on(engine.run(request, &())).unwrap_err().to_string();
+    check(error.contains("a one-shot backend runs once, with a forked init"), || error.clone())
 }
 
 fn invalid_requests_are_refused_before_running() -> Result<(), Failed> {

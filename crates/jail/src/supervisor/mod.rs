@@ -279,7 +279,7 @@ impl Backend for JailBackend {
         let capture_netns = self.netns.is_some() && spec.join_netns.is_none();
         let finished = run.execute(pipes, &spec, &job, sink, capture_netns).await;
         sandlot_core::marks::mark("c.executed");
-        let evidence = Evidence { oom_killed: run.oom_killed(), at_quota: false };
+        let oom_killed = run.oom_killed(); // read before the slot is released
         let program_ended = matches!(finished, Ok(ref f) if matches!(f.waited, Waited::ProgramEnded));
         run.release(program_ended, matches!(self.config.model, ProcessModel::OneShot)).await;
         sandlot_core::marks::mark("c.released");
@@ -291,7 +291,7 @@ impl Backend for JailBackend {
         // Only a shell's 128+SIGXFSZ needs the quota's word (see `ending::termination`).
         let shell_xfsz = matches!(finished.last_event, Some(InitEvent::ProgramEnded(Termination::Exited { code }))
             if code == 128 + libc::SIGXFSZ);
-        let evidence = Evidence { at_quota: shell_xfsz && sandlot_core::at_quota(&job), ..evidence };
+        let evidence = Evidence { oom_killed, at_quota: shell_xfsz && sandlot_core::at_quota(&job) };
         let termination = ending::termination(&finished.waited, finished.last_event.as_ref(), evidence)?;
         Ok(RunOutcome::from_streams(termination, finished.stdout, finished.stderr, finished.duration))
     }
