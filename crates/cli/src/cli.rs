@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use sandlot_core::{EngineConfig, Limits};
-use sandlot_server::mcp::profiles::Profile;
+use sandlot_server::surfaces::Profile;
 
 /// Run untrusted code for AI agents in a Linux-namespace sandbox.
 #[derive(Debug, Parser)]
@@ -114,10 +114,10 @@ pub struct ServeArgs {
     /// Reverse proxies (addresses or CIDR networks, comma-separated) whose forwarded-for header names the client;
     /// from any other peer that header is ignored. Default: none (the TCP peer is the client).
     #[arg(long, env = "SANDLOT_TRUSTED_PROXIES", value_delimiter = ',')]
-    pub trusted_proxies: Vec<sandlot_server::http::TrustedProxy>,
+    pub trusted_proxies: Vec<sandlot_server::kit::TrustedProxy>,
     /// The header those proxies name the client in: x-forwarded-for or forwarded (RFC 7239).
     #[arg(long, env = "SANDLOT_CLIENT_IP_HEADER", default_value = "x-forwarded-for")]
-    pub client_ip_header: sandlot_server::http::ClientIpHeader,
+    pub client_ip_header: sandlot_server::kit::ClientIpHeader,
     /// More host names requests may address (comma-separated), besides localhost, the loopback addresses, the
     /// listen address and PUBLIC_BASE_URL's host.
     #[arg(long, env = "SANDLOT_ALLOWED_HOSTS", value_delimiter = ',')]
@@ -138,7 +138,7 @@ pub struct ServeArgs {
     /// Baponi's named volumes, mounted into its runs at /data/<slug> and served by files_download and the Files
     /// API: `slug=/host/dir[:ro|:rw],...` (read-only by default).
     #[arg(long, env = "SANDLOT_BAPONI_VOLUMES", default_value = "", value_parser = parse_baponi_volumes)]
-    pub baponi_volumes: sandlot_server::mcp::profiles::baponi::Volumes,
+    pub baponi_volumes: sandlot_server::surfaces::baponi::Volumes,
     /// Most Streamable HTTP sessions open at once.
     #[arg(long, env = "SANDLOT_MAX_SESSIONS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_sessions: u64,
@@ -282,8 +282,8 @@ fn parse_root_profile(text: &str) -> Result<RootProfile, String> {
     }
 }
 
-fn parse_baponi_volumes(text: &str) -> Result<sandlot_server::mcp::profiles::baponi::Volumes, String> {
-    sandlot_server::mcp::profiles::baponi::Volumes::parse(text)
+fn parse_baponi_volumes(text: &str) -> Result<sandlot_server::surfaces::baponi::Volumes, String> {
+    sandlot_server::surfaces::baponi::Volumes::parse(text)
 }
 
 /// `off` (or `0`), or a duration of at least a second and at most ten years: `90s`, `12h`, `30d`, `1w 2d`.

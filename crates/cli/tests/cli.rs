@@ -542,7 +542,7 @@ fn bad_configuration_stops_the_start_with_one_line_naming_the_variable() {
         ),
     ];
     // The profiles sandlot has, as the messages list them.
-    let profiles = sandlot_server::mcp::profiles::Profile::ALL.map(|p| p.name()).join(", ");
+    let profiles = sandlot_server::surfaces::Profile::ALL.map(|p| p.name()).join(", ");
     for (env, expected) in cases {
         let out = serve_with(env);
         let expected = expected.replace("{profiles}", &profiles);

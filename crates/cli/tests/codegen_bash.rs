@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use sandlot_core::ConversationId;
 use sandlot_core::Engine;
-use sandlot_server::mcp::profiles::codegen::bash::{self, Runner};
-use sandlot_server::mcp::profiles::codegen::shells::{MAX_SHELLS_PER_TENANT, Shells};
+use sandlot_server::surfaces::codegen::bash::Runner;
+use sandlot_server::surfaces::codegen::command;
+use sandlot_server::surfaces::codegen::shells::{MAX_SHELLS_PER_TENANT, Shells};
 use serde_json::{Value, json};
 
 struct Fixture {
@@ -40,7 +41,7 @@ impl Fixture {
     async fn bash(&self, tenant: &Runner, mut arguments: Value) -> (String, bool) {
         arguments["description"] = json!("a test command");
         let arguments = arguments.as_object().unwrap();
-        match bash::call(&self.engine, &self.shells, tenant, arguments, Default::default()).await {
+        match command::call(&self.engine, &self.shells, tenant, arguments, Default::default()).await {
             Ok(text) => (sandlot_core::scrub_secrets(&text).into_owned(), false),
             Err(text) => (sandlot_core::scrub_secrets(&text).into_owned(), true),
         }

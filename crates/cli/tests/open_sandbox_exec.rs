@@ -10,7 +10,7 @@ mod common;
 use std::sync::Arc;
 
 use sandlot_core::{ConversationId, Signer};
-use sandlot_server::mcp::profiles::open_sandbox::tools::{self, ToolError};
+use sandlot_server::surfaces::open_sandbox::tools::{self, ToolError};
 use sandlot_server::{AppState, FileUrls};
 use serde_json::{Value, json};
 

@@ -8,7 +8,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use sandlot_server::mcp::profiles::open_sandbox::{self, stdio::STDIO_CALLER};
+use sandlot_server::surfaces::open_sandbox::{self, stdio::STDIO_CALLER};
 use serde_json::{Value, json};
 
 #[test]

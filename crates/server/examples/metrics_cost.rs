@@ -29,7 +29,7 @@ fn per_run(runs: u32) -> Duration {
 async fn main() {
     const RUNS: u32 = 200_000;
     let without = per_run(RUNS);
-    let handle = sandlot_server::telemetry::install_prometheus("native").unwrap();
+    let handle = sandlot_server::kit::telemetry::install_prometheus("native").unwrap();
     per_run(1000); // registers the series
     let with = per_run(RUNS);
     let started = Instant::now();

@@ -36,10 +36,20 @@ pub struct AppState {
     /// Cancelled when the server shuts down: event streams and sessions end with it.
     pub shutdown: tokio_util::sync::CancellationToken,
     /// Which name of each tool `tools/list` shows (`SANDLOT_TOOL_NAMES`).
-    pub tool_names: crate::mcp::ToolNames,
+    pub tool_names: ToolNames,
     /// The most bytes one `resources/read` of a file returns (`SANDLOT_RESOURCE_READ_BYTES`).
     pub resource_read_bytes: u64,
     /// Whether `sandbox_run_code` results and `sandlot://runs/{id}/output` have secret shapes replaced by
     /// `[REDACTED:<name>]` (`SANDLOT_SCRUB_SECRETS`; [`sandlot_core::scrub_secrets`]). The history keeps what ran.
     pub scrub_secrets: bool,
+}
+
+/// Which name of each tool `tools/list` shows (`SANDLOT_TOOL_NAMES`); the other stays callable.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ToolNames {
+    /// `sandbox_run_code`: accepted by every model API.
+    #[default]
+    Underscore,
+    /// `sandbox.run_code`: the original spec's names, for clients that look for them.
+    Dotted,
 }

@@ -11,7 +11,8 @@ use std::net::{IpAddr, SocketAddr};
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use sandlot_server::http::{AllowedHosts, AuthLimits, Authenticator, ClientIpHeader, HttpOptions, app};
+use sandlot_server::kit::{AllowedHosts, AuthLimits, Authenticator, ClientIpHeader};
+use sandlot_server::{HttpOptions, app};
 use tower::ServiceExt;
 
 const TOOLS_LIST: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
@@ -214,7 +215,7 @@ async fn the_failure_limit_is_configurable_and_zero_turns_it_off() {
 #[tokio::test]
 async fn addresses_beyond_the_cap_share_one_allowance() {
     let (_root, router) = router_with(limited(1, &[], ClientIpHeader::XForwardedFor));
-    let cap = sandlot_server::http::MAX_TRACKED_CLIENTS;
+    let cap = sandlot_server::kit::MAX_TRACKED_CLIENTS;
     let address = |n: usize| format!("10.{}.{}.{}", 100 + n / 65_536, (n / 256) % 256, n % 256);
     for n in 0..cap {
         let request = from(&address(n), "POST", "/mcp", Some("Bearer wrong"));

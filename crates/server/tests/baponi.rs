@@ -18,9 +18,10 @@ use sandlot_core::{
     Backend, Engine, EngineConfig, History, Job, Language, OutputSink, RunOutcome, RunnerInfo, Signer, Termination,
     Workspaces,
 };
-use sandlot_server::http::{AllowedHosts, Authenticator, HttpOptions, app};
-use sandlot_server::mcp::profiles::{Settings, baponi};
+use sandlot_server::kit::{AllowedHosts, Authenticator};
+use sandlot_server::surfaces::{Settings, baponi};
 use sandlot_server::{AppState, FileUrls};
+use sandlot_server::{HttpOptions, app};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -592,7 +593,7 @@ async fn a_wrong_key_gets_baponi_s_401_and_the_fourth_within_a_minute_429() {
 fn server_at_root() -> Server {
     let mut server = server();
     let options = HttpOptions {
-        root_profile: Some(sandlot_server::mcp::profiles::Profile::Baponi),
+        root_profile: Some(sandlot_server::surfaces::Profile::Baponi),
         ..HttpOptions::new(AllowedHosts::new(vec!["localhost".into()]))
     };
     server.router = app(server.state.clone(), Authenticator::token("tok"), options);

@@ -10,7 +10,8 @@ mod common;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
-use sandlot_server::http::{AllowedHosts, Authenticator, HttpOptions, app};
+use sandlot_server::kit::{AllowedHosts, Authenticator};
+use sandlot_server::{HttpOptions, app};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -173,8 +174,8 @@ fn volume_router() -> (tempfile::TempDir, tempfile::TempDir, tempfile::TempDir, 
     let (root, state) = common::state("secret", None);
     let (docs, work) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let text = format!("docs={},work={}:rw", docs.path().display(), work.path().display());
-    let settings = sandlot_server::mcp::profiles::Settings {
-        baponi_volumes: sandlot_server::mcp::profiles::baponi::Volumes::parse(&text).unwrap(),
+    let settings = sandlot_server::surfaces::Settings {
+        baponi_volumes: sandlot_server::surfaces::baponi::Volumes::parse(&text).unwrap(),
     };
     let options =
         HttpOptions { profile_settings: settings, ..HttpOptions::new(AllowedHosts::new(vec!["localhost".into()])) };

@@ -14,7 +14,8 @@ use axum::body::{Body, BodyDataStream};
 use axum::http::{Request, StatusCode, header};
 use futures::StreamExt;
 use sandlot_server::AppState;
-use sandlot_server::http::{AllowedHosts, Authenticator, HttpOptions, app};
+use sandlot_server::kit::{AllowedHosts, Authenticator};
+use sandlot_server::{HttpOptions, app};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -287,7 +288,7 @@ async fn a_bad_workspace_id_is_refused_at_open() {
 
 /// The host directory of the static token's workspace `named` (created).
 fn workspace_dir(server: &Server, named: Option<&str>) -> std::path::PathBuf {
-    let id = sandlot_server::mcp::profiles::codegen::tenant::workspace_of("api-token", named).unwrap();
+    let id = sandlot_server::surfaces::codegen::tenant::workspace_of("api-token", named).unwrap();
     server.state.engine.workspaces().prepare(&id).unwrap()
 }
 
@@ -483,11 +484,11 @@ async fn sessions_of_a_tenant_share_its_workspace_and_other_workspaces_are_apart
 /// A server taking HS256 JWTs signed with `jwt-secret`, and a token for `subject`.
 fn jwt_server() -> Server {
     let (root, state) = common::state("secret", None);
-    let settings = sandlot_server::http::JwtSettings {
+    let settings = sandlot_server::kit::JwtSettings {
         secret: Some("jwt-secret".into()),
-        ..sandlot_server::http::JwtSettings::default()
+        ..sandlot_server::kit::JwtSettings::default()
     };
-    let auth = Authenticator::new(sandlot_server::http::Credentials::jwt(&settings).unwrap());
+    let auth = Authenticator::new(sandlot_server::kit::Credentials::jwt(&settings).unwrap());
     let router = app(state.clone(), auth, HttpOptions::new(AllowedHosts::new(vec!["localhost".into()])));
     Server { _root: root, state, router }
 }
@@ -629,7 +630,7 @@ async fn a_directory_swapped_for_a_symlink_while_tools_run_leaks_nothing() {
 async fn at_the_root_the_endpoint_is_the_product_s_own() {
     let (root, state) = common::state("secret", None);
     let options = HttpOptions {
-        root_profile: Some(sandlot_server::mcp::profiles::Profile::Codegen),
+        root_profile: Some(sandlot_server::surfaces::Profile::Codegen),
         ..HttpOptions::new(AllowedHosts::new(vec!["localhost".into()]))
     };
     let router = app(state.clone(), Authenticator::token("tok"), options);

@@ -13,7 +13,8 @@ use std::path::Path;
 use base64::Engine as _;
 use http_body_util::BodyExt;
 use sandlot_server::AppState;
-use sandlot_server::http::{AllowedHosts, Authenticator, HttpOptions, app};
+use sandlot_server::kit::{AllowedHosts, Authenticator};
+use sandlot_server::{HttpOptions, app};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 

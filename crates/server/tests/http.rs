@@ -9,7 +9,8 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
 use sandlot_server::AppState;
-use sandlot_server::http::{AllowedHosts, Authenticator, HttpOptions, app};
+use sandlot_server::kit::{AllowedHosts, Authenticator};
+use sandlot_server::{HttpOptions, app};
 use tower::ServiceExt;
 
 fn setup(ttl: Option<std::time::Duration>) -> (tempfile::TempDir, AppState, axum::Router) {

@@ -10,8 +10,9 @@ mod common;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
-use sandlot_server::http::{AllowedHosts, Authenticator, HttpOptions, app};
+use sandlot_server::kit::{AllowedHosts, Authenticator};
 use sandlot_server::{AppState, ToolNames};
+use sandlot_server::{HttpOptions, app};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 

@@ -11,8 +11,9 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
 use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
-use sandlot_server::http::{AllowedHosts, Authenticator, Credentials, HttpOptions, JwtSettings, app};
-use sandlot_server::mcp::profiles::open_sandbox;
+use sandlot_server::kit::{AllowedHosts, Authenticator, Credentials, JwtSettings};
+use sandlot_server::surfaces::open_sandbox;
+use sandlot_server::{HttpOptions, app};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 

@@ -10,7 +10,7 @@ mod common;
 
 use sandlot_core::ConversationId;
 use sandlot_server::AppState;
-use sandlot_server::mcp::profiles::open_sandbox::tools::{self, Scope, ToolError};
+use sandlot_server::surfaces::open_sandbox::tools::{self, Scope, ToolError};
 use serde_json::{Value, json};
 
 struct Fixture {

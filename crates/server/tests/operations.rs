@@ -8,7 +8,8 @@ mod common;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
-use sandlot_server::http::{AllowedHosts, Authenticator, HttpOptions, app, ops_app};
+use sandlot_server::kit::{AllowedHosts, Authenticator, ops_app};
+use sandlot_server::{HttpOptions, app};
 use tower::ServiceExt;
 
 async fn send(router: &axum::Router, uri: &str, host: &str) -> (StatusCode, String, String) {

@@ -16,7 +16,8 @@ use sandlot_core::{
     Backend, Engine, EngineConfig, Job, Language, OutputSink, RunOutcome, RunnerInfo, Termination, Workspaces,
 };
 use sandlot_server::AppState;
-use sandlot_server::http::{AllowedHosts, Authenticator, HttpOptions, app};
+use sandlot_server::kit::{AllowedHosts, Authenticator};
+use sandlot_server::{HttpOptions, app};
 use serde_json::{Value, json};
 
 /// Plays the run its code names: `ok` prints and writes `out.txt`, `fail` exits 3, `slow` times out, `hold`

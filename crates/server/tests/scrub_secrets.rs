@@ -13,7 +13,8 @@ use sandlot_core::{
     Backend, Engine, EngineConfig, History, Job, Language, OutputSink, RunOutcome, RunnerInfo, Termination, Workspaces,
 };
 use sandlot_server::AppState;
-use sandlot_server::http::{AllowedHosts, Authenticator, HttpOptions, app};
+use sandlot_server::kit::{AllowedHosts, Authenticator};
+use sandlot_server::{HttpOptions, app};
 use serde_json::json;
 
 /// An AWS access key id and a GitHub token, of the shapes the scrubber knows.

@@ -3,10 +3,11 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use sandlot_server::http::{
-    AllowedHosts, AuthLimits, Authenticator, ConnectionLimits, Credentials, HttpOptions, JwtSettings, app, ops_app,
-    raise_nofile_limit, serve as serve_http,
+use sandlot_server::kit::{
+    AllowedHosts, AuthLimits, Authenticator, ConnectionLimits, Credentials, JwtSettings, ops_app, raise_nofile_limit,
+    serve as serve_http,
 };
+use sandlot_server::{HttpOptions, app};
 
 use crate::cli::ServeArgs;
 
@@ -48,13 +49,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         session_idle: std::time::Duration::from_secs(args.session_idle_secs),
         max_sessions: usize::try_from(args.max_sessions).unwrap_or(usize::MAX),
         profiles: args.profiles.0.clone(),
-        profile_settings: sandlot_server::mcp::profiles::Settings { baponi_volumes: args.baponi_volumes.clone() },
+        profile_settings: sandlot_server::surfaces::Settings { baponi_volumes: args.baponi_volumes.clone() },
         root_profile: args.root_profile.0,
     };
     let listener = listen(args.addr).with_context(|| format!("cannot listen on {}", args.addr))?;
     let (authenticator, generated) = authenticator;
     // With a profile at the root, sandlot's own MCP endpoint is under /p/sandlot.
-    let own_prefix = if args.root_profile.0.is_some() { sandlot_server::mcp::profiles::SANDLOT_PREFIX } else { "" };
+    let own_prefix = if args.root_profile.0.is_some() { sandlot_server::surfaces::SANDLOT_PREFIX } else { "" };
     let token_file = keep_token(&args.sandbox.root, generated.as_deref())?;
     if crate::logs::json() {
         // One structured start event; the generated token stays out of the logs (which are often shipped
@@ -130,7 +131,7 @@ fn metrics_listener(
     mut allowed_hosts: Vec<String>,
 ) -> anyhow::Result<impl Future<Output = ()> + Send + 'static> {
     let listener = listen(addr).with_context(|| format!("cannot listen on {addr} (SANDLOT_METRICS_ADDR)"))?;
-    let handle = sandlot_server::telemetry::install_prometheus(state.engine.backend_name())
+    let handle = sandlot_server::kit::telemetry::install_prometheus(state.engine.backend_name())
         .context("cannot install the metrics recorder")?;
     allowed_hosts.push(addr.ip().to_string());
     let router = ops_app(state.clone(), handle, AllowedHosts::new(allowed_hosts));

@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use sandlot_server::mcp::profiles::{Profile, open_sandbox};
+use sandlot_server::surfaces::{Profile, open_sandbox};
 
 use crate::cli::StdioArgs;
 
@@ -24,7 +24,7 @@ pub async fn stdio(args: StdioArgs) -> anyhow::Result<ExitCode> {
             let input = tokio::io::BufReader::new(tokio::io::stdin());
             open_sandbox::stdio::serve(state, input, tokio::io::stdout()).await
         }
-        None => sandlot_server::mcp::serve_stdio(state).await,
+        None => sandlot_server::surfaces::sandlot::serve_stdio(state).await,
     };
     // Runs still going when stdin closed are cancelled; what outlives this process (containers) goes first.
     super::abort_all(&engine).await;

@@ -1,0 +1,225 @@
+//! Bearer authentication: `Authorization: Bearer <credential>`, checked by [`Credentials`] (a static token or
+//! JWTs), with a limit on wrong credentials per client address (governor's keyed GCRA limiter).
+//!
+//! Invariants, each tested by attack in `crates/server/tests/auth_limits.rs`:
+//! - The credential is checked first: a valid one is never refused, whatever the limiter says, so nobody sharing
+//!   an address with a client (a NAT, a proxy) can lock that client out.
+//! - Only a wrong bearer credential counts as a failure. A request without one (OAuth discovery, a header-less
+//!   `GET /mcp`, health probes) or with another scheme gets 401 and is not counted: it guesses nothing.
+//! - Past `failures_per_minute` wrong credentials from one address (burst, refilled evenly over the minute), a
+//!   wrong credential gets 429 with `Retry-After` instead of 401.
+//! - The address is the TCP peer, or the client a trusted proxy names ([`ClientAddress`]). At most
+//!   [`MAX_TRACKED`] addresses are remembered; past that, new addresses share one allowance, which only ever
+//!   refuses wrong credentials.
+//!
+//! An accepted request carries its [`Caller`] in its extensions.
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+
+use super::client_addr::{ClientAddress, ClientIpHeader, TrustedProxy};
+use super::credentials::Credentials;
+
+/// Who made an authenticated request (`api-token`, or the JWT's subject); the run history records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller(pub String);
+
+/// Addresses remembered at most (about 5 MB); past it, new addresses share [`OVERFLOW`]'s allowance.
+pub const MAX_TRACKED: usize = 65_536;
+/// The shared key of addresses beyond [`MAX_TRACKED`].
+const OVERFLOW: IpAddr = IpAddr::V6(Ipv6Addr::UNSPECIFIED);
+/// Forgotten addresses are swept at most this often (a sweep walks the whole map).
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// How wrong credentials are limited, and how the client's address is found.
+#[derive(Debug, Clone)]
+pub struct AuthLimits {
+    /// Wrong credentials one address may send per minute (as a burst, refilled evenly); 0 turns the limit off.
+    pub failures_per_minute: u32,
+    /// Peers whose forwarded-for header names the client (reverse proxies); empty: every peer is the client.
+    pub trusted_proxies: Vec<TrustedProxy>,
+    /// The header those proxies set.
+    pub client_ip_header: ClientIpHeader,
+}
+
+impl Default for AuthLimits {
+    /// 10 wrong credentials per minute per address, no trusted proxy.
+    fn default() -> Self {
+        Self { failures_per_minute: 10, trusted_proxies: Vec::new(), client_ip_header: ClientIpHeader::default() }
+    }
+}
+
+/// The wrong credentials seen per client address.
+struct FailureLimiter {
+    limiter: DefaultKeyedRateLimiter<IpAddr>,
+    clock: DefaultClock,
+    last_sweep: Mutex<Instant>,
+}
+
+impl FailureLimiter {
+    /// A limiter allowing `per_minute` failures per address; `None` for 0 (no limit).
+    fn per_minute(per_minute: u32) -> Option<Arc<Self>> {
+        NonZeroU32::new(per_minute).map(|per_minute| {
+            let clock = DefaultClock::default();
+            let limiter = RateLimiter::dashmap_with_clock(Quota::per_minute(per_minute), clock.clone());
+            Arc::new(FailureLimiter { limiter, clock, last_sweep: Mutex::new(Instant::now()) })
+        })
+    }
+
+    /// Counts one failure of `client`: `Err(retry after)` when it is past its allowance (the failure is then not
+    /// counted again: the allowance refills at its steady pace whatever the client sends).
+    fn count(&self, client: IpAddr) -> Result<(), Duration> {
+        let mut key = client;
+        if self.limiter.len() >= MAX_TRACKED {
+            let now = Instant::now();
+            let mut last = self.last_sweep.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if now.duration_since(*last) >= SWEEP_EVERY {
+                *last = now;
+                self.limiter.retain_recent();
+                self.limiter.shrink_to_fit();
+            }
+            if self.limiter.len() >= MAX_TRACKED {
+                key = OVERFLOW;
+            }
+        }
+        self.limiter.check_key(&key).map_err(|not_until| not_until.wait_time_from(self.clock.now()))
+    }
+}
+
+/// What every protected request must present, and the failures seen per client address.
+#[derive(Clone)]
+pub struct Authenticator {
+    credentials: Arc<Credentials>,
+    limiter: Option<Arc<FailureLimiter>>,
+    clients: Arc<ClientAddress>,
+    /// The message of every 401, when a profile fixes it (Baponi's); else each says what was wrong.
+    fixed_message: Option<&'static str>,
+}
+
+/// How a drop-in profile's clients are told their credential failed, and how many failures it allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailureRendering {
+    /// The `message` of every 401 body (`{"error":"unauthorized","message":...}`).
+    pub message: &'static str,
+    /// Wrong credentials one address may send per minute before 429.
+    pub failures_per_minute: u32,
+}
+
+impl Authenticator {
+    /// Requests must present this static token (default limits).
+    pub fn token(token: impl Into<String>) -> Self {
+        Self::new(Credentials::Token(token.into()))
+    }
+
+    /// Requests must present a credential these accept (default limits).
+    pub fn new(credentials: Credentials) -> Self {
+        Self { credentials: Arc::new(credentials), limiter: None, clients: Arc::default(), fixed_message: None }
+            .with_limits(AuthLimits::default())
+    }
+
+    /// The same check with these limits (and a fresh count of failures).
+    pub fn with_limits(self, limits: AuthLimits) -> Self {
+        let limiter = FailureLimiter::per_minute(limits.failures_per_minute);
+        let clients = Arc::new(ClientAddress::new(limits.trusted_proxies, limits.client_ip_header));
+        Self { limiter, clients, ..self }
+    }
+
+    /// The same credentials and client addresses for a profile's routes, with its own failure message and its own
+    /// count of failures (so a profile's stricter limit does not spend sandlot's allowance, nor the reverse).
+    pub fn for_profile(&self, rendering: FailureRendering) -> Self {
+        let limiter = FailureLimiter::per_minute(rendering.failures_per_minute);
+        Self { limiter, fixed_message: Some(rendering.message), ..self.clone() }
+    }
+}
+
+fn unauthorized(message: &str) -> Response {
+    let body = serde_json::json!({ "error": "unauthorized", "message": message });
+    let mut response = (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
+    response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
+fn too_many(retry_after: u64) -> Response {
+    let body = serde_json::json!({
+        "error": "too_many_requests",
+        "message": format!("too many wrong credentials from this address; retry in {retry_after} s"),
+    });
+    let mut response = (StatusCode::TOO_MANY_REQUESTS, axum::Json(body)).into_response();
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+    response
+}
+
+/// Why [`Authenticator::authenticate`] refused a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// No credential, another scheme, or a wrong credential: what was wrong.
+    Unauthorized(String),
+    /// Too many wrong credentials from the client's address: retry after this many seconds.
+    TooMany(u64),
+}
+
+impl Authenticator {
+    /// Checks the bearer credential of a request (its headers, and its extensions for the peer address), counting
+    /// wrong ones per client address: the caller, or why it was refused. Refusals are logged and counted in the
+    /// metrics; how they are answered is the face's.
+    pub fn authenticate(
+        &self,
+        headers: &axum::http::HeaderMap,
+        extensions: &axum::http::Extensions,
+    ) -> Result<Caller, Refusal> {
+        let refuse = |message: &str| Refusal::Unauthorized(self.fixed_message.unwrap_or(message).to_owned());
+        let presented = match headers.get(header::AUTHORIZATION) {
+            None => {
+                crate::kit::telemetry::auth_failed("missing");
+                return Err(refuse("missing Authorization header (expected: Bearer <token>)"));
+            }
+            Some(value) => value.to_str().ok().and_then(|v| {
+                let (scheme, token) = v.split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim().to_owned())
+            }),
+        };
+        let Some(presented) = presented else {
+            crate::kit::telemetry::auth_failed("malformed");
+            return Err(refuse("Authorization must be: Bearer <token>"));
+        };
+        let failure = match self.credentials.verify(&presented) {
+            Ok(caller) => return Ok(Caller(caller)),
+            Err(why) => why,
+        };
+        let peer = extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());
+        let client = peer.map(|peer| self.clients.key(peer, headers));
+        if let (Some(limiter), Some(client)) = (&self.limiter, client)
+            && let Err(wait) = limiter.count(client)
+        {
+            // Rounded up: a client that waits as told is let through.
+            let retry_after = (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1);
+            crate::kit::telemetry::auth_failed("rate_limited");
+            tracing::info!(client = client.to_string(), retry_after, "wrong credential refused: over the limit");
+            return Err(Refusal::TooMany(retry_after));
+        }
+        crate::kit::telemetry::auth_failed("rejected");
+        tracing::info!(client = client.map(|c| c.to_string()), reason = failure, "authentication failed");
+        Err(refuse(&failure))
+    }
+}
+
+/// Lets the request through only with a valid bearer credential; counts wrong ones per client address.
+pub async fn require_bearer(State(auth): State<Authenticator>, mut request: Request, next: Next) -> Response {
+    match auth.authenticate(request.headers(), request.extensions()) {
+        Ok(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
+        Err(Refusal::Unauthorized(message)) => unauthorized(&message),
+        Err(Refusal::TooMany(retry_after)) => too_many(retry_after),
+    }
+}

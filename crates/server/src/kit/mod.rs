@@ -1,0 +1,33 @@
+//! The HTTP kit: what every surface shares and none owns. Authentication and its failure limits (checked from the
+//! headers, before a body is read), the connection tracker, Host/Origin/CORS, request ids and the request log,
+//! error rendering (REST and JSON-RPC), metrics, signed file transfers, the MCP transports, and the helpers the
+//! workspace-style profiles share. Nothing here names a surface.
+
+mod auth;
+mod client_addr;
+mod connections;
+mod credentials;
+pub mod jsonrpc;
+mod ops;
+mod origin;
+mod request_log;
+mod rest_error;
+pub mod rpc_errors;
+pub mod schema;
+mod signed_files;
+pub mod telemetry;
+pub mod tenant_workspaces;
+pub mod transport;
+pub mod workspace_paths;
+
+pub use auth::{
+    AuthLimits, Authenticator, Caller, FailureRendering, MAX_TRACKED as MAX_TRACKED_CLIENTS, Refusal, require_bearer,
+};
+pub use client_addr::{ClientIpHeader, TrustedProxy};
+pub use connections::{ConnectionLimits, raise_nofile_limit, serve};
+pub use credentials::{Credentials, JwtSettings};
+pub use ops::{not_found, ops_app, readyz};
+pub use origin::{AllowedHosts, check as check_origin, cors};
+pub use request_log::{REQUEST_ID, RequestSpan, around as log_requests};
+pub use rest_error::rest_error;
+pub use signed_files::{MAX_UPLOAD_BYTES, UPLOAD_URL_TTL, download, serve_file, upload};

@@ -1,0 +1,189 @@
+//! `GET /files/{conversationId}/{path}?exp=&sig=`: signed downloads of files in a conversation's `/data`.
+//! 403 for a bad or expired signature, 404 for a missing file or one reached through a symlink (the read never
+//! follows one: `Workspaces::open`). A single `Range: bytes=` range gets 206 (or 416 when unsatisfiable).
+
+use std::collections::HashMap;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use sandlot_core::{ConversationId, Error};
+
+use crate::AppState;
+use crate::state::unix_now;
+
+fn refuse(status: StatusCode, message: &str) -> Response {
+    let error = match status {
+        StatusCode::FORBIDDEN => "forbidden",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::RANGE_NOT_SATISFIABLE => "range_not_satisfiable",
+        _ => "internal",
+    };
+    super::rest_error::rest_error(status, error, message)
+}
+
+/// A satisfiable single byte range of a file of `length` bytes: `Ok(None)` for no `Range` header (or one that is
+/// not a plain `bytes=` range, which is ignored as RFC 9110 allows), `Err(())` for an unsatisfiable one.
+fn byte_range(headers: &HeaderMap, length: u64) -> Result<Option<(u64, u64)>, ()> {
+    let Some(spec) = headers.get(header::RANGE).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("bytes="))
+    else {
+        return Ok(None);
+    };
+    if spec.contains(',') {
+        return Ok(None); // multiple ranges: serve the whole file
+    }
+    let Some((start, end)) = spec.trim().split_once('-') else { return Ok(None) };
+    let range = match (start.parse::<u64>(), end.parse::<u64>()) {
+        (Ok(start), Ok(end)) if start <= end => (start, end.min(length.saturating_sub(1))),
+        (Ok(start), Err(_)) if end.is_empty() => (start, length.saturating_sub(1)),
+        (Err(_), Ok(suffix)) if start.is_empty() && suffix > 0 => {
+            (length.saturating_sub(suffix), length.saturating_sub(1))
+        }
+        _ => return Ok(None),
+    };
+    if length == 0 || range.0 >= length { Err(()) } else { Ok(Some(range)) }
+}
+
+/// Streams the file (or the requested byte range) if the URL's signature is valid.
+pub async fn download(
+    State(state): State<AppState>,
+    Path((conversation_id, path)): Path<(String, String)>,
+    Query(query): Query<HashMap<String, String>>,
+    request_headers: HeaderMap,
+) -> Response {
+    let expires = match query.get("exp").map(|e| e.parse::<u64>()) {
+        None => None,
+        Some(Ok(exp)) => Some(exp),
+        Some(Err(_)) => return refuse(StatusCode::FORBIDDEN, "exp must be unix seconds"),
+    };
+    let Some(signature) = query.get("sig") else {
+        return refuse(StatusCode::FORBIDDEN, "missing signature");
+    };
+    if !state.files.signer.verify(&conversation_id, &path, expires, signature, unix_now()) {
+        return refuse(StatusCode::FORBIDDEN, "invalid or expired signature");
+    }
+    let Ok(id) = ConversationId::parse(&conversation_id) else {
+        return refuse(StatusCode::NOT_FOUND, "no such file");
+    };
+    let workspaces = state.engine.workspaces().clone();
+    let opened = tokio::task::spawn_blocking(move || workspaces.open(&id, &path).map(|f| (f, path))).await;
+    let (file, path) = match opened {
+        Ok(Ok(opened)) => opened,
+        Ok(Err(Error::FileNotFound { .. } | Error::InvalidPath { .. })) => {
+            return refuse(StatusCode::NOT_FOUND, "no such file");
+        }
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "file download failed");
+            return refuse(StatusCode::INTERNAL_SERVER_ERROR, "cannot read the file");
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "file download task failed");
+            return refuse(StatusCode::INTERNAL_SERVER_ERROR, "cannot read the file");
+        }
+    };
+    serve_file(file, &path, &request_headers).await
+}
+
+/// The response of a signed download of `file` (named `path`): the file, or the byte range the request asks for,
+/// with its MIME type, and headers that keep an untrusted HTML or SVG file from running as this server's page.
+pub async fn serve_file(file: std::fs::File, path: &str, request_headers: &HeaderMap) -> Response {
+    let length = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let range = match byte_range(request_headers, length) {
+        Ok(range) => range,
+        Err(()) => {
+            let mut response = refuse(StatusCode::RANGE_NOT_SATISFIABLE, "range not satisfiable");
+            response.headers_mut().insert(
+                header::CONTENT_RANGE,
+                HeaderValue::from_str(&format!("bytes */{length}")).unwrap_or(HeaderValue::from_static("bytes */0")),
+            );
+            return response;
+        }
+    };
+    let mut file = tokio::fs::File::from_std(file);
+    let (status, sent) = match range {
+        Some((start, end)) => {
+            if let Err(e) = tokio::io::AsyncSeekExt::seek(&mut file, std::io::SeekFrom::Start(start)).await {
+                tracing::error!(error = %e, "seek in a download failed");
+                return refuse(StatusCode::INTERNAL_SERVER_ERROR, "cannot read the file");
+            }
+            (StatusCode::PARTIAL_CONTENT, end - start + 1)
+        }
+        None => (StatusCode::OK, length),
+    };
+    let stream = tokio_util::io::ReaderStream::new(tokio::io::AsyncReadExt::take(file, sent));
+    let mut response = Response::new(Body::from_stream(stream));
+    *response.status_mut() = status;
+    let mime = mime_guess::from_path(path).first_or_octet_stream();
+    let headers = response.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(mime.as_ref()) {
+        headers.insert(header::CONTENT_TYPE, value);
+    }
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(sent));
+    headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    if let Some((start, end)) = range
+        && let Ok(value) = HeaderValue::from_str(&format!("bytes {start}-{end}/{length}"))
+    {
+        headers.insert(header::CONTENT_RANGE, value);
+    }
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    // A file a sandbox wrote is untrusted: if it is HTML or SVG, it renders in an opaque origin with no script,
+    // never as a page of this server's origin.
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("default-src 'none'; sandbox"));
+    response
+}
+
+/// The largest body a signed upload URL takes; the conversation's disk quota may refuse less.
+pub const MAX_UPLOAD_BYTES: usize = 64 * 1024 * 1024;
+
+/// How long a signed upload URL stays valid.
+pub const UPLOAD_URL_TTL: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// `PUT /files/{conversationId}/{path}?exp=&sig=&op=put`: writes the body to the file if the URL's signature is a
+/// valid, unexpired upload signature ([`sandlot_core::Signer::verify_upload`]; a download signature never is).
+/// 201 `{path, size}`; 403 bad or expired signature; 400 a bad path (one through a symlink included); 413 a body
+/// over [`MAX_UPLOAD_BYTES`] or over the conversation's quota. The write is `Engine::upload_file`.
+pub async fn upload(
+    State(state): State<AppState>,
+    Path((conversation_id, path)): Path<(String, String)>,
+    Query(query): Query<HashMap<String, String>>,
+    body: Body,
+) -> Response {
+    let (Some(Ok(expires)), Some(signature), Some("put")) =
+        (query.get("exp").map(|e| e.parse::<u64>()), query.get("sig"), query.get("op").map(String::as_str))
+    else {
+        return refuse(StatusCode::FORBIDDEN, "not an upload URL: exp, sig and op=put are required");
+    };
+    if !state.files.signer.verify_upload(&conversation_id, &path, expires, signature, unix_now()) {
+        return refuse(StatusCode::FORBIDDEN, "invalid or expired signature");
+    }
+    let Ok(id) = ConversationId::parse(&conversation_id) else {
+        return refuse(StatusCode::FORBIDDEN, "invalid conversation id");
+    };
+    let bytes = match axum::body::to_bytes(body, MAX_UPLOAD_BYTES).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            return super::rest_error::rest_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                &format!("an upload is at most {MAX_UPLOAD_BYTES} bytes"),
+            );
+        }
+    };
+    match state.engine.upload_file(&id, &path, bytes.to_vec()).await {
+        Ok(written) => {
+            (StatusCode::CREATED, axum::Json(serde_json::json!({ "path": written.path, "size": written.size })))
+                .into_response()
+        }
+        Err(error @ Error::InvalidPath { .. }) => {
+            super::rest_error::rest_error(StatusCode::BAD_REQUEST, "invalid_argument", &error.to_string())
+        }
+        Err(error @ Error::QuotaExceeded { .. }) => {
+            super::rest_error::rest_error(StatusCode::PAYLOAD_TOO_LARGE, "quota_exceeded", &error.to_string())
+        }
+        Err(error) => {
+            tracing::error!(%error, "file upload failed");
+            refuse(StatusCode::INTERNAL_SERVER_ERROR, "cannot write the file")
+        }
+    }
+}

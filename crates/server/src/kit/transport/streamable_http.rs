@@ -1,0 +1,141 @@
+//! `/mcp`: the Streamable HTTP endpoint in front of rmcp's services, made as lenient as real clients need
+//! (`reference/mcp-interop-pitfalls.md`) and as strict as the contract says.
+//!
+//! - A POST is read (at most 1 MiB: 413 beyond) and checked before rmcp sees it: malformed JSON gets JSON-RPC
+//!   -32700, something that is not a JSON-RPC message (or a batch) gets -32600, both in a JSON body with HTTP 400.
+//! - The `server/discover` probe of 2026-07-28 clients gets -32601 at once, so they fall back to initialize.
+//! - `initialize`, and anything carrying an `Mcp-Session-Id`, goes to the session-keeping service; any other
+//!   request without a session is served statelessly (so `tools/list` and `tools/call` work without initialize).
+//! - `Accept` is read as a list: a client that accepts either JSON or SSE (or `*/*`) is served; 406 only when it
+//!   accepts neither.
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use rmcp::transport::streamable_http_server::StreamableHttpService;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use serde_json::Value;
+use tower::ServiceExt;
+
+use super::session_runs::SessionRuns;
+use crate::kit::jsonrpc::{error_response, read_message};
+
+type Service<H> = StreamableHttpService<H, LocalSessionManager>;
+
+/// The rmcp services of one surface's handler `H` behind `/mcp`, and the cap on sessions.
+pub struct McpServices<H: rmcp::ServerHandler + Send + 'static> {
+    pub sessions: Service<H>,
+    /// Stateless requests, answered with a JSON body.
+    pub stateless: Service<H>,
+    /// Stateless requests from a client that accepts only `text/event-stream`, answered as an SSE stream.
+    pub stateless_sse: Service<H>,
+    pub session_manager: std::sync::Arc<LocalSessionManager>,
+    pub max_sessions: usize,
+    /// The sessions' calls in flight, cancelled when their session is deleted.
+    pub session_runs: std::sync::Arc<SessionRuns>,
+}
+
+impl<H: rmcp::ServerHandler + Send + 'static> Clone for McpServices<H> {
+    fn clone(&self) -> Self {
+        Self {
+            sessions: self.sessions.clone(),
+            stateless: self.stateless.clone(),
+            stateless_sse: self.stateless_sse.clone(),
+            session_manager: self.session_manager.clone(),
+            max_sessions: self.max_sessions,
+            session_runs: self.session_runs.clone(),
+        }
+    }
+}
+
+fn media_types(headers: &HeaderMap) -> Vec<String> {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|part| part.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+        .collect()
+}
+
+/// What a client's `Accept` allows.
+pub struct Accepts {
+    pub json: bool,
+    pub sse: bool,
+}
+
+/// Reads `Accept` as a list, then rewrites it to what rmcp insists on (both types).
+pub fn accepts(headers: &mut HeaderMap) -> Accepts {
+    let types = media_types(headers);
+    let any = types.is_empty() || types.iter().any(|t| t == "*/*" || t == "application/*" || t == "text/*");
+    let json = any || types.iter().any(|t| t == "application/json");
+    let sse = any || types.iter().any(|t| t == "text/event-stream");
+    headers.insert(header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
+    Accepts { json, sse }
+}
+
+/// Handles every method on `/mcp` and `/mcp/`.
+pub async fn endpoint<H: rmcp::ServerHandler + Send + 'static>(
+    State(services): State<McpServices<H>>,
+    request: Request,
+) -> Response {
+    let (mut parts, body) = request.into_parts();
+    let accepts = accepts(&mut parts.headers);
+    let acceptable = if parts.method == Method::GET { accepts.sse } else { accepts.json || accepts.sse };
+    if !acceptable {
+        let message = "Not Acceptable: accept application/json or text/event-stream";
+        return (StatusCode::NOT_ACCEPTABLE, message).into_response();
+    }
+    if parts.method == Method::DELETE {
+        // rmcp answers a session's end with 202; the official SDKs' clients (Python, TypeScript) take only 200 or
+        // 204 as success and log a failed termination otherwise. Nothing is pending after a DELETE: 200.
+        let session = parts.headers.get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let mut response = forward(services.sessions, Request::from_parts(parts, body)).await;
+        if response.status() == StatusCode::ACCEPTED {
+            *response.status_mut() = StatusCode::OK;
+        }
+        // rmcp ended the session (it knew it): its runs stop now, not when their streams are found closed.
+        if let Some(session) = session.filter(|_| response.status().is_success()) {
+            services.session_runs.end(&session);
+        }
+        return response;
+    }
+    if parts.method != Method::POST {
+        let request = Request::from_parts(parts, body);
+        return forward(services.sessions, request).await;
+    }
+    let (bytes, message) = match read_message(body).await {
+        Ok(read) => read,
+        Err(response) => return response,
+    };
+    let id = message.get("id").cloned().unwrap_or(Value::Null);
+    let method = message.get("method").and_then(Value::as_str);
+    if method == Some("server/discover") {
+        return error_response(StatusCode::OK, id, -32601, "method not found: server/discover");
+    }
+    parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let stateful = parts.headers.contains_key("mcp-session-id") || method == Some("initialize");
+    if method == Some("initialize") && services.session_manager.sessions.read().await.len() >= services.max_sessions {
+        let message = format!("too many open sessions (at most {}); retry later", services.max_sessions);
+        return error_response(StatusCode::SERVICE_UNAVAILABLE, id, -32000, &message);
+    }
+    let request = Request::from_parts(parts, Body::from(bytes));
+    let service = match (stateful, accepts.json) {
+        (true, _) => services.sessions,
+        (false, true) => services.stateless,
+        (false, false) => services.stateless_sse,
+    };
+    forward(service, request).await
+}
+
+/// Hands a request to an rmcp service (sandlot's or a profile's).
+pub async fn forward<H>(service: StreamableHttpService<H, LocalSessionManager>, request: Request) -> Response
+where
+    H: rmcp::ServerHandler + Send + 'static,
+{
+    match service.oneshot(request).await {
+        Ok(response) => response.map(Body::new),
+        Err(never) => match never {},
+    }
+}

@@ -1,0 +1,126 @@
+//! Signed URLs to Baponi's volumes, the Files API's `source: "volume"`: `GET` (download) and `PUT` (upload, only to
+//! a `:rw` volume) at `<profile>/v1/volumes/{slug}/{path}?exp=&sig=`, served without the API key (the signature is
+//! the authority, as for sandlot's `/files`).
+//!
+//! The signatures are scoped ([`sandlot_core::Signer::sign_scoped`]): a download scope and an upload scope of their
+//! own, so a thread's URL never reaches a volume (nor a volume's URL a thread), and a download URL never uploads.
+//! Reads and writes go beneath the volume's directory, never through a symlink below it
+//! ([`sandlot_core::open_in_dir`], [`sandlot_core::write_in_dir`]).
+
+use std::collections::HashMap;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use sandlot_core::Error;
+
+use super::BaponiState;
+use super::rest::refuse;
+use crate::kit::{MAX_UPLOAD_BYTES, serve_file};
+use crate::state::unix_now;
+
+/// The scope of a volume's download URL.
+const GET_SCOPE: &str = "baponi-volume-get";
+/// The scope of a volume's upload URL.
+const PUT_SCOPE: &str = "baponi-volume-put";
+
+/// The route, relative to the profile's base.
+pub const ROUTE: &str = "/v1/volumes/{slug}/{*path}";
+
+/// The absolute URL of the route's start, under the profile's `/p/baponi` prefix (always served).
+fn route_url(state: &BaponiState) -> String {
+    let base = state.app.files.public_base_url.trim_end_matches('/');
+    format!("{base}{}/v1/volumes", super::PREFIX)
+}
+
+/// A download URL of `slug/path`, valid until `expires`.
+pub fn download_url(state: &BaponiState, slug: &str, path: &str, expires: u64) -> String {
+    state.app.files.signer.scoped_url(&route_url(state), GET_SCOPE, slug, path, expires)
+}
+
+/// An upload URL of `slug/path`, valid until `expires`.
+pub fn upload_url(state: &BaponiState, slug: &str, path: &str, expires: u64) -> String {
+    state.app.files.signer.scoped_url(&route_url(state), PUT_SCOPE, slug, path, expires)
+}
+
+/// Checks the URL's signature for `scope`: 403 when it is missing, bad or expired.
+fn verify(state: &BaponiState, scope: &str, slug: &str, path: &str, query: &HashMap<String, String>) -> bool {
+    let (Some(Ok(expires)), Some(signature)) = (query.get("exp").map(|e| e.parse::<u64>()), query.get("sig")) else {
+        return false;
+    };
+    state.app.files.signer.verify_scoped(scope, slug, path, expires, signature, unix_now())
+}
+
+fn forbidden() -> Response {
+    refuse(StatusCode::FORBIDDEN, "forbidden", "invalid or expired signature")
+}
+
+fn not_found() -> Response {
+    refuse(StatusCode::NOT_FOUND, "not_found", "no such file")
+}
+
+/// `GET <profile>/v1/volumes/{slug}/{path}`: the file (ranges as `/files`), 403 bad signature, 404 missing.
+pub async fn download(
+    State(state): State<BaponiState>,
+    Path((slug, path)): Path<(String, String)>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    if !verify(&state, GET_SCOPE, &slug, &path, &query) {
+        return forbidden();
+    }
+    let Some(volume) = state.volumes.get(&slug) else { return not_found() };
+    let (dir, name) = (volume.path.clone(), path.clone());
+    match tokio::task::spawn_blocking(move || sandlot_core::open_in_dir(&dir, &name)).await {
+        Ok(Ok(file)) => serve_file(file, &path, &headers).await,
+        Ok(Err(Error::FileNotFound { .. } | Error::InvalidPath { .. })) => not_found(),
+        Ok(Err(error)) => {
+            tracing::error!(%error, "volume download failed");
+            refuse(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "cannot read the file")
+        }
+        Err(error) => {
+            tracing::error!(%error, "volume download task failed");
+            refuse(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "cannot read the file")
+        }
+    }
+}
+
+/// `PUT <profile>/v1/volumes/{slug}/{path}`: writes the body (at most [`MAX_UPLOAD_BYTES`]) to a `:rw` volume;
+/// 201 `{path, size}`, 403 bad signature or a read-only volume, 400 a bad path (one through a symlink included).
+pub async fn upload(
+    State(state): State<BaponiState>,
+    Path((slug, path)): Path<(String, String)>,
+    Query(query): Query<HashMap<String, String>>,
+    body: Body,
+) -> Response {
+    if !verify(&state, PUT_SCOPE, &slug, &path, &query) {
+        return forbidden();
+    }
+    let Some(volume) = state.volumes.get(&slug).filter(|volume| volume.writable) else {
+        return refuse(StatusCode::FORBIDDEN, "forbidden", "the volume is not writable");
+    };
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_UPLOAD_BYTES).await else {
+        let message = format!("an upload is at most {MAX_UPLOAD_BYTES} bytes");
+        return refuse(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", &message);
+    };
+    let owner = state.app.engine.storage_owner();
+    let dir = volume.path.clone();
+    match tokio::task::spawn_blocking(move || sandlot_core::write_in_dir(&dir, &path, &bytes, owner)).await {
+        Ok(Ok(written)) => {
+            let body = serde_json::json!({ "path": written.path, "size": written.size });
+            (StatusCode::CREATED, axum::Json(body)).into_response()
+        }
+        Ok(Err(error @ Error::InvalidPath { .. })) => {
+            refuse(StatusCode::BAD_REQUEST, "validation_error", &error.to_string())
+        }
+        Ok(Err(error)) => {
+            tracing::error!(%error, "volume upload failed");
+            refuse(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "cannot write the file")
+        }
+        Err(error) => {
+            tracing::error!(%error, "volume upload task failed");
+            refuse(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "cannot write the file")
+        }
+    }
+}

@@ -1,0 +1,34 @@
+//! What `Bash` does with a command: runs it in the workspace and renders the product's text, or hands it to
+//! [`Shells`] when it asks for the background. Above both [`super::bash`] (one run) and [`super::shells`] (the
+//! background shells), which never import it.
+
+use rmcp::model::JsonObject;
+use sandlot_core::Engine;
+use tokio_util::sync::CancellationToken;
+
+use super::bash::{BashCall, Combined, Runner, render, request};
+use super::shells::Shells;
+
+/// `Bash`: runs the command (or starts it in the background) and renders the product's text (not yet scrubbed:
+/// the handler scrubs every reply).
+pub async fn call(
+    engine: &Engine,
+    shells: &Shells,
+    runner: &Runner,
+    arguments: &JsonObject,
+    cancel: CancellationToken,
+) -> Result<String, String> {
+    let call = BashCall::parse(arguments)?;
+    if call.background {
+        let id = shells.start(runner, &call)?;
+        return Ok(format!("shell_id: {id}\nstarted in background: {}\n", call.command));
+    }
+    let combined = Combined::default();
+    match engine.run(request(runner, &call.command, call.timeout_secs, cancel), &combined).await {
+        Ok(report) => {
+            let (kept, total) = combined.into_parts();
+            Ok(render(&kept, total, &report.outcome.termination, call.timeout_secs))
+        }
+        Err(error) => Err(format!("bash: {error}")),
+    }
+}

@@ -1,0 +1,75 @@
+//! `Read`: a workspace file as `cat -n` without padding (`"%d\t%s\n"` per line), from `offset` (1-based) for
+//! `limit` lines (default 2000); marks the file as read for `Write` and `Edit`.
+
+use std::io::{BufRead, BufReader, Read as _};
+
+use rmcp::model::Tool;
+use serde_json::json;
+
+use super::{Call, Reply, files};
+use crate::kit::workspace_paths as paths;
+
+/// Lines longer than this fail the read (as mcp-go's scanner does).
+const MAX_LINE: u64 = 1024 * 1024;
+const DEFAULT_LIMIT: i64 = 2000;
+
+pub fn tool() -> Tool {
+    super::tool(
+        "Read",
+        "Read a file from the workspace. Returns its lines numbered like `cat -n` (line number, tab, text). Use \
+         offset and limit to read part of a long file.",
+        json!({
+            "file_path": { "type": "string", "description": super::FILE_PATH },
+            "offset": { "type": "number", "description": "1-based line to start from (default 1)" },
+            "limit": { "type": "number", "description": "Lines to read at most (default 2000)" },
+        }),
+        &["file_path"],
+    )
+}
+
+pub async fn call(call: Call) -> Reply {
+    let file_path = call.nonempty_str("file_path")?.to_owned();
+    let offset = call.optional_int("offset").unwrap_or(1).max(1) as usize;
+    let limit = call.optional_int("limit").filter(|l| *l > 0).unwrap_or(DEFAULT_LIMIT) as usize;
+    let workspace = call.workspace()?;
+    let relative = paths::relative(&file_path)?;
+    let workspaces = call.state.app.engine.workspaces().clone();
+    let (text, relative) = files::blocking(move || {
+        let file = files::open(&workspaces, &workspace, &relative, &file_path)?;
+        Ok((numbered(file, offset, limit, &file_path)?, (workspace, relative)))
+    })
+    .await?;
+    call.state.reads.mark(&relative.0, &relative.1);
+    Ok(text)
+}
+
+/// Lines `offset..offset + limit` of `file`, numbered.
+fn numbered(file: std::fs::File, offset: usize, limit: usize, shown: &str) -> Result<String, String> {
+    let mut reader = BufReader::new(file);
+    let mut text = String::new();
+    let mut line = Vec::new();
+    let mut number = 0usize;
+    loop {
+        line.clear();
+        let read = (&mut reader).take(MAX_LINE + 1).read_until(b'\n', &mut line).map_err(|e| format!("read: {e}"))?;
+        if read == 0 {
+            break;
+        }
+        if line.len() as u64 > MAX_LINE {
+            return Err(format!("read: line {} of {shown} is longer than 1 MiB", number + 1));
+        }
+        number += 1;
+        if number >= offset + limit {
+            break;
+        }
+        if number >= offset {
+            let content = line.strip_suffix(b"\n").unwrap_or(&line);
+            let content = content.strip_suffix(b"\r").unwrap_or(content);
+            text.push_str(&format!("{number}\t{}\n", String::from_utf8_lossy(content)));
+        }
+    }
+    if number > 0 && offset > number {
+        return Err(format!("read: offset {offset} exceeds line count {number}"));
+    }
+    Ok(text)
+}

@@ -1,0 +1,253 @@
+//! The rmcp handler: server info and instructions, `tools/list` and `tools/call` (with live output), the run
+//! history and conversations' files as resources, and `logging/setLevel`.
+#![allow(deprecated)] // MCP logging is deprecated by SEP-2577, but clients of earlier protocol versions use it
+
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, Implementation, InitializeResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, LoggingLevel, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ServerCapabilities, SetLevelRequestParams, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use tokio_util::sync::CancellationToken;
+
+use super::live_output::{self, Listeners};
+use super::{file_resources, history_resources as history, tools};
+use crate::AppState;
+use crate::kit::rpc_errors as errors;
+use crate::kit::telemetry::GaugeGuard;
+use crate::kit::transport::session_runs::SessionRuns;
+use crate::kit::{Caller, RequestSpan};
+use tracing::Instrument;
+
+/// What a model is told about the server at initialize, naming the tools as `tools/list` does.
+fn instructions(names: tools::ToolNames) -> String {
+    let (run_code, list_runners) =
+        (tools::listed_name(tools::RUN_CODE, names), tools::listed_name(tools::LIST_RUNNERS, names));
+    let upload_file = tools::listed_name(tools::UPLOAD_FILE, names);
+    format!(
+        "sandlot runs code in an isolated Linux sandbox with no network access. \
+Call {run_code} with a conversationId (reuse the same id for the whole conversation), a language \
+(python, typescript, javascript or bash) and the code. The code runs with /data as its working directory: files \
+written there persist across calls with the same conversationId, and every file in /data comes back with a \
+download URL. Each run has limits on time, memory, processes and output; print what you need to see. \
+{list_runners} lists the available languages and their versions; {upload_file} puts a file (text or base64) \
+into /data for the code to read."
+    )
+}
+
+/// The MCP server: the default tool profile over the shared engine. One clone serves one session
+/// ([`SandlotMcp::for_session`]), which keeps that session's logging level.
+#[derive(Clone)]
+pub struct SandlotMcp {
+    state: AppState,
+    /// Who calls when the request itself does not say (stdio; a legacy SSE session's opener).
+    caller: String,
+    /// The level the client set with `logging/setLevel`, for this session.
+    log_level: Arc<Mutex<Option<LoggingLevel>>>,
+    /// Cancelled when the session's client went away (stdin closed, legacy SSE stream closed): its runs stop.
+    session_end: CancellationToken,
+    /// The calls in flight of every Streamable HTTP session, shared by all handlers, so `DELETE /mcp` can cancel a
+    /// session's runs.
+    session_runs: Arc<SessionRuns>,
+    /// Counts the session in `sandlot_mcp_sessions_open` until its handler (every clone) is dropped.
+    _open: Option<Arc<GaugeGuard>>,
+}
+
+impl SandlotMcp {
+    /// A handler over `state` whose calls come from `caller` unless an HTTP request names its own.
+    pub fn new(state: AppState, caller: impl Into<String>) -> Self {
+        Self {
+            state,
+            caller: caller.into(),
+            log_level: Arc::default(),
+            session_end: CancellationToken::new(),
+            session_runs: Arc::default(),
+            _open: None,
+        }
+    }
+
+    /// The calls in flight of every Streamable HTTP session served by this handler and its sessions.
+    pub fn session_runs(&self) -> Arc<SessionRuns> {
+        self.session_runs.clone()
+    }
+
+    /// The same handler, counted as an open session of `transport` (see [`crate::kit::telemetry::TRANSPORTS`]) while it
+    /// lives.
+    pub fn counted(self, transport: &'static str) -> Self {
+        Self { _open: Some(Arc::new(crate::kit::telemetry::session_opened(transport))), ..self }
+    }
+
+    /// A handler for a new session: the same server, no logging level yet.
+    pub fn for_session(&self) -> Self {
+        Self { session_runs: self.session_runs.clone(), ..Self::new(self.state.clone(), self.caller.clone()) }
+    }
+
+    /// The same handler, whose runs are cancelled when `session_end` is.
+    pub fn ending_with(self, session_end: CancellationToken) -> Self {
+        Self { session_end, ..self }
+    }
+
+    /// A handler for a new session of `caller`.
+    pub fn for_caller(&self, caller: impl Into<String>) -> Self {
+        Self { caller: caller.into(), ..self.for_session() }
+    }
+
+    /// The authenticated caller of this request (set by the HTTP auth layer), else the session's.
+    fn caller_of(&self, context: &RequestContext<RoleServer>) -> String {
+        context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Caller>())
+            .map_or_else(|| self.caller.clone(), |caller| caller.0.clone())
+    }
+
+    fn log_level(&self) -> Option<LoggingLevel> {
+        *self.log_level.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// `tools/call`: runs the tool with live output and logs the call.
+    async fn call(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let arguments = request.arguments.unwrap_or_default();
+        let started = std::time::Instant::now();
+        let caller = self.caller_of(&context);
+        let version = context.protocol_version();
+        let log_level = live_output::log_level_of_request(&context.meta, version.as_ref(), self.log_level());
+        let listeners = Listeners { progress: context.meta.get_progress_token(), log_level };
+        // The run is killed, and ends as cancelled, on `notifications/cancelled` or a stateless HTTP request
+        // dropped (rmcp cancels `context.ct`), or when the session's client goes away (`session_end`).
+        // Over Streamable HTTP, also when the session is ended with `DELETE /mcp` (see `SessionRuns`).
+        let cancel = self.session_end.child_token();
+        let _stop_linking = cancel.clone().drop_guard();
+        let session_call = session_id(&context).map(|id| self.session_runs.enter(id));
+        let session_ended = session_call.as_ref().map_or_else(CancellationToken::new, |call| call.ended());
+        let (request_ct, linked) = (context.ct.clone(), cancel.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                () = request_ct.cancelled() => linked.cancel(),
+                () = session_ended.cancelled() => linked.cancel(),
+                () = linked.cancelled() => {}
+            }
+        });
+        let result = match live_output::forward(context.peer.clone(), listeners) {
+            Some((sink, forwarder)) => {
+                let result = tools::call(&self.state, &request.name, arguments, caller, &sink, cancel).await;
+                drop(sink);
+                let _ = forwarder.await; // all live output goes out before the result
+                result
+            }
+            None => tools::call(&self.state, &request.name, arguments, caller, &(), cancel).await,
+        };
+        let result = errors::arguments_errors_as_results(result, version.as_ref());
+        tracing::info!(
+            tool = %request.name,
+            ok = result.is_ok(),
+            is_error = result.as_ref().ok().and_then(|r| r.is_error),
+            duration_ms = started.elapsed().as_millis() as u64,
+            "tool call"
+        );
+        result.map(CallToolResponse::Complete)
+    }
+}
+
+/// The `Mcp-Session-Id` of the HTTP request that carried this call, if any.
+fn session_id(context: &RequestContext<RoleServer>) -> Option<&str> {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.headers.get("mcp-session-id"))
+        .and_then(|value| value.to_str().ok())
+}
+
+impl ServerHandler for SandlotMcp {
+    fn get_info(&self) -> InitializeResult {
+        let capabilities = ServerCapabilities::builder().enable_tools().enable_resources().enable_logging().build();
+        InitializeResult::new(capabilities)
+            .with_server_info(Implementation::new("sandlot", env!("CARGO_PKG_VERSION")))
+            .with_instructions(instructions(self.state.tool_names))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(tools::catalogue(self.state.tool_names).to_vec()))
+    }
+
+    /// Either name of a tool finds it (the unlisted form is an alias).
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        tools::find(name)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        // rmcp runs the call in a task of its own: its lines (the run's included) go in the span of the HTTP request
+        // that carried it, with the request id (a legacy SSE POST's parts are carried too). Over stdio there is none.
+        let span = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<RequestSpan>())
+            .map_or_else(tracing::Span::none, |span| span.0.clone());
+        self.call(request, context).instrument(span).await
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        *self.log_level.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(request.level);
+        Ok(())
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        // The newest runs on the first page, then the files of the newest conversations, a page at a time.
+        let cursor = request.and_then(|r| r.cursor);
+        let (files, next) = file_resources::list(&self.state, cursor.as_deref())?;
+        let mut result = match cursor {
+            None if self.state.engine.history().is_some() => history::list(&self.state)?,
+            None => ListResourcesResult::with_all_items(Vec::new()),
+            Some(_) => ListResourcesResult::with_all_items(Vec::new()),
+        };
+        result.resources.extend(files);
+        result.next_cursor = next;
+        Ok(result)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let mut templates = history::templates();
+        templates.push(file_resources::template());
+        Ok(ListResourceTemplatesResult::with_all_items(templates))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        if let Some((conversation, path)) = file_resources::parse(&request.uri) {
+            return file_resources::read(&self.state, &request.uri, conversation, path)
+                .await
+                .map(ReadResourceResponse::Complete);
+        }
+        history::read(&self.state, &request.uri).map(ReadResourceResponse::Complete)
+    }
+}
