@@ -244,7 +244,8 @@ impl Engine {
             metadata: request.metadata.as_ref(),
         });
         let queued_at = std::time::Instant::now();
-        let mut turn = match self.admission.wait_turn(&conversation, &request.cancel).await {
+        let waited = self.admission.wait_turn(&conversation, "", request.alongside, &request.cancel).await;
+        let mut turn = match waited {
             Ok(turn) => {
                 metrics::histogram!(crate::run_metrics::QUEUE_WAIT).record(queued_at.elapsed().as_secs_f64());
                 turn

@@ -28,6 +28,7 @@ pub struct RunRequest {
     pub mounts: Vec<crate::Mount>,
     /// Runs alongside the conversation's later runs instead of holding them back until it ends (it still waits for
     /// its own turn, and takes a place in the pool): codegen-sandbox's background shells, which outlive their call.
+    /// Such runs of one tenant hold at most half the pool's places (at least one).
     pub alongside: bool,
     /// Cancelling it stops the run (its sandbox is killed; the outcome is `Cancelled`).
     pub cancel: tokio_util::sync::CancellationToken,
