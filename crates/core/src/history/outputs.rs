@@ -111,6 +111,15 @@ impl History {
         })
     }
 
+    /// [`History::output`] for `tenant`: another tenant's run is [`OutputLookup::UnknownRun`], as a missing one is
+    /// (see [`History::get_for`]).
+    pub fn output_for(&self, tenant: &crate::Tenant, id: &str) -> Result<OutputLookup> {
+        match self.get_for(tenant, id)? {
+            Some(_) => self.output(id),
+            None => Ok(OutputLookup::UnknownRun),
+        }
+    }
+
     /// Removes the outputs whose run is gone.
     pub(super) fn drop_orphan_outputs(&self) -> Result<()> {
         self.write("prune", "DELETE FROM run_outputs WHERE run_id NOT IN (SELECT id FROM runs)", [])?;
@@ -125,7 +134,7 @@ mod tests {
     use super::*;
     use crate::history::tests::{finish, new_run};
     use crate::history::{Ending, Outcome};
-    use crate::{ConversationId, Termination};
+    use crate::{ConversationId, Tenant, Termination};
 
     #[test]
     fn output_is_kept_with_its_run_and_goes_with_it() {
@@ -162,6 +171,12 @@ mod tests {
         };
         assert_eq!(history.output("silent").unwrap(), OutputLookup::Kept(silent));
         assert_eq!(history.output("missing").unwrap(), OutputLookup::UnknownRun);
+        // The runs are `tester`'s: another tenant finds none of them.
+        let (tester, other, admin) = (Tenant::new("tester"), Tenant::new("other"), Tenant::admin("root"));
+        assert_eq!(history.output_for(&tester, "printed").unwrap(), OutputLookup::Kept(printed.clone()));
+        assert_eq!(history.output_for(&admin, "printed").unwrap(), OutputLookup::Kept(printed.clone()));
+        assert_eq!(history.output_for(&other, "printed").unwrap(), OutputLookup::UnknownRun);
+        assert_eq!(history.output_for(&other, "missing").unwrap(), OutputLookup::UnknownRun);
         history.connection().execute("UPDATE runs SET queued_at = 0 WHERE id = 'pruned'", []).unwrap();
         assert_eq!(history.prune(Some(UNIX_EPOCH + Duration::from_secs(1)), None).unwrap(), 1);
         let left: i64 = history.connection().query_row("SELECT COUNT(*) FROM run_outputs", [], |r| r.get(0)).unwrap();

@@ -7,7 +7,7 @@ use rusqlite::{OptionalExtension, params};
 use sha2::{Digest, Sha256};
 
 use super::{History, database_error, unix_ms};
-use crate::{ConversationId, Language, Result, Termination};
+use crate::{ConversationId, Language, Result, Tenant, Termination};
 
 /// Most runs one listing returns.
 pub const MAX_LISTED_RUNS: usize = 500;
@@ -226,6 +226,47 @@ impl History {
         };
         rows.map_err(|e| database_error(&self.path, "read", e))
     }
+
+    /// [`History::get`] for `tenant`: a run of another tenant (one whose `caller` is not the tenant's name) is `None`,
+    /// as a missing one is; an admin gets any.
+    pub fn get_for(&self, tenant: &Tenant, id: &str) -> Result<Option<RunRecord>> {
+        Ok(self.get(id)?.filter(|run| tenant.may_use(&run.caller)))
+    }
+
+    /// The run whose id is exactly `whole_id`, if it is `tenant`'s (see [`History::get_for`]); unlike
+    /// [`History::find_by_prefix`], no shortened id matches, so another tenant's run cannot be found by guessing a
+    /// few digits. For faces that look runs up by an id they showed (Baponi's trace ids).
+    pub fn find_for(&self, tenant: &Tenant, whole_id: &str) -> Result<Option<String>> {
+        Ok(self.get_for(tenant, whole_id)?.map(|run| run.id))
+    }
+
+    /// [`History::list`] for `tenant`: only the runs whose `caller` is the tenant's name; an admin gets every run.
+    pub fn list_for(
+        &self,
+        tenant: &Tenant,
+        conversation: Option<&ConversationId>,
+        limit: usize,
+    ) -> Result<Vec<RunRecord>> {
+        if tenant.is_admin() {
+            return self.list(conversation, limit);
+        }
+        let limit = limit.min(MAX_LISTED_RUNS) as i64;
+        let connection = self.connection();
+        let rows = match conversation {
+            Some(conversation) => connection
+                .prepare(&format!(
+                    "SELECT {COLUMNS} FROM runs WHERE conversation_id = ?1 AND caller = ?2 \
+                     ORDER BY queued_at DESC, rowid DESC LIMIT ?3"
+                ))
+                .and_then(|mut s| s.query_map(params![conversation.as_str(), tenant.name(), limit], record)?.collect()),
+            None => connection
+                .prepare(&format!(
+                    "SELECT {COLUMNS} FROM runs WHERE caller = ?1 ORDER BY queued_at DESC, rowid DESC LIMIT ?2"
+                ))
+                .and_then(|mut s| s.query_map(params![tenant.name(), limit], record)?.collect()),
+        };
+        rows.map_err(|e| database_error(&self.path, "read", e))
+    }
 }
 
 const COLUMNS: &str = "id, conversation_id, caller, language, code_bytes, code_sha256, code, metadata, state, \
@@ -265,7 +306,7 @@ fn rfc3339(ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::tests::new_run;
+    use crate::history::tests::{ids, new_run};
 
     #[test]
     fn a_run_is_recorded_from_queue_to_end() {
@@ -342,5 +383,36 @@ mod tests {
         assert_eq!(ids(history.list(Some(&a), 2).unwrap()), ["a3", "a2"]);
         assert_eq!(ids(history.list(None, 10).unwrap()), ["b1", "a3", "a2", "a1"]);
         assert_eq!(history.get("missing").unwrap(), None);
+    }
+
+    #[test]
+    fn a_tenant_sees_only_the_runs_it_asked_for_and_an_admin_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let history = History::open(dir.path().join("sandlot.db"), false).unwrap();
+        let (a, b) = (ConversationId::parse("a").unwrap(), ConversationId::parse("b").unwrap());
+        let alice_run = "0123456789abcdef0123456789abcdef";
+        for (id, conversation, caller) in
+            [(alice_run, &a, "alice"), ("bob-1", &a, "bob"), ("bob-2", &b, "bob"), ("cli-1", &b, "cli")]
+        {
+            history.queued(&NewRun { caller, ..new_run(id, conversation, "x") }).unwrap();
+        }
+        let (alice, bob, root) = (Tenant::new("alice"), Tenant::new("bob"), Tenant::admin("root"));
+        assert_eq!(ids(history.list_for(&bob, None, 10).unwrap()), ["bob-2", "bob-1"]);
+        assert_eq!(ids(history.list_for(&bob, Some(&a), 10).unwrap()), ["bob-1"]);
+        assert_eq!(ids(history.list_for(&bob, None, 1).unwrap()), ["bob-2"]);
+        assert_eq!(ids(history.list_for(&alice, Some(&b), 10).unwrap()), Vec::<String>::new());
+        assert_eq!(ids(history.list_for(&root, None, 10).unwrap()), ["cli-1", "bob-2", "bob-1", alice_run]);
+        assert_eq!(ids(history.list_for(&root, Some(&a), 10).unwrap()), ["bob-1", alice_run]);
+
+        assert_eq!(history.get_for(&alice, alice_run).unwrap(), history.get(alice_run).unwrap());
+        assert_eq!(history.get_for(&bob, alice_run).unwrap(), None);
+        assert_eq!(history.get_for(&root, alice_run).unwrap(), history.get(alice_run).unwrap());
+        assert_eq!(history.get_for(&alice, "missing").unwrap(), None);
+
+        // A whole id only: a prefix finds nothing, and another tenant's id nothing either.
+        assert_eq!(history.find_for(&alice, alice_run).unwrap().as_deref(), Some(alice_run));
+        assert_eq!(history.find_for(&alice, &alice_run[..20]).unwrap(), None);
+        assert_eq!(history.find_for(&bob, alice_run).unwrap(), None);
+        assert_eq!(history.find_for(&root, alice_run).unwrap().as_deref(), Some(alice_run));
     }
 }

@@ -29,6 +29,7 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS runs_by_conversation ON runs (conversation_id, queued_at DESC);
 CREATE INDEX IF NOT EXISTS runs_by_time ON runs (queued_at);
+CREATE INDEX IF NOT EXISTS runs_by_caller ON runs (caller, queued_at DESC);
 CREATE TABLE IF NOT EXISTS run_outputs (
     run_id TEXT PRIMARY KEY,
     stdout TEXT NOT NULL,

@@ -1,11 +1,12 @@
-//! Conversation directories on the host: creation, claims and removal; listing, usage, reads and uploads (in the
-//! submodules, each for one job).
+//! Conversation directories on the host: creation, claims and removal; their owners, listing, usage, reads and
+//! uploads (in the submodules, each for one job).
 //!
 //! Layout: `<root>/<conversationId>/files` is what a run sees at `/data`. Everything here walks and opens with
 //! file descriptors and `O_NOFOLLOW`/`RESOLVE_BENEATH`, so a symlink a sandboxed program planted is never followed
 //! out of the conversation, even if the tree changes while it is read.
 
 mod listing;
+mod owner;
 mod safe_open;
 mod usage;
 mod write;
@@ -236,16 +237,21 @@ enum Locked {
 /// Opens `<root>/<id>` without following a symlink and takes `lock` on it (shared for a run's claim, exclusive for
 /// a removal), without waiting.
 fn lock_conversation(conversation: &Path, lock: rustix::fs::FlockOperation) -> Result<Locked> {
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let dir = match rustix::fs::open(conversation, flags, Mode::empty()) {
-        Ok(dir) => dir,
-        Err(rustix::io::Errno::NOENT) => return Ok(Locked::Missing),
-        Err(e) => return Err(Error::io("open conversation directory", conversation, e.into())),
-    };
+    let Some(dir) = open_conversation_dir(conversation)? else { return Ok(Locked::Missing) };
     match rustix::fs::flock(&dir, lock) {
         Ok(()) => Ok(Locked::Held(dir)),
         Err(rustix::io::Errno::WOULDBLOCK) => Ok(Locked::Busy),
         Err(e) => Err(Error::io("lock conversation directory", conversation, e.into())),
+    }
+}
+
+/// Opens `<root>/<id>` without following a symlink; `None` when there is none.
+fn open_conversation_dir(conversation: &Path) -> Result<Option<OwnedFd>> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match rustix::fs::open(conversation, flags, Mode::empty()) {
+        Ok(dir) => Ok(Some(dir)),
+        Err(rustix::io::Errno::NOENT) => Ok(None),
+        Err(e) => Err(Error::io("open conversation directory", conversation, e.into())),
     }
 }
 
