@@ -10,7 +10,7 @@ use crate::ledger::Ledger;
 use crate::readiness::ReadinessCache;
 use crate::{
     Backend, ConversationId, Error, FileEntry, FileListing, History, Job, Language, Limits, OutputSink, Readiness,
-    ReadinessCheck, Result, RunEvent, RunOutcome, RunRequest, RunnerInfo, Termination, Workspaces,
+    ReadinessCheck, Result, RunEvent, RunOutcome, RunRequest, RunnerInfo, Tenant, Termination, Workspaces,
 };
 
 /// Largest accepted `metadata` object, serialized, in bytes.
@@ -228,11 +228,34 @@ impl Engine {
 
     /// Runs a request to its end. It waits its turn in the queue (runs of one conversation go one at a time, in
     /// arrival order); its timeout counts from its start. Dropping the future cancels the run.
+    ///
+    /// No tenant: no conversation owner is checked or recorded, and the run's place in the pool counts as tenant
+    /// `""`'s. For the engine's single-user callers (`sandlot run`); every face that serves several tenants must
+    /// use [`Engine::run_as`] instead.
     pub async fn run(&self, request: RunRequest, sink: &dyn OutputSink) -> Result<RunReport> {
-        let (conversation, language, limits, request) = self.validate(request)?;
+        self.run_for(None, request, sink).await
+    }
+
+    /// [`Engine::run`] for `tenant`. The conversation is claimed for the tenant when it has no owner (a new one, or
+    /// one made without tenants), and refused with [`Error::ConversationTaken`] when another tenant owns it (an
+    /// admin may use any; see [`Engine::claim_conversation`]); a refused run is not recorded. The run's `caller` is
+    /// the tenant's name when the request leaves it empty (the history gives a tenant the runs whose caller is its
+    /// name), and its place in the pool is shared fairly with the other tenants' runs (see `admission`).
+    pub async fn run_as(&self, tenant: &Tenant, request: RunRequest, sink: &dyn OutputSink) -> Result<RunReport> {
+        self.run_for(Some(tenant), request, sink).await
+    }
+
+    async fn run_for(&self, tenant: Option<&Tenant>, request: RunRequest, sink: &dyn OutputSink) -> Result<RunReport> {
+        let (conversation, language, limits, mut request) = self.validate(request)?;
         let runners = self.backend.runners();
         if !runners.iter().any(|r| r.language == language) {
             return Err(Error::no_runner(language, runners.iter().map(|r| r.language)));
+        }
+        if let Some(tenant) = tenant {
+            self.workspaces.claim_owner(&conversation, tenant)?;
+            if request.caller.is_empty() {
+                request.caller = tenant.name().to_owned();
+            }
         }
         let run_id = uuid::Uuid::new_v4().simple().to_string();
         let mut entry = self.ledger.accept(NewRun {
@@ -244,7 +267,9 @@ impl Engine {
             metadata: request.metadata.as_ref(),
         });
         let queued_at = std::time::Instant::now();
-        let mut turn = match self.admission.wait_turn(&conversation, &request.cancel).await {
+        let pool_tenant = tenant.map_or("", Tenant::name);
+        let waited = self.admission.wait_turn(&conversation, pool_tenant, request.alongside, &request.cancel).await;
+        let mut turn = match waited {
             Ok(turn) => {
                 metrics::histogram!(crate::run_metrics::QUEUE_WAIT).record(queued_at.elapsed().as_secs_f64());
                 turn
@@ -274,6 +299,14 @@ impl Engine {
         // Held to the end of the run: the conversation cannot be removed meanwhile (see `delete_conversation`).
         crate::marks::mark("c.admitted");
         let (workspace, _claim) = self.claim(&conversation).await?;
+        // Again with the conversation held, so it is the one the run gets: it may have been removed and made again
+        // (by another tenant) while the run waited.
+        if let Some(tenant) = tenant
+            && let Err(error) = self.workspaces.claim_owner(&conversation, tenant)
+        {
+            entry.fail(&error);
+            return Err(error);
+        }
         crate::marks::mark("c.workspace");
         tracing::info!(run_id, conversation = %conversation, %language, "run started");
         entry.start();
@@ -338,6 +371,30 @@ impl Engine {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    /// Claims the conversation for `tenant` when it has no owner, or checks the tenant may use it: its own, or any
+    /// for an admin; else [`Error::ConversationTaken`]. An admin's first use of a new id makes the admin its owner.
+    /// For a face that writes into a conversation outside a run (an upload, a profile's workspace), before it
+    /// writes; [`Engine::run_as`] does it itself.
+    pub fn claim_conversation(&self, tenant: &Tenant, id: &ConversationId) -> Result<()> {
+        self.workspaces.claim_owner(id, tenant)
+    }
+
+    /// Checks that `tenant` may see the conversation: for a face that reads, lists, downloads or deletes, before it
+    /// does. `Ok` when the tenant owns it or is an admin, and when it has no owner or does not exist (the read then
+    /// finds nothing of a tenant's); [`Error::ConversationHidden`] when another tenant owns it, which the face must
+    /// answer exactly as a conversation that does not exist. Records nothing.
+    pub fn check_conversation(&self, tenant: &Tenant, id: &ConversationId) -> Result<()> {
+        match self.workspaces.owner(id)? {
+            Some(owner) if !tenant.may_use(&owner) => Err(Error::ConversationHidden { id: id.to_string() }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The name of the tenant that owns the conversation, if any (see [`Workspaces::owner`]); for listings.
+    pub fn owner_of(&self, id: &ConversationId) -> Result<Option<String>> {
+        self.workspaces.owner(id)
     }
 
     /// Writes an uploaded file to `path` in the conversation's `/data` ([`Workspaces::write`]: symlink-safe,
@@ -471,4 +528,142 @@ fn validate_env(name: &str, value: &str) -> Result<()> {
         return Err(Error::invalid("env", format!("the value of {name} contains a NUL byte")));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use async_trait::async_trait;
+
+    use super::*;
+
+    /// Runs nothing: it writes the code to `ran` in `/data` and ends with exit code 0.
+    struct Recorder;
+
+    #[async_trait]
+    impl Backend for Recorder {
+        fn name(&self) -> &'static str {
+            "recorder"
+        }
+
+        fn runners(&self) -> Vec<RunnerInfo> {
+            vec![RunnerInfo {
+                language: Language::Python,
+                image: "python3".into(),
+                version: "3".into(),
+                packages: Default::default(),
+            }]
+        }
+
+        async fn run(&self, job: Job, _sink: &dyn OutputSink) -> Result<RunOutcome> {
+            std::fs::write(job.workspace.join("ran"), &job.code).map_err(|e| Error::io("write", &job.workspace, e))?;
+            Ok(RunOutcome::empty(Termination::Exited { code: 0 }, Duration::ZERO))
+        }
+    }
+
+    fn engine(root: &std::path::Path) -> Engine {
+        let history = History::open(root.join("history.db"), false).unwrap();
+        Engine::new(Arc::new(Recorder), Workspaces::new(root.join("data")), EngineConfig::default())
+            .with_history(history)
+    }
+
+    fn request(conversation: &str, code: &str) -> RunRequest {
+        RunRequest {
+            conversation_id: conversation.into(),
+            language: "python".into(),
+            code: code.into(),
+            ..RunRequest::default()
+        }
+    }
+
+    fn id(name: &str) -> ConversationId {
+        ConversationId::parse(name).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_run_into_another_tenants_conversation_is_refused_and_not_recorded() {
+        let root = tempfile::tempdir().unwrap();
+        let engine = engine(root.path());
+        let (alice, bob, admin) = (Tenant::new("alice"), Tenant::new("bob"), Tenant::admin("root"));
+        let report = engine.run_as(&alice, request("c", "alice's"), &()).await.unwrap();
+        assert_eq!(engine.owner_of(&id("c")).unwrap().as_deref(), Some("alice"));
+        let history = engine.history().unwrap();
+        assert_eq!(history.get(&report.run_id).unwrap().unwrap().caller, "alice", "the tenant named the caller");
+
+        let refused = engine.run_as(&bob, request("c", "bob's"), &()).await.unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "conversation \"c\" is not available to this caller; use another conversationId"
+        );
+        assert!(matches!(refused, Error::ConversationTaken { .. }), "{refused:?}");
+        assert_eq!(history.list(None, 10).unwrap().len(), 1, "the refused run is not in the history");
+        let files = engine.workspaces().files_dir(&id("c"));
+        assert_eq!(std::fs::read_to_string(files.join("ran")).unwrap(), "alice's");
+
+        // An admin uses it (and keeps the caller it was given); it stays alice's.
+        let run = RunRequest { caller: "console".into(), ..request("c", "admin's") };
+        let report = engine.run_as(&admin, run, &()).await.unwrap();
+        assert_eq!(history.get(&report.run_id).unwrap().unwrap().caller, "console");
+        assert_eq!(engine.owner_of(&id("c")).unwrap().as_deref(), Some("alice"));
+
+        // Without a tenant nothing is checked or recorded.
+        engine.run(request("c", "cli's"), &()).await.unwrap();
+        engine.run(request("d", "cli's"), &()).await.unwrap();
+        assert_eq!(engine.owner_of(&id("d")).unwrap(), None);
+        // The next tenant to use it owns it.
+        engine.run_as(&bob, request("d", "bob's"), &()).await.unwrap();
+        assert_eq!(engine.owner_of(&id("d")).unwrap().as_deref(), Some("bob"));
+    }
+
+    #[tokio::test]
+    async fn another_tenants_conversation_reads_as_missing_and_cannot_be_claimed() {
+        let root = tempfile::tempdir().unwrap();
+        let engine = engine(root.path());
+        let (alice, bob, admin) = (Tenant::new("alice"), Tenant::new("bob"), Tenant::admin("root"));
+        engine.claim_conversation(&alice, &id("c")).unwrap();
+        let missing = Error::ConversationNotFound { id: "c".into() }.to_string();
+        let hidden = engine.check_conversation(&bob, &id("c")).unwrap_err();
+        assert!(matches!(&hidden, Error::ConversationHidden { id } if id == "c"), "{hidden:?}");
+        assert_eq!(hidden.to_string(), missing);
+        engine.check_conversation(&alice, &id("c")).unwrap();
+        engine.check_conversation(&admin, &id("c")).unwrap();
+        // An id that does not exist, or has no owner, is no one's: the read finds nothing of a tenant's.
+        engine.check_conversation(&bob, &id("never")).unwrap();
+        engine.workspaces().prepare(&id("old")).unwrap();
+        engine.check_conversation(&bob, &id("old")).unwrap();
+        assert_eq!(engine.owner_of(&id("old")).unwrap(), None, "a check records nothing");
+
+        let taken = engine.claim_conversation(&bob, &id("c")).unwrap_err();
+        assert!(matches!(&taken, Error::ConversationTaken { conversation } if conversation == "c"), "{taken:?}");
+        engine.claim_conversation(&bob, &id("old")).unwrap();
+        assert_eq!(engine.owner_of(&id("old")).unwrap().as_deref(), Some("bob"));
+        engine.claim_conversation(&admin, &id("old")).unwrap();
+        assert_eq!(engine.owner_of(&id("old")).unwrap().as_deref(), Some("bob"));
+    }
+
+    #[tokio::test]
+    async fn deleting_a_conversation_removes_its_owner() {
+        let root = tempfile::tempdir().unwrap();
+        let engine = engine(root.path());
+        engine.run_as(&Tenant::new("alice"), request("c", "x"), &()).await.unwrap();
+        engine.delete_conversation(&id("c")).await.unwrap();
+        assert_eq!(engine.owner_of(&id("c")).unwrap(), None);
+        engine.run_as(&Tenant::new("bob"), request("c", "y"), &()).await.unwrap();
+        assert_eq!(engine.owner_of(&id("c")).unwrap().as_deref(), Some("bob"));
+    }
+
+    #[tokio::test]
+    async fn an_idle_conversation_goes_with_its_owner() {
+        let root = tempfile::tempdir().unwrap();
+        let engine = engine(root.path());
+        engine.claim_conversation(&Tenant::new("alice"), &id("idle")).unwrap();
+        let files = engine.workspaces().prepare(&id("idle")).unwrap();
+        let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+        for dir in [files.parent().unwrap(), files.as_path()] {
+            std::fs::File::open(dir).unwrap().set_modified(an_hour_ago).unwrap();
+        }
+        assert_eq!(engine.remove_idle_conversations(Duration::from_secs(60)).await.unwrap(), [id("idle")]);
+        assert_eq!(engine.owner_of(&id("idle")).unwrap(), None);
+        engine.claim_conversation(&Tenant::new("bob"), &id("idle")).unwrap();
+        assert_eq!(engine.owner_of(&id("idle")).unwrap().as_deref(), Some("bob"));
+    }
 }

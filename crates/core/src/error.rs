@@ -48,6 +48,17 @@ pub enum Error {
     #[error("no conversation {id}")]
     ConversationNotFound { id: String },
 
+    /// The conversation belongs to another tenant (see [`crate::Tenant`]). Its message is exactly
+    /// [`Error::ConversationNotFound`]'s, and a face answers it exactly as it answers a missing conversation, so that
+    /// another tenant's id cannot be told from one that does not exist.
+    #[error("no conversation {id}")]
+    ConversationHidden { id: String },
+
+    /// A run (or an upload) into a conversation that another tenant owns: refused, where a missing id would simply
+    /// be created. An invalid argument, field `conversationId` (see [`Error::argument_field`]).
+    #[error("conversation \"{conversation}\" is not available to this caller; use another conversationId")]
+    ConversationTaken { conversation: String },
+
     /// The backend could not run the job (not the code failing: that is a normal outcome).
     #[error("backend {backend}: {message}")]
     Backend { backend: &'static str, message: String },
@@ -67,8 +78,50 @@ impl Error {
         }
     }
 
+    /// The argument the caller must correct, as the caller spelled it, when the error is about one
+    /// ([`Error::InvalidArgument`], [`Error::ConversationTaken`]); `None` otherwise.
+    pub fn argument_field(&self) -> Option<&'static str> {
+        match self {
+            Self::InvalidArgument { field, .. } => Some(field),
+            Self::ConversationTaken { .. } => Some("conversationId"),
+            _ => None,
+        }
+    }
+
+    /// Whether the error says the conversation does not exist, for the caller: [`Error::ConversationNotFound`], or
+    /// [`Error::ConversationHidden`], which must be answered the same way.
+    pub fn is_conversation_not_found(&self) -> bool {
+        matches!(self, Self::ConversationNotFound { .. } | Self::ConversationHidden { .. })
+    }
+
     /// Builds an [`Error::Io`] for `action` on `path`.
     pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Self::Io { action, path: path.into(), source }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn another_tenants_conversation_reads_as_a_missing_one() {
+        let hidden = Error::ConversationHidden { id: "c-1".into() };
+        let missing = Error::ConversationNotFound { id: "c-1".into() };
+        assert_eq!(hidden.to_string(), missing.to_string());
+        assert_eq!((hidden.is_conversation_not_found(), missing.is_conversation_not_found()), (true, true));
+        assert_eq!(hidden.argument_field(), None);
+    }
+
+    #[test]
+    fn a_taken_conversation_is_an_invalid_conversation_id() {
+        let taken = Error::ConversationTaken { conversation: "c-1".into() };
+        assert_eq!(
+            taken.to_string(),
+            "conversation \"c-1\" is not available to this caller; use another conversationId"
+        );
+        assert_eq!(taken.argument_field(), Some("conversationId"));
+        assert!(!taken.is_conversation_not_found());
+        assert_eq!(Error::invalid("code", "must not be empty").argument_field(), Some("code"));
     }
 }

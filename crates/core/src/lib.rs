@@ -32,6 +32,7 @@ mod scrub;
 mod signer;
 mod state_dir;
 mod stop;
+mod tenant;
 mod workspaces;
 
 pub use backend::{Backend, Job, RunnerInfo};
@@ -54,6 +55,7 @@ pub use scrub::{SECRET_PATTERNS, scrub_secrets};
 pub use signer::Signer;
 pub use state_dir::{STATE_DIR_NAME, StateDir};
 pub use stop::{Stop, stop_reason};
+pub use tenant::Tenant;
 pub use workspaces::{
     Claim, DiskUsage, FileEntry, FileListing, Workspaces, directory_usage, hand_over, list_in_dir, open_in_dir,
     validate_upload_path, write_in_dir,

@@ -18,7 +18,8 @@ pub struct RunRequest {
     pub env: BTreeMap<String, String>,
     /// Deadline; the engine's default when absent, never more than its ceiling.
     pub timeout: Option<Duration>,
-    /// Who asks (the API key's name, the JWT's subject, `stdio`, `cli`); recorded in the history.
+    /// Who asks (the API key's name, the JWT's subject, `stdio`, `cli`); recorded in the history. Left empty,
+    /// [`crate::Engine::run_as`] records its tenant's name: the history gives a tenant the runs its name asked for.
     pub caller: String,
     /// The caller's own JSON object about the run (at most 16 KiB), recorded in the history as given.
     pub metadata: Option<serde_json::Value>,
@@ -28,6 +29,7 @@ pub struct RunRequest {
     pub mounts: Vec<crate::Mount>,
     /// Runs alongside the conversation's later runs instead of holding them back until it ends (it still waits for
     /// its own turn, and takes a place in the pool): codegen-sandbox's background shells, which outlive their call.
+    /// Such runs of one tenant hold at most half the pool's places (at least one).
     pub alongside: bool,
     /// Cancelling it stops the run (its sandbox is killed; the outcome is `Cancelled`).
     pub cancel: tokio_util::sync::CancellationToken,

@@ -1,17 +1,21 @@
-//! Fair concurrency: who runs now and who waits. At most `max_concurrent` runs execute at once; the others wait in
-//! one FIFO queue (tokio's semaphore is fair) bounded by `max_queued` and by a wait limit, beyond which a run is
-//! refused as busy with a retry hint instead of hanging. Runs of one conversation take turns in arrival order (a
-//! fair mutex per conversation, taken before the permit, so a conversation never holds two places in the pool).
+//! Fair concurrency: who runs now and who waits. At most `max_concurrent` runs execute at once, in a pool shared
+//! fairly among tenants (`pool`); the others wait in a queue bounded by `max_queued` and by a wait limit, beyond
+//! which a run is refused as busy with a retry hint instead of hanging. Runs of one conversation take turns in
+//! arrival order (a fair mutex per conversation, taken before the place in the pool, so a conversation never holds
+//! two places in the pool).
+
+mod pool;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use tokio::sync::{OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedMutexGuard;
 use tokio_util::sync::CancellationToken;
 
 use crate::ConversationId;
+use pool::{Pool, PoolPermit};
 
 /// The longest retry hint given.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
@@ -20,7 +24,7 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 #[derive(Debug)]
 pub struct Turn {
     conversation: Option<OwnedMutexGuard<()>>,
-    _permit: OwnedSemaphorePermit,
+    _permit: PoolPermit,
 }
 
 impl Turn {
@@ -43,7 +47,7 @@ pub enum Refusal {
 /// The queue in front of the backend.
 #[derive(Debug)]
 pub struct Admission {
-    permits: Arc<Semaphore>,
+    pool: Arc<Pool>,
     max_concurrent: usize,
     max_queued: usize,
     wait_limit: Duration,
@@ -68,7 +72,7 @@ impl Admission {
     pub fn new(max_concurrent: usize, max_queued: usize, wait_limit: Duration) -> Self {
         let max_concurrent = max_concurrent.max(1);
         Self {
-            permits: Arc::new(Semaphore::new(max_concurrent)),
+            pool: Pool::new(max_concurrent),
             max_concurrent,
             max_queued,
             wait_limit,
@@ -83,14 +87,23 @@ impl Admission {
         self.waiting.load(Ordering::SeqCst)
     }
 
-    /// Waits for the run's turn: at once when its conversation is idle and a place is free; otherwise in the queue,
-    /// unless it is full, the wait limit passes, or `cancel` fires.
-    pub async fn wait_turn(&self, conversation: &ConversationId, cancel: &CancellationToken) -> Result<Turn, Refusal> {
+    /// Waits for the turn of a run of `tenant` (`""` for a run without one; `alongside`: a run that goes on
+    /// alongside its conversation, see [`crate::RunRequest::alongside`]): at once when its conversation is idle and
+    /// a place in the pool is free to it; otherwise in the queue, unless it is full, the wait limit passes, or
+    /// `cancel` fires.
+    pub async fn wait_turn(
+        &self,
+        conversation: &ConversationId,
+        tenant: &str,
+        alongside: bool,
+        cancel: &CancellationToken,
+    ) -> Result<Turn, Refusal> {
         let lock = self.conversation_lock(conversation);
-        // The fast path: a free permit means nobody is queued (the semaphore hands permits to waiters first).
+        // The fast path: a place free to this run is one no waiting run may take (the pool hands places to waiters
+        // as soon as they free).
         let mut held = lock.clone().try_lock_owned().ok();
         if held.is_some()
-            && let Ok(permit) = self.permits.clone().try_acquire_owned()
+            && let Some(permit) = self.pool.try_acquire(tenant, alongside)
             && let Some(conversation_turn) = held.take()
         {
             return Ok(Turn { conversation: Some(conversation_turn), _permit: permit });
@@ -101,15 +114,15 @@ impl Admission {
                 Some(turn) => turn,
                 None => lock.lock_owned().await,
             };
-            let permit = self.permits.clone().acquire_owned().await;
+            let permit = self.pool.acquire(tenant, alongside).await;
             permit.map(|permit| Turn { conversation: Some(conversation_turn), _permit: permit })
         };
         tokio::select! {
             biased;
             () = cancel.cancelled() => Err(Refusal::Cancelled),
             waited = tokio::time::timeout(self.wait_limit, wait) => match waited {
-                Ok(Ok(turn)) => Ok(turn),
-                Ok(Err(_closed)) => Err(self.busy("shutting_down", "the server is shutting down".into())),
+                Ok(Some(turn)) => Ok(turn),
+                Ok(None) => Err(self.busy("shutting_down", "the server is shutting down".into())),
                 Err(_elapsed) => Err(self.busy("wait_limit", format!(
                     "the run waited {} s for its turn (the queue's wait limit)",
                     self.wait_limit.as_secs_f64()
@@ -185,16 +198,16 @@ mod tests {
     async fn beyond_the_bound_runs_are_refused_at_once() {
         let admission = Admission::new(1, 1, Duration::from_secs(60));
         let never = CancellationToken::new();
-        let running = admission.wait_turn(&id("a"), &never).await.unwrap();
+        let running = admission.wait_turn(&id("a"), "", false, &never).await.unwrap();
         let queued = {
             let admission = &admission;
             let never = never.clone();
-            async move { admission.wait_turn(&id("b"), &never).await }
+            async move { admission.wait_turn(&id("b"), "", false, &never).await }
         };
         tokio::pin!(queued);
         assert!(tokio::time::timeout(Duration::from_millis(50), &mut queued).await.is_err(), "b should wait");
         assert_eq!(admission.waiting(), 1);
-        let refused = admission.wait_turn(&id("c"), &never).await.unwrap_err();
+        let refused = admission.wait_turn(&id("c"), "", false, &never).await.unwrap_err();
         assert!(matches!(&refused, Refusal::Busy { reason, .. } if reason.contains("queued")), "{refused:?}");
         drop(running);
         assert!(queued.await.is_ok());
@@ -205,15 +218,15 @@ mod tests {
     async fn the_wait_limit_and_cancellation_end_a_wait() {
         let admission = Admission::new(1, 10, Duration::from_millis(100));
         let never = CancellationToken::new();
-        let _running = admission.wait_turn(&id("a"), &never).await.unwrap();
+        let _running = admission.wait_turn(&id("a"), "", false, &never).await.unwrap();
         let started = std::time::Instant::now();
-        let refused = admission.wait_turn(&id("b"), &never).await.unwrap_err();
+        let refused = admission.wait_turn(&id("b"), "", false, &never).await.unwrap_err();
         assert!(matches!(refused, Refusal::Busy { retry_after, .. } if retry_after >= Duration::from_secs(1)));
         // The 100 ms wait limit ended the wait (generous for a loaded machine; without the limit it never ends).
         assert!(started.elapsed() < Duration::from_secs(10));
         let cancel = CancellationToken::new();
         cancel.cancel();
-        assert_eq!(admission.wait_turn(&id("c"), &cancel).await.unwrap_err(), Refusal::Cancelled);
+        assert_eq!(admission.wait_turn(&id("c"), "", false, &cancel).await.unwrap_err(), Refusal::Cancelled);
         assert_eq!(admission.waiting(), 0);
     }
 
@@ -221,12 +234,12 @@ mod tests {
     async fn one_conversation_takes_turns_in_arrival_order() {
         let admission = Arc::new(Admission::new(4, 10, Duration::from_secs(60)));
         let order = Arc::new(Mutex::new(Vec::new()));
-        let first = admission.wait_turn(&id("same"), &CancellationToken::new()).await.unwrap();
+        let first = admission.wait_turn(&id("same"), "", false, &CancellationToken::new()).await.unwrap();
         let mut tasks = Vec::new();
         for n in 0..5 {
             let (admission, order) = (admission.clone(), order.clone());
             tasks.push(tokio::spawn(async move {
-                let _turn = admission.wait_turn(&id("same"), &CancellationToken::new()).await.unwrap();
+                let _turn = admission.wait_turn(&id("same"), "", false, &CancellationToken::new()).await.unwrap();
                 order.lock().unwrap().push(n);
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }));
@@ -242,13 +255,13 @@ mod tests {
     #[tokio::test]
     async fn a_run_that_released_its_conversation_lets_the_next_start_but_keeps_its_place() {
         let admission = Admission::new(2, 10, Duration::from_millis(200));
-        let mut background = admission.wait_turn(&id("same"), &CancellationToken::new()).await.unwrap();
+        let mut background = admission.wait_turn(&id("same"), "", false, &CancellationToken::new()).await.unwrap();
         background.release_conversation();
-        let foreground = admission.wait_turn(&id("same"), &CancellationToken::new()).await.unwrap();
+        let foreground = admission.wait_turn(&id("same"), "", false, &CancellationToken::new()).await.unwrap();
         // Both places are taken: a third run waits out the limit.
-        let refused = admission.wait_turn(&id("other"), &CancellationToken::new()).await.unwrap_err();
+        let refused = admission.wait_turn(&id("other"), "", false, &CancellationToken::new()).await.unwrap_err();
         assert!(matches!(refused, Refusal::Busy { .. }), "{refused:?}");
         drop((background, foreground));
-        assert!(admission.wait_turn(&id("other"), &CancellationToken::new()).await.is_ok());
+        assert!(admission.wait_turn(&id("other"), "", false, &CancellationToken::new()).await.is_ok());
     }
 }

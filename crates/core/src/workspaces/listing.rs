@@ -1,0 +1,196 @@
+//! Listing a conversation's files (or a volume's): every regular file beneath the directory, bounded in number and
+//! in bytes of paths, walked by descriptor so that no symlink is followed and nothing deeper than the walk goes is
+//! listed.
+
+use std::ffi::CStr;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::Path;
+
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
+
+use super::{MAX_DEPTH, Workspaces};
+use crate::{ConversationId, Error, Result};
+
+/// A regular file in a conversation.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FileEntry {
+    /// Path relative to `/data`, with `/` separators.
+    pub path: String,
+    pub size: u64,
+    /// Last modification, for telling the files a run made or changed (not serialized: a listing's wire form is
+    /// path and size).
+    #[serde(skip)]
+    pub modified: Option<std::time::SystemTime>,
+}
+
+/// The files of a conversation, sorted by path.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FileListing {
+    pub files: Vec<FileEntry>,
+    /// More files exist than were listed.
+    pub truncated: bool,
+}
+
+impl Workspaces {
+    /// Every regular file under the conversation's directory (symlinks and special files are skipped, never
+    /// followed), at most `max_entries` of them.
+    pub fn list(&self, id: &ConversationId, max_entries: usize) -> Result<FileListing> {
+        self.list_within(id, max_entries, usize::MAX)
+    }
+
+    /// [`Workspaces::list`], also stopped (and marked truncated) before the listed paths would hold more than
+    /// `max_path_bytes` bytes in all: a tree of long, deeply nested names must not make a listing (and the result
+    /// built from it) of any size.
+    pub fn list_within(&self, id: &ConversationId, max_entries: usize, max_path_bytes: usize) -> Result<FileListing> {
+        let Some(root) = self.open_files_dir(id)? else {
+            return Ok(FileListing::default());
+        };
+        list_fd(root.as_fd(), max_entries, max_path_bytes)
+            .map_err(|e| Error::io("list conversation directory", self.files_dir(id), e))
+    }
+}
+
+/// The regular files beneath `root` (see [`Workspaces::list_within`]), sorted by path.
+fn list_fd(root: BorrowedFd<'_>, max_entries: usize, max_path_bytes: usize) -> std::io::Result<FileListing> {
+    let mut listing = FileListing::default();
+    let mut path_bytes = 0usize;
+    walk(root, Some(""), 0, &mut |path, size, modified| {
+        // Not UTF-8, or a control character: cannot be named in a URL (see signer.rs).
+        let Some(path) = path.filter(|p| !p.chars().any(char::is_control)) else { return true };
+        if listing.files.len() == max_entries || path_bytes.saturating_add(path.len()) > max_path_bytes {
+            listing.truncated = true;
+            return false;
+        }
+        path_bytes += path.len();
+        listing.files.push(FileEntry { path: path.to_owned(), size, modified });
+        true
+    })?;
+    listing.files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(listing)
+}
+
+/// [`Workspaces::list_within`] for a directory that is not a conversation's (a configured volume): `dir` itself is
+/// the operator's and may be a symlink; nothing below it is followed.
+pub fn list_in_dir(dir: &Path, max_entries: usize, max_path_bytes: usize) -> Result<FileListing> {
+    let root = rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| Error::io("open directory", dir, e.into()))?;
+    list_fd(root.as_fd(), max_entries, max_path_bytes).map_err(|e| Error::io("list directory", dir, e))
+}
+
+/// What [`walk`] calls for each regular file: its path (None when not UTF-8), size and modification time; false
+/// stops the walk.
+type Visit<'a> = dyn FnMut(Option<&str>, u64, Option<std::time::SystemTime>) -> bool + 'a;
+
+/// A stat's modification time (None before the epoch).
+fn modified(stat: &rustix::fs::Stat) -> Option<std::time::SystemTime> {
+    let secs = u64::try_from(stat.st_mtime).ok()?;
+    let nanos = u32::try_from(stat.st_mtime_nsec).ok()?;
+    std::time::UNIX_EPOCH.checked_add(std::time::Duration::new(secs, nanos))
+}
+
+/// Visits every regular file under `dir` (see [`Visit`]) without following symlinks, skipping what it
+/// cannot read and what is nested deeper than `MAX_DEPTH`; the path is `None` when a component is not UTF-8. The
+/// visitor returns false to stop.
+fn walk(dir: BorrowedFd<'_>, prefix: Option<&str>, depth: usize, visit: &mut Visit<'_>) -> std::io::Result<bool> {
+    if depth > MAX_DEPTH {
+        return Ok(true);
+    }
+    for entry in Dir::read_from(dir)? {
+        let entry = entry?;
+        let name: &CStr = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        let path = match (prefix, name.to_str()) {
+            (Some(""), Ok(name)) => Some(name.to_owned()),
+            (Some(prefix), Ok(name)) => Some(format!("{prefix}/{name}")),
+            _ => None,
+        };
+        let stat = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) => stat,
+            Err(rustix::io::Errno::NOENT) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::RegularFile if !visit(path.as_deref(), stat.st_size as u64, modified(&stat)) => return Ok(false),
+            FileType::RegularFile => {}
+            FileType::Directory => {
+                let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+                let sub = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+                    Ok(sub) => sub,
+                    Err(rustix::io::Errno::NOENT | rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR) => continue,
+                    Err(rustix::io::Errno::ACCESS) => continue,
+                    Err(e) => return Err(e.into()),
+                };
+                if !walk(sub.as_fd(), path.as_deref(), depth + 1, visit)? {
+                    return Ok(false);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+    use crate::workspaces::tests::setup;
+
+    #[test]
+    fn lists_files_recursively_and_skips_symlinks() {
+        let (_tmp, ws, id, dir) = setup();
+        std::fs::write(dir.join("b.txt"), "bb").unwrap();
+        std::fs::create_dir_all(dir.join("sub/deeper")).unwrap();
+        std::fs::write(dir.join("sub/deeper/a name.txt"), "a").unwrap();
+        symlink("/etc/passwd", dir.join("leak")).unwrap();
+        symlink("/etc", dir.join("etc-dir")).unwrap();
+        let mut listing = ws.list(&id, 1000).unwrap();
+        assert!(listing.files.iter().all(|f| f.modified.is_some()), "{listing:?}");
+        listing.files.iter_mut().for_each(|f| f.modified = None);
+        assert_eq!(
+            listing,
+            FileListing {
+                files: vec![
+                    FileEntry { path: "b.txt".into(), size: 2, modified: None },
+                    FileEntry { path: "sub/deeper/a name.txt".into(), size: 1, modified: None },
+                ],
+                truncated: false,
+            }
+        );
+        assert_eq!(ws.usage(&id, 100).unwrap().inodes, 6);
+    }
+
+    #[test]
+    fn listing_stops_at_the_cap_with_a_flag() {
+        let (_tmp, ws, id, dir) = setup();
+        for i in 0..5 {
+            std::fs::write(dir.join(format!("f{i}")), "x").unwrap();
+        }
+        let listing = ws.list(&id, 3).unwrap();
+        assert_eq!(listing.files.len(), 3);
+        assert!(listing.truncated);
+    }
+
+    #[test]
+    fn missing_conversation_lists_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = Workspaces::new(tmp.path());
+        let id = ConversationId::parse("never").unwrap();
+        assert_eq!(ws.list(&id, 10).unwrap(), FileListing::default());
+    }
+
+    #[test]
+    fn a_listing_stops_at_its_byte_budget() {
+        let (_tmp, ws, id, dir) = setup();
+        for name in ["aaaa", "bbbb", "cccc"] {
+            std::fs::write(dir.join(name), b"").unwrap();
+        }
+        let listing = ws.list_within(&id, 10, 8).unwrap();
+        assert_eq!((listing.files.len(), listing.truncated), (2, true));
+        let listing = ws.list_within(&id, 10, 12).unwrap();
+        assert_eq!((listing.files.len(), listing.truncated), (3, false));
+    }
+}
