@@ -91,6 +91,12 @@ pub struct ServeArgs {
     /// Bearer token for /mcp (default: random, printed at start).
     #[arg(long, env = "MCP_API_TOKEN", hide_env_values = true)]
     pub api_token: Option<String>,
+    /// Named static tokens, `name:token,...`: each name is a tenant of its own (default: none).
+    #[arg(long, env = "MCP_API_TOKENS", hide_env_values = true)]
+    pub api_tokens: Option<String>,
+    /// Tenants (token names or JWT subjects) that see every tenant's conversations and runs, comma-separated.
+    #[arg(long, env = "SANDLOT_ADMINS", value_delimiter = ',')]
+    pub admins: Vec<String>,
     /// Require JWTs instead of the static token.
     #[arg(long, env = "MCP_AUTH_ENABLED", default_value_t = false, action = clap::ArgAction::Set)]
     pub auth_enabled: bool,

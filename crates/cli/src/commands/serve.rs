@@ -4,8 +4,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use sandlot_server::kit::{
-    AllowedHosts, AuthLimits, Authenticator, ConnectionLimits, Credentials, JwtSettings, ops_app, raise_nofile_limit,
-    serve as serve_http,
+    AllowedHosts, AuthLimits, Authenticator, ConnectionLimits, Credentials, JwtSettings, ops_app, parse_named_tokens,
+    raise_nofile_limit, serve as serve_http,
 };
 use sandlot_server::{HttpOptions, app};
 
@@ -167,9 +167,11 @@ fn authenticator(args: &ServeArgs) -> Result<(Authenticator, Option<String>), St
     Ok((authenticator.with_limits(limits), generated))
 }
 
-/// The credential check the settings ask for.
+/// The credential check the settings ask for: JWTs (MCP_AUTH_ENABLED) or the one token (MCP_API_TOKEN, generated
+/// when unset), and the named tokens (MCP_API_TOKENS) beside either; with named tokens alone nothing is generated.
 fn credentials(args: &ServeArgs) -> Result<(Authenticator, Option<String>), String> {
-    if args.auth_enabled {
+    let named = args.api_tokens.as_deref().map(parse_named_tokens).transpose()?;
+    let (credentials, generated) = if args.auth_enabled {
         if args.api_token.is_some() {
             return Err("MCP_API_TOKEN is not used when MCP_AUTH_ENABLED is true (JWTs only): unset one of them".into());
         }
@@ -187,16 +189,24 @@ fn credentials(args: &ServeArgs) -> Result<(Authenticator, Option<String>), Stri
             audience: args.jwt_audience.clone(),
             issuer: args.jwt_issuer.clone(),
         };
-        return Ok((Authenticator::new(Credentials::jwt(&settings)?), None));
-    }
-    match &args.api_token {
-        Some(token) if token.is_empty() => Err("MCP_API_TOKEN must not be empty".into()),
-        Some(token) => Ok((Authenticator::token(token.clone()), None)),
-        None => {
-            let token = super::random_token();
-            Ok((Authenticator::token(token.clone()), Some(token)))
+        (Credentials::jwt(&settings)?, None)
+    } else {
+        match (&args.api_token, &named) {
+            (Some(token), _) if token.is_empty() => return Err("MCP_API_TOKEN must not be empty".into()),
+            (Some(token), _) => (Credentials::token(token.clone()), None),
+            (None, Some(_)) => (Credentials::default(), None),
+            (None, None) => {
+                let token = super::random_token();
+                (Credentials::token(token.clone()), Some(token))
+            }
         }
-    }
+    };
+    let credentials = match named {
+        Some(named) => credentials.with_tokens(named).map_err(|e| format!("MCP_API_TOKENS: {e}"))?,
+        None => credentials,
+    };
+    let admins = args.admins.iter().map(|a| a.trim().to_owned()).filter(|a| !a.is_empty());
+    Ok((Authenticator::new(credentials).with_admins(admins), generated))
 }
 
 /// Keeps a generated token in `<root>/.sandlot/api-token` (mode 0600, replaced at each start) and returns its path,

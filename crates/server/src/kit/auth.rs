@@ -29,9 +29,22 @@ use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use super::client_addr::{ClientAddress, ClientIpHeader, TrustedProxy};
 use super::credentials::Credentials;
 
-/// Who made an authenticated request (`api-token`, or the JWT's subject); the run history records it.
+/// Who made an authenticated request: its tenant (`api-token`, a named token's name, a JWT's subject), which owns
+/// the conversations it makes and which the run history records; whether it is an administrator (sees every
+/// tenant's); and when its credential expires (a stream opened with it ends then).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller(pub String);
+pub struct Caller {
+    pub name: String,
+    pub admin: bool,
+    pub expires_at: Option<std::time::SystemTime>,
+}
+
+impl Caller {
+    /// The tenant the engine checks conversations and runs against.
+    pub fn tenant(&self) -> sandlot_core::Tenant {
+        if self.admin { sandlot_core::Tenant::admin(&self.name) } else { sandlot_core::Tenant::new(&self.name) }
+    }
+}
 
 /// Addresses remembered at most (about 5 MB); past it, new addresses share [`OVERFLOW`]'s allowance.
 pub const MAX_TRACKED: usize = 65_536;
@@ -103,6 +116,8 @@ pub struct Authenticator {
     clients: Arc<ClientAddress>,
     /// The message of every 401, when a profile fixes it (Baponi's); else each says what was wrong.
     fixed_message: Option<&'static str>,
+    /// Tenants whose credentials see every tenant's conversations and runs (`SANDLOT_ADMINS`).
+    admins: Arc<std::collections::HashSet<String>>,
 }
 
 /// How a drop-in profile's clients are told their credential failed, and how many failures it allows.
@@ -117,13 +132,24 @@ pub struct FailureRendering {
 impl Authenticator {
     /// Requests must present this static token (default limits).
     pub fn token(token: impl Into<String>) -> Self {
-        Self::new(Credentials::Token(token.into()))
+        Self::new(Credentials::token(token))
     }
 
     /// Requests must present a credential these accept (default limits).
     pub fn new(credentials: Credentials) -> Self {
-        Self { credentials: Arc::new(credentials), limiter: None, clients: Arc::default(), fixed_message: None }
-            .with_limits(AuthLimits::default())
+        Self {
+            credentials: Arc::new(credentials),
+            limiter: None,
+            clients: Arc::default(),
+            fixed_message: None,
+            admins: Arc::default(),
+        }
+        .with_limits(AuthLimits::default())
+    }
+
+    /// The same check, with these tenants as administrators.
+    pub fn with_admins(self, admins: impl IntoIterator<Item = String>) -> Self {
+        Self { admins: Arc::new(admins.into_iter().collect()), ..self }
     }
 
     /// The same check with these limits (and a fresh count of failures).
@@ -192,7 +218,10 @@ impl Authenticator {
             return Err(refuse("Authorization must be: Bearer <token>"));
         };
         let failure = match self.credentials.verify(&presented) {
-            Ok(caller) => return Ok(Caller(caller)),
+            Ok(verified) => {
+                let admin = self.admins.contains(&verified.tenant);
+                return Ok(Caller { name: verified.tenant, admin, expires_at: verified.expires_at });
+            }
             Err(why) => why,
         };
         let peer = extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(addr)| addr.ip());

@@ -25,7 +25,7 @@ pub use auth::{
 };
 pub use client_addr::{ClientIpHeader, TrustedProxy};
 pub use connections::{ConnectionLimits, raise_nofile_limit, serve};
-pub use credentials::{Credentials, JwtSettings};
+pub use credentials::{Credentials, DEFAULT_TOKEN_TENANT, JwtSettings, Verified, parse_named_tokens};
 pub use ops::{not_found, ops_app, readyz};
 pub use origin::{AllowedHosts, check as check_origin, cors};
 pub use request_log::{REQUEST_ID, RequestSpan, around as log_requests};

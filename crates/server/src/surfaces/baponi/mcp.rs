@@ -144,7 +144,7 @@ fn caller(context: &RequestContext<RoleServer>) -> String {
         .extensions
         .get::<axum::http::request::Parts>()
         .and_then(|parts| parts.extensions.get::<crate::kit::Caller>())
-        .map_or_else(|| "anonymous".to_owned(), |caller| caller.0.clone())
+        .map_or_else(|| "anonymous".to_owned(), |caller| caller.name.clone())
 }
 
 impl ServerHandler for BaponiMcp {

@@ -107,7 +107,7 @@ pub async fn execute(
         Ok(args) => args,
         Err(error) => return refusal(error),
     };
-    let caller = caller.map_or_else(|| "anonymous".to_owned(), |Extension(Caller(caller))| caller);
+    let caller = caller.map_or_else(|| "anonymous".to_owned(), |Extension(caller): Extension<Caller>| caller.name);
     let conversation = args.thread_id.clone().unwrap_or_else(super::execute::ephemeral_conversation);
     let cancel = CancellationToken::new();
     if !header(header::ACCEPT).contains("application/x-ndjson") {

@@ -71,7 +71,7 @@ impl SessionFactory for SessionMaker {
     type Handler = CodegenMcp;
 
     fn for_session(&self, request: &Request, closed: CancellationToken) -> Result<CodegenMcp, Box<Response>> {
-        let caller = request.extensions().get::<Caller>().map_or("anonymous", |caller| caller.0.as_str());
+        let caller = request.extensions().get::<Caller>().map_or("anonymous", |caller| caller.name.as_str());
         let query = request.uri().query().unwrap_or("");
         let named = url_query(query, "workspace");
         let tenant = Tenant::new(caller, named.as_deref()).map_err(|message| {
@@ -92,7 +92,7 @@ fn url_query(query: &str, name: &str) -> Option<String> {
 /// The caller of this POST (sandlot's auth layer put it in the request), if known.
 fn caller_of(context: &RequestContext<RoleServer>) -> Option<String> {
     let parts = context.extensions.get::<axum::http::request::Parts>()?;
-    parts.extensions.get::<Caller>().map(|caller| caller.0.clone())
+    parts.extensions.get::<Caller>().map(|caller| caller.name.clone())
 }
 
 /// A tool's text as its one TextContent (the one place every result's text passes), scrubbed of secrets

@@ -101,7 +101,7 @@ impl SandlotMcp {
             .extensions
             .get::<axum::http::request::Parts>()
             .and_then(|parts| parts.extensions.get::<Caller>())
-            .map_or_else(|| self.caller.clone(), |caller| caller.0.clone())
+            .map_or_else(|| self.caller.clone(), |caller| caller.name.clone())
     }
 
     fn log_level(&self) -> Option<LoggingLevel> {

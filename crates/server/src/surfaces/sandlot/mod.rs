@@ -114,7 +114,7 @@ impl SessionFactory for SandlotMcp {
         request: &Request,
         closed: tokio_util::sync::CancellationToken,
     ) -> Result<SandlotMcp, Box<Response>> {
-        let caller = request.extensions().get::<Caller>().map_or_else(|| "anonymous".into(), |c| c.0.clone());
+        let caller = request.extensions().get::<Caller>().map_or_else(|| "anonymous".into(), |c| c.name.clone());
         Ok(self.for_caller(caller).ending_with(closed))
     }
 }
