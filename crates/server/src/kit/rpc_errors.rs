@@ -27,7 +27,13 @@ pub fn invalid_argument(field: &str, message: impl Into<String>) -> McpError {
 /// The JSON-RPC error for an engine error that is not a normal result.
 pub fn from_engine(error: &Error) -> McpError {
     match error {
-        Error::InvalidArgument { field, .. } => invalid_argument(field, error.to_string()),
+        Error::InvalidArgument { .. } | Error::ConversationTaken { .. } => {
+            invalid_argument(error.argument_field().unwrap_or("arguments"), error.to_string())
+        }
+        // Another tenant's conversation is answered exactly as one that does not exist.
+        Error::ConversationNotFound { .. } | Error::ConversationHidden { .. } => {
+            invalid_argument("conversationId", format!("no conversation {}", conversation_of(error)))
+        }
         Error::InvalidPath { .. } => invalid_argument("path", error.to_string()),
         Error::QuotaExceeded { .. } => invalid_argument("content", error.to_string()),
         other => {
@@ -38,6 +44,14 @@ pub fn from_engine(error: &Error) -> McpError {
                 Some(json!({ "kind": "internal", "trace_id": trace_id })),
             )
         }
+    }
+}
+
+/// The id a not-found error names.
+fn conversation_of(error: &Error) -> &str {
+    match error {
+        Error::ConversationNotFound { id } | Error::ConversationHidden { id } => id,
+        _ => "",
     }
 }
 

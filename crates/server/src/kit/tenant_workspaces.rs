@@ -33,3 +33,51 @@ pub fn profile_workspace(prefix: &str, caller: &str, named: Option<&str>) -> Res
     };
     ConversationId::parse(&id).map_err(|e| e.to_string())
 }
+
+/// The prefixes of the derived workspaces of every profile that has them.
+const DERIVED_PREFIXES: [&str; 2] = ["codegen", "osb"];
+
+/// Whether `id` is the shape of a workspace derived for a caller other than `tenant` (`<prefix>-<h>` or
+/// `<prefix>-<h>-<id>` with another `<h>`): such an id belongs to its subject even before that subject first used
+/// it, so no face lets another tenant make it (and plant files there). An administrator may.
+pub fn derived_for_another(id: &ConversationId, tenant: &sandlot_core::Tenant) -> bool {
+    if tenant.is_admin() {
+        return false;
+    }
+    let digest = Sha256::digest(tenant.name().as_bytes());
+    let own = hex::encode(&digest[..8]);
+    DERIVED_PREFIXES.iter().any(|prefix| {
+        let Some(rest) = id.as_str().strip_prefix(prefix).and_then(|r| r.strip_prefix('-')) else {
+            return false;
+        };
+        let hash = rest.split('-').next().unwrap_or_default();
+        hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) && hash != own
+    })
+}
+
+/// [`derived_for_another`] as the engine's refusal of a run or an upload into another tenant's conversation.
+pub fn refuse_derived_for_another(id: &ConversationId, tenant: &sandlot_core::Tenant) -> sandlot_core::Result<()> {
+    if derived_for_another(id, tenant) {
+        return Err(sandlot_core::Error::ConversationTaken { conversation: id.to_string() });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_derived_workspace_is_reserved_for_its_subject() {
+        let alice = sandlot_core::Tenant::new("alice");
+        let bob = sandlot_core::Tenant::new("bob");
+        let of_alice = profile_workspace("codegen", "alice", Some("w")).unwrap();
+        assert!(!derived_for_another(&of_alice, &alice));
+        assert!(derived_for_another(&of_alice, &bob));
+        assert!(derived_for_another(&profile_workspace("osb", "alice", None).unwrap(), &bob));
+        assert!(!derived_for_another(&of_alice, &sandlot_core::Tenant::admin("ops")));
+        for ordinary in ["codegen", "codegen-notahash", "osbx-0123456789abcdef", "my-thread"] {
+            assert!(!derived_for_another(&ConversationId::parse(ordinary).unwrap(), &bob), "{ordinary}");
+        }
+    }
+}
