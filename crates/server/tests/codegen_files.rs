@@ -508,14 +508,21 @@ async fn jwt_subjects_never_share_a_workspace_nor_a_session() {
     a.ok("Write", json!({"file_path": "alice.txt", "content": "mine\n"})).await;
     assert!(b.err("Read", json!({"file_path": "alice.txt"})).await.starts_with("stat: "));
     assert!(b.err("Read", json!({"file_path": "alice.txt", "workspace": "team"})).await.starts_with("stat: "));
-    // Bob POSTing to Alice's session is refused (the answer comes on Alice's stream).
+    // Bob POSTing to Alice's session is refused exactly as a POST to a session that does not exist.
     let read = json!({"jsonrpc": "2.0", "id": 99, "method": "tools/call",
                       "params": {"name": "Read", "arguments": {"file_path": "alice.txt"}}});
-    let response = server.router.clone().oneshot(post_as(&a.endpoint, &read.to_string(), &bob)).await.unwrap();
-    assert_eq!(response.status(), StatusCode::ACCEPTED);
-    let (_, data) = a.next_event().await;
-    let answer: Value = serde_json::from_str(&data).unwrap();
-    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    let refused = |endpoint: String| {
+        let router = server.router.clone();
+        let request = post_as(&endpoint, &read.to_string(), &bob);
+        async move {
+            let response = router.oneshot(request).await.unwrap();
+            (response.status(), axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap())
+        }
+    };
+    let unknown = a.endpoint.split("sessionId=").next().unwrap().to_owned() + "sessionId=no-such-session";
+    let to_alices = refused(a.endpoint.clone()).await;
+    assert_eq!(to_alices, refused(unknown).await);
+    assert_eq!(to_alices.0, StatusCode::BAD_REQUEST);
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -40,6 +40,17 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// The process's own operator (`sandlot stdio`): whoever started it can read the data root anyway, so it sees
+    /// every tenant's conversations, as an administrator.
+    pub fn local(name: &str) -> Self {
+        Self { name: name.to_owned(), admin: true, expires_at: None }
+    }
+
+    /// No credential was checked: a tenant of its own, `anonymous`, that owns only what it makes.
+    pub fn anonymous() -> Self {
+        Self { name: "anonymous".to_owned(), admin: false, expires_at: None }
+    }
+
     /// The tenant the engine checks conversations and runs against.
     pub fn tenant(&self) -> sandlot_core::Tenant {
         if self.admin { sandlot_core::Tenant::admin(&self.name) } else { sandlot_core::Tenant::new(&self.name) }

@@ -49,6 +49,9 @@ pub enum Style {
     McpGo,
 }
 
+/// Where a session's POSTed messages go, and the tenant that opened it.
+type Inbox = (mpsc::Sender<ClientJsonRpcMessage>, String);
+
 /// Messages buffered per direction and session.
 const CHANNEL_CAPACITY: usize = 64;
 
@@ -59,7 +62,8 @@ pub struct LegacySessions<F: SessionFactory> {
     style: Style,
     max_sessions: usize,
     shutdown: tokio_util::sync::CancellationToken,
-    senders: Arc<Mutex<HashMap<String, mpsc::Sender<ClientJsonRpcMessage>>>>,
+    /// Each session's inbox, and the tenant that opened it (only it may post there).
+    senders: Arc<Mutex<HashMap<String, (mpsc::Sender<ClientJsonRpcMessage>, String)>>>,
 }
 
 impl<F: SessionFactory> LegacySessions<F> {
@@ -73,7 +77,7 @@ impl<F: SessionFactory> LegacySessions<F> {
         Self { style, ..self }
     }
 
-    fn senders(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::Sender<ClientJsonRpcMessage>>> {
+    fn senders(&self) -> std::sync::MutexGuard<'_, HashMap<String, Inbox>> {
         self.senders.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
@@ -118,7 +122,7 @@ pub async fn open<F: SessionFactory>(State(sessions): State<LegacySessions<F>>, 
     let id = uuid::Uuid::new_v4().to_string();
     let (to_server, from_client) = mpsc::channel::<ClientJsonRpcMessage>(CHANNEL_CAPACITY);
     let (to_client, from_server) = mpsc::channel::<ServerJsonRpcMessage>(CHANNEL_CAPACITY);
-    sessions.senders().insert(id.clone(), to_server);
+    sessions.senders().insert(id.clone(), (to_server, tenant_of(request.extensions())));
     let session = id.clone();
     tokio::spawn(async move {
         let transport = SinkStreamTransport::new(PollSender::new(to_client), ReceiverStream::new(from_client));
@@ -154,6 +158,11 @@ pub async fn open<F: SessionFactory>(State(sessions): State<LegacySessions<F>>, 
     }
 }
 
+/// The tenant a request was authenticated as (`anonymous` without a credential check).
+fn tenant_of(extensions: &axum::http::Extensions) -> String {
+    extensions.get::<crate::kit::Caller>().map_or_else(|| "anonymous".to_owned(), |caller| caller.name.clone())
+}
+
 /// `POST /message?sessionId=` (or `session_id`): hands the message to the session; the reply goes on its stream.
 /// The message carries this POST's request parts, as rmcp's Streamable HTTP service does: the handler finds the
 /// caller and the request's span (with its request id) there.
@@ -177,7 +186,11 @@ pub async fn post<F: SessionFactory>(
     let Some(id) = query.get("sessionId").or_else(|| query.get("session_id")) else {
         return refuse(StatusCode::BAD_REQUEST, -32602, "Missing sessionId", "missing sessionId");
     };
-    let Some(sender) = sessions.senders().get(id).cloned() else {
+    // Another tenant's session is answered exactly as one that does not exist.
+    let tenant = tenant_of(&parts.extensions);
+    let Some(sender) =
+        sessions.senders().get(id).filter(|(_, owner)| *owner == tenant).map(|(sender, _)| sender.clone())
+    else {
         return refuse(StatusCode::NOT_FOUND, -32602, "Invalid session ID", "unknown or closed session");
     };
     let (_bytes, object) = match read_message(body).await {

@@ -34,6 +34,36 @@ pub struct McpServices<H: rmcp::ServerHandler + Send + 'static> {
     pub max_sessions: usize,
     /// The sessions' calls in flight, cancelled when their session is deleted.
     pub session_runs: std::sync::Arc<SessionRuns>,
+    /// The tenant that opened each session: only it may use the session.
+    pub owners: SessionOwners,
+}
+
+/// Which tenant opened each Streamable HTTP session.
+#[derive(Clone, Default)]
+pub struct SessionOwners(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>);
+
+impl SessionOwners {
+    fn table(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, String>> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The tenant a request was authenticated as (`anonymous` without a credential check).
+fn tenant_of(parts: &axum::http::request::Parts) -> String {
+    parts.extensions.get::<crate::kit::Caller>().map_or_else(|| "anonymous".to_owned(), |caller| caller.name.clone())
+}
+
+/// Makes a request that names another tenant's session name one that does not exist instead, so that rmcp answers
+/// it exactly as it answers an unknown session.
+fn hide_other_tenants_session(parts: &mut axum::http::request::Parts, owners: &SessionOwners) {
+    let Some(session) = parts.headers.get("mcp-session-id").and_then(|v| v.to_str().ok()) else { return };
+    let owned_by_another = owners.table().get(session).is_some_and(|owner| *owner != tenant_of(parts));
+    if owned_by_another {
+        let unknown = uuid::Uuid::new_v4().to_string();
+        if let Ok(value) = HeaderValue::from_str(&unknown) {
+            parts.headers.insert("mcp-session-id", value);
+        }
+    }
 }
 
 impl<H: rmcp::ServerHandler + Send + 'static> Clone for McpServices<H> {
@@ -45,6 +75,7 @@ impl<H: rmcp::ServerHandler + Send + 'static> Clone for McpServices<H> {
             session_manager: self.session_manager.clone(),
             max_sessions: self.max_sessions,
             session_runs: self.session_runs.clone(),
+            owners: self.owners.clone(),
         }
     }
 }
@@ -87,6 +118,7 @@ pub async fn endpoint<H: rmcp::ServerHandler + Send + 'static>(
         let message = "Not Acceptable: accept application/json or text/event-stream";
         return (StatusCode::NOT_ACCEPTABLE, message).into_response();
     }
+    hide_other_tenants_session(&mut parts, &services.owners);
     if parts.method == Method::DELETE {
         // rmcp answers a session's end with 202; the official SDKs' clients (Python, TypeScript) take only 200 or
         // 204 as success and log a failed termination otherwise. Nothing is pending after a DELETE: 200.
@@ -98,6 +130,7 @@ pub async fn endpoint<H: rmcp::ServerHandler + Send + 'static>(
         // rmcp ended the session (it knew it): its runs stop now, not when their streams are found closed.
         if let Some(session) = session.filter(|_| response.status().is_success()) {
             services.session_runs.end(&session);
+            services.owners.table().remove(&session);
         }
         return response;
     }
@@ -120,13 +153,25 @@ pub async fn endpoint<H: rmcp::ServerHandler + Send + 'static>(
         let message = format!("too many open sessions (at most {}); retry later", services.max_sessions);
         return error_response(StatusCode::SERVICE_UNAVAILABLE, id, -32000, &message);
     }
+    let initialize = method == Some("initialize");
+    let tenant = tenant_of(&parts);
     let request = Request::from_parts(parts, Body::from(bytes));
     let service = match (stateful, accepts.json) {
-        (true, _) => services.sessions,
-        (false, true) => services.stateless,
-        (false, false) => services.stateless_sse,
+        (true, _) => services.sessions.clone(),
+        (false, true) => services.stateless.clone(),
+        (false, false) => services.stateless_sse.clone(),
     };
-    forward(service, request).await
+    let response = forward(service, request).await;
+    if initialize && let Some(session) = response.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()) {
+        let open = services.session_manager.sessions.read().await;
+        let mut owners = services.owners.table();
+        // Sessions rmcp closed (idle) leave their entry: dropped here, bounded by the open sessions.
+        if owners.len() > services.max_sessions {
+            owners.retain(|id, _| open.contains_key(id.as_str()));
+        }
+        owners.insert(session.to_owned(), tenant);
+    }
+    response
 }
 
 /// Hands a request to an rmcp service (sandlot's or a profile's).

@@ -17,7 +17,7 @@ use base64::Engine as _;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 use rmcp::ErrorData as McpError;
 use rmcp::model::{ReadResourceResult, Resource, ResourceContents, ResourceTemplate};
-use sandlot_core::{ConversationId, Error};
+use sandlot_core::{ConversationId, Error, Tenant};
 use serde_json::json;
 
 use crate::AppState;
@@ -58,7 +58,11 @@ pub fn uri(conversation: &str, path: &str) -> String {
 /// The page of file resources after `cursor` (`None`: the first), and the cursor of the next page if there is one.
 /// The cursor is an offset into the listing order (conversations newest first, then paths), so files made between
 /// two pages may shift it; a listing is a view, not a snapshot.
-pub fn list(state: &AppState, cursor: Option<&str>) -> Result<(Vec<Resource>, Option<String>), McpError> {
+pub fn list(
+    state: &AppState,
+    tenant: &Tenant,
+    cursor: Option<&str>,
+) -> Result<(Vec<Resource>, Option<String>), McpError> {
     let start = match cursor {
         None => 0,
         Some(cursor) => cursor.strip_prefix(CURSOR_PREFIX).and_then(|n| n.parse::<usize>().ok()).ok_or_else(|| {
@@ -67,6 +71,8 @@ pub fn list(state: &AppState, cursor: Option<&str>) -> Result<(Vec<Resource>, Op
     };
     let workspaces = state.engine.workspaces();
     let mut conversations = workspaces.conversations().map_err(|e| errors::from_engine(&e))?;
+    // Only those the tenant may read: its own (an administrator: every one), and those no tenant owns yet.
+    conversations.retain(|(conversation, _)| state.engine.check_conversation(tenant, conversation).is_ok());
     conversations.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.as_str().cmp(b.0.as_str())));
     let mut page = Vec::new();
     let mut seen = 0usize;
@@ -100,6 +106,7 @@ pub fn parse(uri: &str) -> Option<(&str, &str)> {
 /// Reads the file `uri` names (see [`parse`]).
 pub async fn read(
     state: &AppState,
+    tenant: &Tenant,
     uri: &str,
     conversation: &str,
     encoded_path: &str,
@@ -112,6 +119,18 @@ pub async fn read(
         })
     })?;
     let path = path.into_owned();
+    let not_found = || {
+        McpError::resource_not_found(
+            format!("no file {path:?} in conversation {}", id.as_str()),
+            Some(json!({ "uri": uri })),
+        )
+    };
+    // Another tenant's conversation is answered exactly as a file that does not exist.
+    match state.engine.check_conversation(tenant, &id) {
+        Err(e) if e.is_conversation_not_found() => return Err(not_found()),
+        Err(e) => return Err(errors::from_engine(&e)),
+        Ok(()) => {}
+    }
     let limit = state.resource_read_bytes;
     let workspaces = state.engine.workspaces().clone();
     let (read_id, read_path) = (id.clone(), path.clone());
@@ -139,12 +158,7 @@ pub async fn read(
                 Some(json!({ "kind": "too_large", "field": "uri", "limit": limit, "url": url })),
             ));
         }
-        Err(Error::FileNotFound { .. }) => {
-            return Err(McpError::resource_not_found(
-                format!("no file {path:?} in conversation {}", id.as_str()),
-                Some(json!({ "uri": uri })),
-            ));
-        }
+        Err(Error::FileNotFound { .. }) => return Err(not_found()),
         Err(e) => return Err(errors::from_engine(&e)),
     };
     let guessed = mime_guess::from_path(&path).first();

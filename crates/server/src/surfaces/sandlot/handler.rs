@@ -44,7 +44,7 @@ into /data for the code to read."
 pub struct SandlotMcp {
     state: AppState,
     /// Who calls when the request itself does not say (stdio; a legacy SSE session's opener).
-    caller: String,
+    caller: Caller,
     /// The level the client set with `logging/setLevel`, for this session.
     log_level: Arc<Mutex<Option<LoggingLevel>>>,
     /// Cancelled when the session's client went away (stdin closed, legacy SSE stream closed): its runs stop.
@@ -58,10 +58,10 @@ pub struct SandlotMcp {
 
 impl SandlotMcp {
     /// A handler over `state` whose calls come from `caller` unless an HTTP request names its own.
-    pub fn new(state: AppState, caller: impl Into<String>) -> Self {
+    pub fn new(state: AppState, caller: Caller) -> Self {
         Self {
             state,
-            caller: caller.into(),
+            caller,
             log_level: Arc::default(),
             session_end: CancellationToken::new(),
             session_runs: Arc::default(),
@@ -91,17 +91,17 @@ impl SandlotMcp {
     }
 
     /// A handler for a new session of `caller`.
-    pub fn for_caller(&self, caller: impl Into<String>) -> Self {
-        Self { caller: caller.into(), ..self.for_session() }
+    pub fn for_caller(&self, caller: Caller) -> Self {
+        Self { caller, ..self.for_session() }
     }
 
     /// The authenticated caller of this request (set by the HTTP auth layer), else the session's.
-    fn caller_of(&self, context: &RequestContext<RoleServer>) -> String {
+    fn caller_of(&self, context: &RequestContext<RoleServer>) -> Caller {
         context
             .extensions
             .get::<axum::http::request::Parts>()
             .and_then(|parts| parts.extensions.get::<Caller>())
-            .map_or_else(|| self.caller.clone(), |caller| caller.name.clone())
+            .map_or_else(|| self.caller.clone(), Caller::clone)
     }
 
     fn log_level(&self) -> Option<LoggingLevel> {
@@ -213,13 +213,14 @@ impl ServerHandler for SandlotMcp {
     async fn list_resources(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
         // The newest runs on the first page, then the files of the newest conversations, a page at a time.
         let cursor = request.and_then(|r| r.cursor);
-        let (files, next) = file_resources::list(&self.state, cursor.as_deref())?;
+        let tenant = self.caller_of(&context).tenant();
+        let (files, next) = file_resources::list(&self.state, &tenant, cursor.as_deref())?;
         let mut result = match cursor {
-            None if self.state.engine.history().is_some() => history::list(&self.state)?,
+            None if self.state.engine.history().is_some() => history::list(&self.state, &tenant)?,
             None => ListResourcesResult::with_all_items(Vec::new()),
             Some(_) => ListResourcesResult::with_all_items(Vec::new()),
         };
@@ -241,13 +242,14 @@ impl ServerHandler for SandlotMcp {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
+        let tenant = self.caller_of(&context).tenant();
         if let Some((conversation, path)) = file_resources::parse(&request.uri) {
-            return file_resources::read(&self.state, &request.uri, conversation, path)
+            return file_resources::read(&self.state, &tenant, &request.uri, conversation, path)
                 .await
                 .map(ReadResourceResponse::Complete);
         }
-        history::read(&self.state, &request.uri).map(ReadResourceResponse::Complete)
+        history::read(&self.state, &tenant, &request.uri).map(ReadResourceResponse::Complete)
     }
 }

@@ -2,11 +2,12 @@
 //! `sandlot://runs/{runId}/output` (what it printed, whole: each stream up to `SANDLOT_MAX_OUTPUT_BYTES`, where a
 //! tool result shows only a head and a tail) and `sandlot://conversations/{conversationId}/runs` (a conversation's
 //! newest runs), announced as resource templates. `resources/list` lists the newest runs. Contents are JSON, the
-//! same as `GET /v1/runs`, `GET /v1/runs/{runId}` and `GET /v1/runs/{runId}/output` serve.
+//! same as `GET /v1/runs`, `GET /v1/runs/{runId}` and `GET /v1/runs/{runId}/output` serve. A tenant reads and lists
+//! only its own runs; another tenant's run id is answered as one that does not exist.
 
 use rmcp::ErrorData as McpError;
 use rmcp::model::{ListResourcesResult, ReadResourceResult, Resource, ResourceContents, ResourceTemplate};
-use sandlot_core::{ConversationId, History, OutputLookup, RunRecord};
+use sandlot_core::{ConversationId, History, OutputLookup, RunRecord, Tenant};
 use serde_json::json;
 
 use crate::AppState;
@@ -53,8 +54,8 @@ fn history(state: &AppState) -> Result<&History, McpError> {
 }
 
 /// The newest runs, as resources.
-pub fn list(state: &AppState) -> Result<ListResourcesResult, McpError> {
-    let runs = history(state)?.list(None, LISTED_RUNS).map_err(|e| errors::from_engine(&e))?;
+pub fn list(state: &AppState, tenant: &Tenant) -> Result<ListResourcesResult, McpError> {
+    let runs = history(state)?.list_for(tenant, None, LISTED_RUNS).map_err(|e| errors::from_engine(&e))?;
     let resources = runs
         .iter()
         .map(|run| {
@@ -68,10 +69,10 @@ pub fn list(state: &AppState) -> Result<ListResourcesResult, McpError> {
 }
 
 /// Reads `sandlot://runs/{id}` or `sandlot://conversations/{id}/runs`.
-pub fn read(state: &AppState, uri: &str) -> Result<ReadResourceResult, McpError> {
+pub fn read(state: &AppState, tenant: &Tenant, uri: &str) -> Result<ReadResourceResult, McpError> {
     let not_found = |what: String| McpError::resource_not_found(what, Some(json!({ "uri": uri })));
     let body = if let Some(run_id) = uri.strip_prefix(RUN_PREFIX).and_then(|rest| rest.strip_suffix(OUTPUT_SUFFIX)) {
-        match history(state)?.output(run_id).map_err(|e| errors::from_engine(&e))? {
+        match history(state)?.output_for(tenant, run_id).map_err(|e| errors::from_engine(&e))? {
             OutputLookup::Kept(mut output) => {
                 if state.scrub_secrets {
                     output.stdout = sandlot_core::scrub_secrets(&output.stdout).into_owned();
@@ -84,13 +85,14 @@ pub fn read(state: &AppState, uri: &str) -> Result<ReadResourceResult, McpError>
         }
     } else if let Some(run_id) = uri.strip_prefix(RUN_PREFIX) {
         let record: RunRecord = history(state)?
-            .get(run_id)
+            .get_for(tenant, run_id)
             .map_err(|e| errors::from_engine(&e))?
             .ok_or_else(|| not_found(format!("no run {run_id:?} in the history")))?;
         json!(record)
     } else if let Some(id) = uri.strip_prefix(CONVERSATION_PREFIX).and_then(|r| r.strip_suffix(CONVERSATION_SUFFIX)) {
         let conversation = ConversationId::parse(id).map_err(|e| errors::from_engine(&e))?;
-        let runs = history(state)?.list(Some(&conversation), LISTED_RUNS).map_err(|e| errors::from_engine(&e))?;
+        let runs =
+            history(state)?.list_for(tenant, Some(&conversation), LISTED_RUNS).map_err(|e| errors::from_engine(&e))?;
         json!({ "conversationId": conversation.as_str(), "runs": runs })
     } else {
         return Err(not_found(format!(

@@ -45,7 +45,7 @@ pub struct Sessions {
 /// The surface's routes that need a credential, relative to its base: `/mcp` (Streamable HTTP), the legacy SSE pair
 /// at `/sse` + `/message` and `/mcp/sse` + `/mcp/message`, `/mcp/events`, `/v1/runs...` and `/v1/conversations...`.
 pub fn router(state: AppState, auth: Authenticator, sessions: &Sessions) -> Router {
-    let handler = SandlotMcp::new(state.clone(), "anonymous");
+    let handler = SandlotMcp::new(state.clone(), Caller::anonymous());
     let session_manager = |idle: Duration| {
         let mut manager = LocalSessionManager::default();
         manager.session_config.keep_alive = Some(idle);
@@ -73,6 +73,7 @@ pub fn router(state: AppState, auth: Authenticator, sessions: &Sessions) -> Rout
         session_manager: kept,
         max_sessions: sessions.max,
         session_runs: handler.session_runs(),
+        owners: Default::default(),
     };
     let streamable = Router::new()
         .route("/mcp", any(streamable_http::endpoint::<SandlotMcp>))
@@ -104,7 +105,10 @@ pub fn router(state: AppState, auth: Authenticator, sessions: &Sessions) -> Rout
 /// Serves the tools on this process's stdin and stdout (caller `stdio`) until the client closes stdin.
 pub async fn serve_stdio(state: AppState) -> std::io::Result<()> {
     let engine = state.engine.clone();
-    crate::kit::transport::stdio::serve(&engine, |closed| SandlotMcp::new(state, "stdio").ending_with(closed)).await
+    crate::kit::transport::stdio::serve(&engine, |closed| {
+        SandlotMcp::new(state, Caller::local("stdio")).ending_with(closed)
+    })
+    .await
 }
 
 impl SessionFactory for SandlotMcp {
@@ -114,7 +118,7 @@ impl SessionFactory for SandlotMcp {
         request: &Request,
         closed: tokio_util::sync::CancellationToken,
     ) -> Result<SandlotMcp, Box<Response>> {
-        let caller = request.extensions().get::<Caller>().map_or_else(|| "anonymous".into(), |c| c.name.clone());
+        let caller = request.extensions().get::<Caller>().cloned().unwrap_or_else(Caller::anonymous);
         Ok(self.for_caller(caller).ending_with(closed))
     }
 }

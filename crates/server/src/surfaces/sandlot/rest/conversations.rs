@@ -5,20 +5,29 @@
 //! 409 while a run of it is executing or waiting for its turn (a deletion never cancels a run: the caller cancels
 //! the run, or tries again when it ended).
 
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use sandlot_core::{ConversationId, Error};
 
 use crate::AppState;
-use crate::kit::rest_error;
+use crate::kit::tenant_workspaces::refuse_derived_for_another;
+use crate::kit::{Caller, rest_error};
 
 /// `DELETE /v1/conversations/{conversationId}`.
-pub async fn delete(State(state): State<AppState>, Path(conversation): Path<String>) -> Response {
+pub async fn delete(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(conversation): Path<String>,
+) -> Response {
     let conversation = match ConversationId::parse(&conversation) {
         Ok(id) => id,
         Err(error) => return rest_error(StatusCode::BAD_REQUEST, "invalid_argument", &error.to_string()),
     };
+    // Another tenant's conversation is answered exactly as one that does not exist.
+    if let Err(error) = state.engine.check_conversation(&caller.tenant(), &conversation) {
+        return refusal(&conversation, error);
+    }
     match state.engine.delete_conversation(&conversation).await {
         Ok(deletion) => axum::Json(serde_json::json!({
             "conversationId": conversation.as_str(),
@@ -26,11 +35,18 @@ pub async fn delete(State(state): State<AppState>, Path(conversation): Path<Stri
             "runsRemoved": deletion.runs_removed,
         }))
         .into_response(),
-        Err(error @ Error::ConversationBusy { .. }) => rest_error(StatusCode::CONFLICT, "conflict", &error.to_string()),
-        Err(error @ Error::ConversationNotFound { .. }) => {
+        Err(error) => refusal(&conversation, error),
+    }
+}
+
+/// The answer to a deletion the engine refused.
+fn refusal(conversation: &ConversationId, error: Error) -> Response {
+    match error {
+        Error::ConversationBusy { .. } => rest_error(StatusCode::CONFLICT, "conflict", &error.to_string()),
+        error if error.is_conversation_not_found() => {
             rest_error(StatusCode::NOT_FOUND, "not_found", &error.to_string())
         }
-        Err(error) => {
+        error => {
             tracing::error!(conversation = %conversation, %error, "cannot delete a conversation");
             rest_error(StatusCode::INTERNAL_SERVER_ERROR, "internal", "cannot delete the conversation")
         }
@@ -42,6 +58,7 @@ pub async fn delete(State(state): State<AppState>, Path(conversation): Path<Stri
 /// [`crate::kit::UPLOAD_URL_TTL`] (see `files::upload`). 400 for an invalid id or path.
 pub async fn upload_url(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(conversation): Path<String>,
     body: axum::body::Bytes,
 ) -> Response {
@@ -60,6 +77,13 @@ pub async fn upload_url(
         }
     };
     if let Err(error) = sandlot_core::validate_upload_path(&request.path) {
+        return rest_error(StatusCode::BAD_REQUEST, "invalid_argument", &error.to_string());
+    }
+    // The URL is signed only for the conversation's owner (the caller, who becomes it if the id is new).
+    let tenant = caller.tenant();
+    let claimed = refuse_derived_for_another(&conversation, &tenant)
+        .and_then(|()| state.engine.claim_conversation(&tenant, &conversation));
+    if let Err(error) = claimed {
         return rest_error(StatusCode::BAD_REQUEST, "invalid_argument", &error.to_string());
     }
     let expires = crate::state::unix_now().saturating_add(crate::kit::UPLOAD_URL_TTL.as_secs());

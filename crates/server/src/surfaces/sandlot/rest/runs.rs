@@ -7,13 +7,13 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use sandlot_core::{ConversationId, Error, MAX_LISTED_RUNS, OutputLookup};
 
 use crate::AppState;
-use crate::kit::rest_error;
+use crate::kit::{Caller, rest_error};
 
 /// Runs listed when `limit` is not given.
 const DEFAULT_LIMIT: usize = 50;
@@ -28,7 +28,11 @@ fn internal(error: &Error) -> Response {
 }
 
 /// `GET /v1/runs`.
-pub async fn list(State(state): State<AppState>, Query(query): Query<HashMap<String, String>>) -> Response {
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
     let conversation = match query.get("conversationId").filter(|id| !id.is_empty()) {
         None => None,
         Some(id) => match ConversationId::parse(id) {
@@ -45,16 +49,20 @@ pub async fn list(State(state): State<AppState>, Query(query): Query<HashMap<Str
         }
     };
     let Some(history) = state.engine.history() else { return no_history() };
-    match history.list(conversation.as_ref(), limit) {
+    match history.list_for(&caller.tenant(), conversation.as_ref(), limit) {
         Ok(runs) => axum::Json(serde_json::json!({ "runs": runs })).into_response(),
         Err(error) => internal(&error),
     }
 }
 
 /// `GET /v1/runs/{runId}`.
-pub async fn get(State(state): State<AppState>, Path(run_id): Path<String>) -> Response {
+pub async fn get(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(run_id): Path<String>,
+) -> Response {
     let Some(history) = state.engine.history() else { return no_history() };
-    match history.get(&run_id) {
+    match history.get_for(&caller.tenant(), &run_id) {
         Ok(Some(run)) => axum::Json(run).into_response(),
         Ok(None) => rest_error(StatusCode::NOT_FOUND, "not_found", &format!("no run {run_id:?} in the history")),
         Err(error) => internal(&error),
@@ -62,9 +70,13 @@ pub async fn get(State(state): State<AppState>, Path(run_id): Path<String>) -> R
 }
 
 /// `GET /v1/runs/{runId}/output`.
-pub async fn output(State(state): State<AppState>, Path(run_id): Path<String>) -> Response {
+pub async fn output(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(run_id): Path<String>,
+) -> Response {
     let Some(history) = state.engine.history() else { return no_history() };
-    match history.output(&run_id) {
+    match history.output_for(&caller.tenant(), &run_id) {
         Ok(OutputLookup::Kept(output)) => axum::Json(output).into_response(),
         Ok(OutputLookup::UnknownRun) => {
             rest_error(StatusCode::NOT_FOUND, "not_found", &format!("no run {run_id:?} in the history"))

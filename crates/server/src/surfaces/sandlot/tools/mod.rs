@@ -86,14 +86,14 @@ pub async fn call(
     state: &AppState,
     name: &str,
     arguments: JsonObject,
-    caller: String,
+    caller: crate::kit::Caller,
     sink: &dyn sandlot_core::OutputSink,
     cancel: tokio_util::sync::CancellationToken,
 ) -> Result<CallToolResult, McpError> {
     match canonical_name(name) {
         run_code::NAME => run_code::call(state, arguments, caller, sink, cancel).await,
         list_runners::NAME => list_runners::call(state, arguments),
-        upload_file::NAME => upload_file::call(state, arguments).await,
+        upload_file::NAME => upload_file::call(state, arguments, &caller).await,
         _ => {
             let available: Vec<&str> = catalogue(state.tool_names).iter().map(|t| t.name.as_ref()).collect();
             Err(McpError::invalid_params(

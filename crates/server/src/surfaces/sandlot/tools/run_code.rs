@@ -10,13 +10,15 @@ use std::time::Duration;
 
 use rmcp::ErrorData as McpError;
 use rmcp::model::{CallToolResult, JsonObject, Tool, ToolAnnotations};
-use sandlot_core::{Error, Outcome, RunReport, RunRequest, Termination, timeout_from_secs};
+use sandlot_core::{ConversationId, Error, Outcome, RunReport, RunRequest, Termination, timeout_from_secs};
 use serde_json::Value;
 
 use super::run_code_output::{ResultFile, RunCodeOutput};
 use super::run_result;
 use crate::AppState;
+use crate::kit::Caller;
 use crate::kit::rpc_errors as errors;
+use crate::kit::tenant_workspaces::refuse_derived_for_another;
 
 pub const NAME: &str = "sandbox.run_code";
 
@@ -35,7 +37,7 @@ pub fn definition() -> Tool {
 fn parse(
     state: &AppState,
     arguments: &JsonObject,
-    caller: String,
+    caller: &Caller,
     cancel: tokio_util::sync::CancellationToken,
 ) -> Result<RunRequest, McpError> {
     let args = super::run_code_args::parse(arguments)?;
@@ -53,7 +55,7 @@ fn parse(
         env: args.env.unwrap_or_default(),
         stdin: args.stdin.unwrap_or_default().into_bytes(),
         metadata: args.metadata.map(Value::Object),
-        caller,
+        caller: caller.name.clone(),
         cancel,
         layout: Default::default(),
         mounts: Vec::new(),
@@ -64,12 +66,16 @@ fn parse(
 pub async fn call(
     state: &AppState,
     arguments: JsonObject,
-    caller: String,
+    caller: Caller,
     sink: &dyn sandlot_core::OutputSink,
     cancel: tokio_util::sync::CancellationToken,
 ) -> Result<CallToolResult, McpError> {
-    let request = parse(state, &arguments, caller, cancel)?;
-    match state.engine.run(request, sink).await {
+    let request = parse(state, &arguments, &caller, cancel)?;
+    let tenant = caller.tenant();
+    if let Ok(conversation) = ConversationId::parse(&request.conversation_id) {
+        refuse_derived_for_another(&conversation, &tenant).map_err(|e| errors::from_engine(&e))?;
+    }
+    match state.engine.run_as(&tenant, request, sink).await {
         Ok(report) => Ok(render(state, &report)),
         Err(error @ Error::Busy { retry_after, .. }) => Ok(busy(&error, retry_after)),
         Err(Error::NoRunner { language, available }) => Ok(no_runner(&language, &available)),

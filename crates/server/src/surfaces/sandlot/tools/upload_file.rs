@@ -16,7 +16,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::AppState;
+use crate::kit::Caller;
 use crate::kit::rpc_errors::{self as errors, invalid_argument};
+use crate::kit::tenant_workspaces::refuse_derived_for_another;
 
 pub const NAME: &str = "sandbox.upload_file";
 
@@ -91,10 +93,13 @@ pub fn parse(arguments: &JsonObject) -> Result<(UploadFileArgs, Vec<u8>), McpErr
     Ok((args, bytes))
 }
 
-pub async fn call(state: &AppState, arguments: JsonObject) -> Result<CallToolResult, McpError> {
+pub async fn call(state: &AppState, arguments: JsonObject, caller: &Caller) -> Result<CallToolResult, McpError> {
     let (args, bytes) = parse(&arguments)?;
     let conversation =
         sandlot_core::ConversationId::parse(&args.conversation_id).map_err(|e| errors::from_engine(&e))?;
+    let tenant = caller.tenant();
+    refuse_derived_for_another(&conversation, &tenant).map_err(|e| errors::from_engine(&e))?;
+    state.engine.claim_conversation(&tenant, &conversation).map_err(|e| errors::from_engine(&e))?;
     let written =
         state.engine.upload_file(&conversation, &args.path, bytes).await.map_err(|e| errors::from_engine(&e))?;
     let url = state.files.url(conversation.as_str(), &written.path);
