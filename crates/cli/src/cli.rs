@@ -1,4 +1,5 @@
-//! The command line: every option also reads an environment variable (DESIGN.md's configuration table).
+//! The command line: every option also reads an environment variable (docs/configuration.md lists them all with
+//! their defaults).
 
 use std::path::PathBuf;
 use std::time::Duration;
