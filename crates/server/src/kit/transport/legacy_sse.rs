@@ -43,9 +43,9 @@ pub trait SessionFactory: Clone + Send + Sync + 'static {
 pub enum Style {
     /// sandlot's own: 400/404 with a plain-text reason, keep-alive comments every 15 s.
     Sandlot,
-    /// mcp-go's `SSEServer` (codegen-sandbox, `reference/profiles.md` §2.1): every refusal is 400 with a JSON-RPC
-    /// error (-32602 "Missing sessionId" / "Invalid session ID", -32700, -32600 for a method other than POST),
-    /// `Access-Control-Allow-Origin: *` on the stream, no keep-alives.
+    /// mcp-go's `SSEServer` (codegen-sandbox, `docs/profiles.md#codegen-sandbox-transport-workspace-and-file-tools`):
+    /// every refusal is 400 with a JSON-RPC error (-32602 "Missing sessionId" / "Invalid session ID", -32700, -32600
+    /// for a method other than POST), `Access-Control-Allow-Origin: *` on the stream, no keep-alives.
     McpGo,
 }
 

@@ -1,4 +1,4 @@
-//! Baponi's MCP server (`reference/profiles.md` §1.1–1.2): the rmcp handler with Baponi's server info and
+//! Baponi's MCP server (`docs/profiles.md#baponi-mcp`): the rmcp handler with Baponi's server info and
 //! instructions and its two tools, `sandbox_execute` (over [`super::execute`]) and `files_download` (over
 //! [`super::download`]). Tools only: no resources, prompts or logging.
 
