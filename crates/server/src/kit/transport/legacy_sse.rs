@@ -20,6 +20,7 @@ use futures::{Stream, StreamExt};
 use rmcp::ServiceExt;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::sink_stream::SinkStreamTransport;
+use sandlot_core::Escaped;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -126,7 +127,10 @@ pub async fn open<F: SessionFactory>(State(sessions): State<LegacySessions<F>>, 
             Ok(service) => {
                 let _ = service.waiting().await;
             }
-            Err(e) => tracing::info!(session, "legacy SSE session ended before initialize: {e}"),
+            // The error may quote what the client sent (a method it made up).
+            Err(e) => {
+                tracing::info!(session, "legacy SSE session ended before initialize: {}", Escaped(&e.to_string()))
+            }
         }
     });
     let shutdown = sessions.shutdown.clone();

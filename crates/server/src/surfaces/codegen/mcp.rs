@@ -14,6 +14,7 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use sandlot_core::Escaped;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -164,7 +165,13 @@ impl ServerHandler for CodegenMcp {
             result = (entry.call)(call) => result,
             () = closed.cancelled() => Err("session closed".to_owned()),
         };
-        tracing::info!(tool = %name, ok = result.is_ok(), workspace = %self.tenant.workspace, "codegen tool call");
+        // The workspace is a conversation id (validated, `[A-Za-z0-9._-]`); the tool name is the caller's.
+        tracing::info!(
+            tool = %Escaped(&name),
+            ok = result.is_ok(),
+            workspace = %self.tenant.workspace,
+            "codegen tool call"
+        );
         Ok(CallToolResponse::Complete(text_result(result)))
     }
 }
