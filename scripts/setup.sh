@@ -70,7 +70,7 @@ step "checking the Rust toolchain"
 if ! command -v cargo >/dev/null && [[ -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo" ]]; then
     PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 fi
-command -v cargo >/dev/null || die "cargo is not on PATH (install Rust 1.85 or newer with rustfmt and clippy)"
+command -v cargo >/dev/null || die "cargo is not on PATH (install Rust 1.95 or newer with rustfmt and clippy)"
 cargo fmt --version >/dev/null 2>&1 || die "rustfmt is missing (rustup component add rustfmt)"
 cargo clippy --version >/dev/null 2>&1 || die "clippy is missing (rustup component add clippy)"
 if ! cargo nextest --version >/dev/null 2>&1; then

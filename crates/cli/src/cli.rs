@@ -1,4 +1,5 @@
-//! The command line: every option also reads an environment variable (DESIGN.md's configuration table).
+//! The command line: every option also reads an environment variable (docs/configuration.md lists them all with
+//! their defaults).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -494,7 +495,7 @@ pub fn parse() -> Cli {
     match root {
         Ok(root) => sandbox.root = root,
         Err(message) => {
-            eprintln!("sandlot: {message}");
+            crate::logs::fail(&message);
             std::process::exit(2)
         }
     }
@@ -547,8 +548,8 @@ fn parse_arguments() -> Cli {
         .filter(|env| std::env::var(env).is_ok_and(|v| v == value || v.split(',').any(|item| item == value)));
     let reason = std::error::Error::source(&error).map(|s| s.to_string()).unwrap_or_else(|| "invalid value".into());
     match env {
-        Some(env) => eprintln!("sandlot: invalid {env}={value:?}: {reason}"),
-        None => eprintln!("sandlot: invalid {flag} {value:?}: {reason}"),
+        Some(env) => crate::logs::fail(&format!("invalid {env}={value:?}: {reason}")),
+        None => crate::logs::fail(&format!("invalid {flag} {value:?}: {reason}")),
     }
     std::process::exit(2)
 }

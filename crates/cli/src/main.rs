@@ -24,6 +24,13 @@ fn main() -> ExitCode {
         .then(sandlot_jail::fork_init_for_one_shot)
         .and_then(Result::ok);
     sandlot_core::marks::mark("c.forked");
+    // Logs go to stderr (stdout is the wire for `stdio` and the program's output for `run`); SANDLOT_LOG sets the
+    // filter, SANDLOT_LOG_FORMAT=json makes them JSON lines. Set up before the command line is parsed, so that a bad
+    // option value is reported in the format asked for.
+    if let Err(message) = logs::init(logs::default_filter(std::env::args_os().nth(1).as_deref())) {
+        logs::fail(&message);
+        return ExitCode::from(2);
+    }
     let cli = cli::parse();
     sandlot_core::marks::mark("c.parsed");
     // Only the native backend uses it; otherwise it is dropped, and it exits when it finds no spec.
@@ -31,18 +38,6 @@ fn main() -> ExitCode {
         cli::Command::Run(args) if args.sandbox.backend == cli::BackendKind::Native => forked_init,
         _ => None,
     };
-    // Logs go to stderr (stdout is the wire for `stdio` and the program's output for `run`); SANDLOT_LOG sets the
-    // filter (default: info for the servers, warn otherwise), SANDLOT_LOG_FORMAT=json makes them JSON lines. rmcp
-    // only from errors: its warnings are the errors it answers a client with (which sandlot logs itself, with a
-    // trace id), written as Rust debug text and with a second `message` key.
-    let default_filter = match &cli.command {
-        cli::Command::Serve(_) | cli::Command::Stdio(_) => "info,rmcp=error",
-        _ => "warn",
-    };
-    if let Err(message) = logs::init(default_filter) {
-        eprintln!("sandlot: {message}");
-        return ExitCode::from(2);
-    }
     // `run` drives one sandbox: a single-threaded runtime starts faster; the other commands get the usual one.
     let mut builder = match &cli.command {
         cli::Command::Run(_) => tokio::runtime::Builder::new_current_thread(),

@@ -1,7 +1,9 @@
 //! `sandlot serve`'s logs as a real process writes them to a file (not a terminal): in JSON mode every line is one
 //! JSON object with no duplicate key and no Rust debug text, the start is a structured event, and a request's id
 //! (also in the response's `x-request-id`) is on the request's line and on the lines of the run it made; in text
-//! mode there is no colour code. Needs root, like every test that starts sandboxes.
+//! mode there is no colour code. Text a caller controls (a tool name, a method, a path) never forges a line in
+//! either format, and a start that fails is one JSON line in JSON mode. Needs root, like every test that starts
+//! sandboxes.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -61,19 +63,29 @@ impl Server {
 
     /// A stateless `tools/call` of `sandbox_run_code` with `arguments`.
     fn call(&self, token: &str, arguments: serde_json::Value, request_id: Option<&str>) -> (String, String) {
-        let body = serde_json::json!({
+        let message = serde_json::json!({
             "jsonrpc": "2.0", "id": 1, "method": "tools/call",
             "params": { "name": "sandbox_run_code", "arguments": arguments }
-        })
-        .to_string();
+        });
+        self.post_mcp(token, &message, request_id)
+    }
+
+    /// A stateless POST of one JSON-RPC `message` to `/mcp`.
+    fn post_mcp(&self, token: &str, message: &serde_json::Value, request_id: Option<&str>) -> (String, String) {
+        self.post("/mcp", token, message, request_id)
+    }
+
+    /// A stateless POST of one JSON-RPC `message` to an MCP endpoint at `path`.
+    fn post(&self, path: &str, token: &str, message: &serde_json::Value, request_id: Option<&str>) -> (String, String) {
+        let body = message.to_string();
         let id = request_id.map(|id| format!("X-Request-Id: {id}\r\n")).unwrap_or_default();
         let request = format!(
-            "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n{id}\
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n{id}\
              Content-Type: application/json\r\nAccept: application/json\r\nContent-Length: {}\r\n\
              Connection: close\r\n\r\n{body}",
             body.len()
         );
-        http(self.addr, &request).expect("tools/call")
+        http(self.addr, &request).unwrap_or_else(|e| panic!("POST {path}: {e}"))
     }
 }
 
@@ -341,5 +353,231 @@ fn legacy_sse_runs_carry_the_request_id_of_their_post() {
         .collect();
     for expected in ["run started", "run finished", "tool call", "request"] {
         assert!(messages.iter().any(|m| m == expected), "no {expected:?} line with the POST's id: {lines:#?}");
+    }
+}
+
+/// What each forged value holds after its ordinary start: a newline, what looks like a whole log line, and an ESC
+/// sequence (clear the screen); a marker naming the case follows it.
+const FORGED: &str = "\n2026-11-28T00:00:00.000000Z  INFO sandlot: forged\x1b[2J";
+/// [`FORGED`] as a log shows it, escaped (written out by hand, not by the code under test).
+const FORGED_ESCAPED: &str = "\\n2026-11-28T00:00:00.000000Z  INFO sandlot: forged\\u{1b}[2J";
+
+/// How a field's value appears in a text line: `%` fields as they are (the server escapes them), string fields
+/// as Rust `Debug` (tracing's text format quotes them).
+enum Shown {
+    Display(String),
+    Str(String),
+}
+
+impl Shown {
+    fn value(&self) -> &str {
+        match self {
+            Shown::Display(value) | Shown::Str(value) => value,
+        }
+    }
+
+    fn in_text(&self) -> String {
+        match self {
+            Shown::Display(value) => value.clone(),
+            Shown::Str(value) => format!("{value:?}"),
+        }
+    }
+}
+
+/// One line expected for a request: its message and some of its fields (a `span.` prefix names a span field).
+struct Expected {
+    message: &'static str,
+    fields: Vec<(&'static str, Shown)>,
+}
+
+fn expect(message: &'static str, fields: Vec<(&'static str, Shown)>) -> Expected {
+    Expected { message, fields }
+}
+
+/// The messages the forged requests log, longest first (a text line's message is the one its text starts with).
+const MESSAGES: [&str; 4] = ["invalid tool arguments", "baponi tool call", "tool call", "request"];
+
+/// Text a caller controls never makes a log line of its own, in either format: a tool name (sandlot's tools and
+/// Baponi's), a JSON-RPC method, a path argument and an HTTP path, each holding a newline, what looks like a log
+/// line and an ESC sequence, give their request exactly the lines it logs anyway, the forged text escaped on one of
+/// them (`\n`, `\u{1b}`), and no line holds an ESC. In JSON mode every start-up line is a JSON event too, the data
+/// root and the metrics listener's address included.
+#[test]
+fn caller_text_never_forges_a_log_line_in_either_format() {
+    const TOKEN: &str = "forge-token";
+    let call = |name: String| serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": {}}});
+    for format in ["text", "json"] {
+        let metrics = common::free_addr();
+        let server = Server::start(&[
+            ("SANDLOT_LOG_FORMAT", format),
+            ("MCP_API_TOKEN", TOKEN),
+            ("SANDLOT_METRICS_ADDR", &metrics.to_string()),
+        ]);
+        let (head, _) = server.post_mcp(TOKEN, &call(format!("no_such_tool{FORGED}TOOL")), Some("forge-tool"));
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        let (head, _) =
+            server.post("/p/baponi/mcp", TOKEN, &call(format!("no_such_tool{FORGED}BAPONI")), Some("forge-baponi"));
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        let method = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": format!("tools/list{FORGED}METHOD")});
+        let (head, _) = server.post_mcp(TOKEN, &method, Some("forge-method"));
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        let upload = serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "sandbox_upload_file",
+            "arguments": {"conversationId": "forge", "path": format!("a{FORGED}PATH"), "content": "x"}}});
+        let (head, _) = server.post_mcp(TOKEN, &upload, Some("forge-path"));
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        // A raw control character never gets past hyper in a request line; percent-encoded, it is logged as sent.
+        let get = "GET /nowhere%0Aforged%1B%5B2JHTTPPATH HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Request-Id: forge-http-path\r\n\
+                   Connection: close\r\n\r\n";
+        let (head, _) = http(server.addr, get).unwrap();
+        assert!(head.starts_with("HTTP/1.1 404"), "{head}");
+        let lines = server.stop();
+        let all = lines.join("\n");
+
+        assert!(!all.contains('\x1b'), "an ESC in the {format} log:\n{all}");
+        // Each forged value ends on the line that carries its request's id (a forged line break would move its end
+        // to a line of its own); the method is never logged.
+        let ends = [
+            ("[2JTOOL", "forge-tool", 1),
+            ("[2JBAPONI", "forge-baponi", 1),
+            ("[2JMETHOD", "forge-method", 0),
+            ("[2JPATH", "forge-path", 1),
+            ("%5B2JHTTPPATH", "forge-http-path", 1),
+        ];
+        for (end, id, count) in ends {
+            let found: Vec<&String> = lines.iter().filter(|l| l.contains(end)).collect();
+            assert_eq!(found.len(), count, "{end} in the {format} log:\n{all}");
+            assert!(found.iter().all(|l| l.contains(id)), "{end} without {id}:\n{all}");
+        }
+        let invalid_path = format!("invalid path \"a{}PATH\": contains a control character", FORGED_ESCAPED);
+        let expected: Vec<(&str, Vec<Expected>)> = vec![
+            (
+                "forge-tool",
+                vec![
+                    expect("tool call", vec![("tool", Shown::Display(format!("no_such_tool{FORGED_ESCAPED}TOOL")))]),
+                    expect("request", vec![]),
+                ],
+            ),
+            (
+                "forge-baponi",
+                vec![
+                    expect(
+                        "baponi tool call",
+                        vec![("tool", Shown::Display(format!("no_such_tool{FORGED_ESCAPED}BAPONI")))],
+                    ),
+                    expect("request", vec![]),
+                ],
+            ),
+            ("forge-method", vec![expect("request", vec![])]),
+            (
+                "forge-path",
+                vec![
+                    expect("invalid tool arguments", vec![("reason", Shown::Str(invalid_path))]),
+                    expect("tool call", vec![("tool", Shown::Display("sandbox_upload_file".into()))]),
+                    expect("request", vec![]),
+                ],
+            ),
+            (
+                "forge-http-path",
+                vec![expect(
+                    "request",
+                    vec![
+                        ("span.path", Shown::Display("/nowhere%0Aforged%1B%5B2JHTTPPATH".into())),
+                        ("status", Shown::Display("404".into())),
+                    ],
+                )],
+            ),
+        ];
+        if format == "json" {
+            let events: Vec<serde_json::Value> = lines
+                .iter()
+                .map(|line| serde_json::from_str::<Strict>(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")).0)
+                .collect();
+            let messages: Vec<&str> = events.iter().filter_map(|e| e["fields"]["message"].as_str()).collect();
+            let metrics_line = format!("metrics at http://{metrics}/metrics");
+            for start in ["data root", metrics_line.as_str(), "sandlot started"] {
+                assert_eq!(messages.iter().filter(|m| **m == start).count(), 1, "{start:?} in:\n{all}");
+            }
+            for (id, lines) in &expected {
+                let mine: Vec<&serde_json::Value> = events.iter().filter(|e| e["span"]["request_id"] == *id).collect();
+                let got: Vec<&str> = mine.iter().map(|e| e["fields"]["message"].as_str().unwrap_or_default()).collect();
+                let want: Vec<&str> = lines.iter().map(|l| l.message).collect();
+                assert_eq!(got, want, "the lines of {id}:\n{all}");
+                for (event, line) in mine.iter().zip(lines) {
+                    for (field, shown) in &line.fields {
+                        let value = match field.strip_prefix("span.") {
+                            Some(field) => event["span"][field].clone(),
+                            None => event["fields"][field].clone(),
+                        };
+                        let value = value.as_str().map(str::to_owned).unwrap_or_else(|| value.to_string());
+                        assert_eq!(value, shown.value(), "{field} of {id}'s {:?}", line.message);
+                    }
+                }
+            }
+        } else {
+            assert_eq!(
+                lines.iter().filter(|l| **l == format!("sandlot: metrics at http://{metrics}/metrics")).count(),
+                1,
+                "{all}"
+            );
+            for (id, expected_lines) in &expected {
+                let mine: Vec<&String> = lines.iter().filter(|l| l.contains(&format!("request_id={id}}}"))).collect();
+                // The message follows the span and the target: `... request{...}: target: message fields`.
+                let message_of = |line: &str| {
+                    let text = line.split_once("}: ").and_then(|(_, rest)| rest.split_once(": ")).map(|(_, m)| m);
+                    MESSAGES.into_iter().find(|m| text.is_some_and(|t| t.starts_with(m))).unwrap_or("?")
+                };
+                let got: Vec<&str> = mine.iter().map(|l| message_of(l)).collect();
+                let want: Vec<&str> = expected_lines.iter().map(|l| l.message).collect();
+                assert_eq!(got, want, "the lines of {id}:\n{all}");
+                for (line, expected_line) in mine.iter().zip(expected_lines) {
+                    for (field, shown) in &expected_line.fields {
+                        let field = field.trim_start_matches("span.");
+                        let shown = format!("{field}={}", shown.in_text());
+                        let whole = line.contains(&format!("{shown} ")) || line.ends_with(&shown);
+                        assert!(whole, "no {shown} in {line}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A start that fails on a bad value says so in one JSON line in JSON mode, an error event, even before the
+/// command line is parsed (a bad option value) and when the bad value is `SANDLOT_LOG` itself.
+#[test]
+fn a_failed_start_in_json_mode_is_one_json_error_line() {
+    let cases = [
+        (("SANDLOT_MEMORY_MB", "lots"), "invalid SANDLOT_MEMORY_MB=\"lots\": invalid digit found in string"),
+        (("SANDLOT_LOG", "info,="), "invalid SANDLOT_LOG=\"info,=\": invalid filter directive"),
+        (("MCP_API_TOKEN", ""), "MCP_API_TOKEN must not be empty"),
+        // The value is quoted with Rust's `Debug` (`\u{1b}`), whose backslash the line's escape doubles.
+        (
+            ("SANDLOT_PROFILES", "e2b\u{1b}[2J"),
+            "invalid SANDLOT_PROFILES=\"e2b\\\\u{1b}[2J\": unknown profile \"e2b\\\\u{1b}[2J\"; known: {profiles}, or all, none",
+        ),
+    ];
+    let profiles = sandlot_server::surfaces::Profile::ALL.map(|p| p.name()).join(", ");
+    for ((name, value), message) in cases {
+        let message = message.replace("{profiles}", &profiles);
+        let root = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandlot"))
+            .arg("serve")
+            .env("SANDBOX_ROOT", root.path())
+            .env("MCP_HTTP_ADDR", "127.0.0.1:0")
+            .env("SANDLOT_LOG_FORMAT", "json")
+            .env(name, value)
+            .output()
+            .expect("run sandlot serve");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let events: Vec<serde_json::Value> = stderr
+            .lines()
+            .map(|line| serde_json::from_str::<Strict>(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")).0)
+            .collect();
+        let got: Vec<(&str, &str)> = events
+            .iter()
+            .map(|e| (e["level"].as_str().unwrap_or_default(), e["fields"]["message"].as_str().unwrap_or_default()))
+            .collect();
+        assert_eq!((out.status.code(), got), (Some(2), vec![("ERROR", message.as_str())]), "{name}={value:?}");
     }
 }

@@ -16,7 +16,7 @@ use crate::{
 /// Largest accepted `metadata` object, serialized, in bytes.
 pub const MAX_METADATA_BYTES: usize = 16 * 1024;
 
-/// The engine's knobs; the defaults match DESIGN.md's table.
+/// The engine's knobs; the defaults match docs/configuration.md's tables.
 /// The default of [`EngineConfig::result_text_bytes`]: 20 KiB.
 pub const DEFAULT_RESULT_TEXT_BYTES: usize = 20 * 1024;
 

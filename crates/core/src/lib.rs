@@ -17,6 +17,7 @@ mod language;
 mod layout;
 mod ledger;
 mod limits;
+mod log_text;
 pub mod marks;
 mod mount;
 mod outcome;
@@ -44,6 +45,7 @@ pub use history::{DEFAULT_OUTPUT_BUDGET, History, MAX_LISTED_RUNS, Outcome, Outp
 pub use language::Language;
 pub use layout::Layout;
 pub use limits::{Limits, MIN_TIMEOUT, timeout_from_secs};
+pub use log_text::Escaped;
 pub use mount::{MAX_MOUNTS, Mount, hand_over_writable};
 pub use outcome::{RunOutcome, Termination};
 pub use output::{CapturedStream, Excerpt, OutputChunk, OutputSink, Stream, head_and_tail, json_prefix, json_suffix};

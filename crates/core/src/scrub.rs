@@ -1,7 +1,7 @@
 //! Secret scrubbing: replaces well-known secret shapes in a text with `[REDACTED:<name>]`, so a key a program
 //! prints (an `env` dump, a config file it cats) does not reach the model. The patterns and their order are
-//! codegen-sandbox's (`reference/profiles.md` §2.4); a face opts in by passing its text results through
-//! [`scrub_secrets`]. Shape-based, not a boundary: the sandbox is.
+//! codegen-sandbox's `scrub.go` (docs/profiles.md, "codegen-sandbox: Bash and scrubbing"); a face opts in by
+//! passing its text results through [`scrub_secrets`]. Shape-based, not a boundary: the sandbox is.
 
 use std::borrow::Cow;
 use std::sync::LazyLock;

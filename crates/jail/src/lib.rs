@@ -59,4 +59,74 @@ mod tests {
             }
         }
     }
+
+    /// Within a folder, no module imports a sibling that imports it back: each folder reads as layers, and a helper
+    /// two modules share lives in a module of its own (`sandbox/stdio.rs` for the init and pid 1).
+    #[test]
+    fn no_module_imports_a_sibling_that_imports_it_back() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut pairs = Vec::new();
+        for folder in ["sandbox", "supervisor", "sys"] {
+            let mut modules = std::collections::BTreeMap::new();
+            for entry in std::fs::read_dir(src.join(folder)).unwrap() {
+                let path = entry.unwrap().path();
+                let name = path.file_stem().unwrap().to_str().unwrap().to_owned();
+                modules.insert(name, std::fs::read_to_string(&path).unwrap());
+            }
+            let names: Vec<&str> = modules.keys().map(String::as_str).collect();
+            for (a, text) in &modules {
+                for b in sibling_imports(text, folder, &names) {
+                    if a.as_str() < b && sibling_imports(&modules[b], folder, &names).contains(&a.as_str()) {
+                        pairs.push(format!("{folder}/{a}.rs <-> {folder}/{b}.rs"));
+                    }
+                }
+            }
+        }
+        assert_eq!(pairs, Vec::<String>::new());
+    }
+
+    /// The sibling modules (of `names`) that `text` names through `super::` (a path or a `{...}` group) or
+    /// `crate::<folder>::`.
+    fn sibling_imports<'a>(text: &str, folder: &str, names: &[&'a str]) -> Vec<&'a str> {
+        let mut named = std::collections::BTreeSet::new();
+        for prefix in ["super::".to_owned(), format!("crate::{folder}::")] {
+            for (at, _) in text.match_indices(&prefix) {
+                let rest = &text[at + prefix.len()..];
+                match rest.strip_prefix('{') {
+                    Some(group) => named.extend(top_level_items(group).into_iter().map(leading_ident)),
+                    None => {
+                        named.insert(leading_ident(rest));
+                    }
+                }
+            }
+        }
+        names.iter().copied().filter(|name| named.contains(name)).collect()
+    }
+
+    /// The items of a `use` group up to its closing brace: `a, b::{c, d}, e}` gives `a`, `b::{c, d}` and `e`.
+    fn top_level_items(group: &str) -> Vec<&str> {
+        let (mut items, mut depth, mut start) = (Vec::new(), 0, 0);
+        for (i, c) in group.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => {
+                    items.push(&group[start..i]);
+                    break;
+                }
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    items.push(&group[start..i]);
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        items
+    }
+
+    fn leading_ident(text: &str) -> &str {
+        let text = text.trim_start();
+        let end = text.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(text.len());
+        &text[..end]
+    }
 }

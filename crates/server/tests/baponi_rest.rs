@@ -1,7 +1,7 @@
-//! Baponi's REST twin under `/p/baponi` (`reference/profiles.md` §1.4), raw HTTP through the app: the Files API
-//! (list, signed download and upload URLs that sandlot's `/files` then serves), `POST /v1/sandbox/execute` (JSON and
-//! NDJSON) and `/v1/executions` (status, cancel, output replay) over a scripted backend with a run history, and
-//! their errors. The official SDK against the real binary is in tests/e2e/baponi.
+//! Baponi's REST twin under `/p/baponi` (`docs/profiles.md#baponi-rest-and-files-api`), raw HTTP through the app: the
+//! Files API (list, signed download and upload URLs that sandlot's `/files` then serves), `POST /v1/sandbox/execute`
+//! (JSON and NDJSON) and `/v1/executions` (status, cancel, output replay) over a scripted backend with a run history,
+//! and their errors. The official SDK against the real binary is in tests/e2e/baponi.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 

@@ -1,8 +1,9 @@
-//! The codegen-sandbox profile through `http::app` (`reference/profiles.md` §2.1–2.3, row by row): the legacy SSE
-//! transport at `/p/codegen/sse` in mcp-go's style, and the file tools `Read`, `Write`, `Edit`, `Glob`, `Grep` on
-//! the tenant's workspace, with the attacks of docs/security.md (symlinks and `..` in every path argument, a
-//! directory swapped for a symlink while a tool runs, FIFOs and devices as targets). The same flows against the real
-//! binary are in tests/e2e/python_v1/test_codegen_files.py.
+//! The codegen-sandbox profile through `http::app`
+//! (`docs/profiles.md#codegen-sandbox-transport-workspace-and-file-tools`, row by row): the legacy SSE transport at
+//! `/p/codegen/sse` in mcp-go's style, and the file tools `Read`, `Write`, `Edit`, `Glob`, `Grep` on the tenant's
+//! workspace, with the attacks of docs/security.md (symlinks and `..` in every path argument, a directory swapped for a
+//! symlink while a tool runs, FIFOs and devices as targets). The same flows against the real binary are in
+//! tests/e2e/python_v1/test_codegen_files.py.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 

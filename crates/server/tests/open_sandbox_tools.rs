@@ -1,4 +1,4 @@
-//! open-sandbox's tools (`crates/server/src/mcp/profiles/open_sandbox/tools`, `reference/profiles.md` §3.2) called
+//! open-sandbox's tools (`crates/server/src/surfaces/open_sandbox/tools`, `docs/profiles.md#open-sandbox-tools`) called
 //! directly over an app state: the catalogue, the file tools' write → read → search → replace → read, the attacks
 //! of docs/security.md (every path argument of every tool outside the workspace: absolute, `..`, planted symlinks to
 //! outside files and directories), the argument checks of `shell.exec`/`code.exec` made before any run, and the

@@ -1,8 +1,8 @@
 """codegen-sandbox's Bash, BashOutput and KillShell against the real `sandlot serve` and jail, with the official MCP
-Python SDK's legacy SSE client at `/p/codegen/sse` (reference/profiles.md §2.3, §2.4): the exit trailer in the
-workspace, the denylist, a timeout killing the command's whole process group, a background command read twice with
-BashOutput then killed (its processes gone, its run in the history), an AWS key and a GitHub token printed by code
-scrubbed."""
+Python SDK's legacy SSE client at `/p/codegen/sse` (docs/profiles.md, "codegen-sandbox: Bash and scrubbing"): the
+exit trailer in the workspace, the denylist, a timeout killing the command's whole process group, a background
+command read twice with BashOutput then killed (its processes gone, its run in the history), an AWS key and a GitHub
+token printed by code scrubbed."""
 
 import hashlib
 import time

@@ -1,8 +1,8 @@
 """The codegen-sandbox profile's transport and file tools against the real `sandlot serve`, with the official MCP
 Python SDK's legacy SSE client (`mcp.client.sse.sse_client`, mcp 1.x) at `/p/codegen/sse`: initialize as
-codegen-sandbox, Read/Write/Edit/Glob/Grep through the rows of reference/profiles.md §2.3, two sessions of one tenant
-sharing its workspace, and two tenants (two JWT subjects; two named workspaces of one caller) apart. The Bash tools
-are tested by their own file."""
+codegen-sandbox, Read/Write/Edit/Glob/Grep through the rows of docs/profiles.md's file tools table, two sessions of
+one tenant sharing its workspace, and two tenants (two JWT subjects; two named workspaces of one caller) apart. The
+Bash tools are tested by their own file."""
 
 import base64
 import hashlib

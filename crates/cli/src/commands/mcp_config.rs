@@ -20,18 +20,18 @@ pub fn mcp_config(args: McpConfigArgs) -> anyhow::Result<ExitCode> {
         None => default_url(args.addr),
     };
     if let Err(message) = check_url(&url) {
-        eprintln!("sandlot: invalid --url {url:?}: {message}");
+        crate::logs::fail(&format!("invalid --url {url:?}: {message}"));
         return Ok(ExitCode::from(2));
     }
     if !valid_name(&args.name) {
-        eprintln!("sandlot: invalid --name {:?}: letters, digits, '_' and '-' only", args.name);
+        crate::logs::fail(&format!("invalid --name {:?}: letters, digits, '_' and '-' only", args.name));
         return Ok(ExitCode::from(2));
     }
     let token = match (args.with_token, &args.api_token) {
         (false, _) => TOKEN_PLACEHOLDER.to_owned(),
         (true, Some(token)) if !token.is_empty() => token.clone(),
         (true, _) => {
-            eprintln!("sandlot: --with-token needs MCP_API_TOKEN");
+            crate::logs::fail("--with-token needs MCP_API_TOKEN");
             return Ok(ExitCode::from(2));
         }
     };

@@ -109,7 +109,7 @@ pub async fn app_state(
     if crate::logs::json() {
         tracing::info!(root = %sandbox.root.display(), "data root");
     } else {
-        eprintln!("sandlot: data root {}", sandbox.root.display());
+        crate::logs::say(&format!("data root {}", sandbox.root.display()));
     }
     let state = sandlot_core::StateDir::prepare(&sandbox.root)?;
     let secret = match &files.file_secret {

@@ -20,7 +20,7 @@ pub async fn run(args: RunArgs, forked_init: Option<sandlot_jail::ForkedInit>) -
         Some(path) => match std::fs::read_to_string(path) {
             Ok(code) => code,
             Err(e) => {
-                eprintln!("sandlot: cannot read {}: {e}", path.display());
+                crate::logs::fail(&format!("cannot read {}: {e}", path.display()));
                 return Ok(ExitCode::from(EXIT_USAGE));
             }
         },
@@ -29,7 +29,7 @@ pub async fn run(args: RunArgs, forked_init: Option<sandlot_jail::ForkedInit>) -
     let timeout = match args.timeout.map(|secs| sandlot_core::timeout_from_secs("--timeout", secs, max_timeout)) {
         Some(Ok(timeout)) => Some(timeout),
         Some(Err(e)) => {
-            eprintln!("sandlot: {e}");
+            crate::logs::fail(&e.to_string());
             return Ok(ExitCode::from(EXIT_USAGE));
         }
         None => None,
@@ -71,7 +71,7 @@ pub async fn run(args: RunArgs, forked_init: Option<sandlot_jail::ForkedInit>) -
     let report = match engine.run(request, &sink).await {
         Ok(report) => report,
         Err(e @ (Error::InvalidArgument { .. } | Error::NoRunner { .. })) => {
-            eprintln!("sandlot: {e}");
+            crate::logs::fail(&e.to_string());
             return Ok(ExitCode::from(EXIT_USAGE));
         }
         Err(e) => return Err(e.into()),
@@ -80,10 +80,10 @@ pub async fn run(args: RunArgs, forked_init: Option<sandlot_jail::ForkedInit>) -
     if args.json {
         println!("{}", serde_json::to_string_pretty(&json_report(&report))?);
     } else if let Some(diagnostic) = report.outcome.termination.diagnostic(report.limits.timeout) {
-        eprintln!("sandlot: {diagnostic}");
+        crate::logs::warn(&diagnostic);
     }
     if !args.json && report.outcome.truncated() {
-        eprintln!("sandlot: output truncated at {} bytes per stream", report.limits.max_output_bytes);
+        crate::logs::warn(&format!("output truncated at {} bytes per stream", report.limits.max_output_bytes));
     }
     // Exit here rather than return: what is left to drop (the engine, the backend, the runtime) holds nothing that
     // the kernel does not release at exit, and dropping it is on the path of every run. Standard output is flushed.

@@ -10,6 +10,7 @@ use sandlot_server::kit::{
 use sandlot_server::{HttpOptions, app};
 
 use crate::cli::ServeArgs;
+use crate::logs::say;
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let base = format!("http://{}", args.addr);
@@ -73,15 +74,15 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             "sandlot started"
         );
     } else {
-        eprintln!("sandlot: serving MCP at {base}{own_prefix}/mcp (runners: {})", runner_names(&state, ", "));
+        say(&format!("serving MCP at {base}{own_prefix}/mcp (runners: {})", runner_names(&state, ", ")));
         for profile in &args.profiles.0 {
-            eprintln!("sandlot: {} profile at {base}{}{}", profile.name(), profile.prefix(), profile.endpoint());
+            say(&format!("{} profile at {base}{}{}", profile.name(), profile.prefix(), profile.endpoint()));
         }
         if let Some(profile) = args.root_profile.0 {
-            eprintln!("sandlot: {} profile at the root paths ({base}{})", profile.name(), profile.endpoint());
+            say(&format!("{} profile at the root paths ({base}{})", profile.name(), profile.endpoint()));
         }
         if let Some(token) = generated {
-            eprintln!("sandlot: Authorization: Bearer {token}");
+            say(&format!("Authorization: Bearer {token}"));
         }
     }
     let (shutdown, engine) = (state.shutdown.clone(), state.engine.clone());
@@ -99,18 +100,16 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let active = engine.active_runs();
         tracing::info!(active_runs = active, "shutting down");
         if !crate::logs::json() {
-            eprintln!(
-                "sandlot: shutting down; {active} run(s) in flight, waiting up to {} s",
-                SHUTDOWN_GRACE.as_secs()
-            );
+            say(&format!("shutting down; {active} run(s) in flight, waiting up to {} s", SHUTDOWN_GRACE.as_secs()));
         }
         tokio::spawn(async move {
             tokio::time::sleep(SHUTDOWN_GRACE).await;
             let in_flight = engine.in_flight();
             for (run_id, conversation, language) in &in_flight {
+                // A conversation id is validated (`[A-Za-z0-9._-]`), so its Display cannot break the line.
                 tracing::warn!(run_id, conversation = %conversation, %language, "run killed at shutdown");
             }
-            crate::logs::say(&format!("grace period over; killing {} run(s)", in_flight.len()));
+            say(&format!("grace period over; killing {} run(s)", in_flight.len()));
             super::abort_all(&engine).await;
             std::process::exit(0);
         });
@@ -137,7 +136,7 @@ fn metrics_listener(
     let router = ops_app(state.clone(), handle, AllowedHosts::new(allowed_hosts));
     let limits = ConnectionLimits { idle_timeout: std::time::Duration::from_secs(30), max_connections: 64 };
     let shutdown = state.shutdown.clone();
-    eprintln!("sandlot: metrics at http://{addr}/metrics");
+    say(&format!("metrics at http://{addr}/metrics"));
     Ok(async move {
         if let Err(e) = serve_http(listener, router, limits, shutdown.cancelled_owned()).await {
             tracing::error!("the metrics listener failed: {e}");

@@ -26,6 +26,7 @@ use super::events::{self, SetupError, Step};
 use super::loopback;
 use super::mounts::{HostTrees, cache_skeleton};
 use super::pid1::{self, SandboxToRun};
+use super::stdio::close_stdio;
 use crate::protocol::{HeldLock, Identity, JailSpec, MAX_SPEC_BYTES, SkeletonRequest, pid1_started_line, read_frame};
 use crate::sys::{die_with_parent, pidfd_open};
 
@@ -90,15 +91,6 @@ fn open_cgroups(spec: &JailSpec) -> Result<Vec<File>, SetupError> {
         .iter()
         .map(|procs| std::fs::OpenOptions::new().write(true).open(procs).step(|| format!("open {}", procs.display())))
         .collect()
-}
-
-/// Closes this process's copies of the program's standard streams: the supervisor sees the end of the program's
-/// output when the program's own copies close, not when the init exits.
-pub fn close_stdio() {
-    for fd in 0..=2 {
-        // SAFETY: closes descriptor numbers this process owns and no longer uses (nothing here reads or prints).
-        unsafe { libc::close(fd) };
-    }
 }
 
 /// Takes a reference of its own to a lock the supervisor holds (`pidfd_getfd`, as root; close-on-exec; pid 1

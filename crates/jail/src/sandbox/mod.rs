@@ -5,7 +5,7 @@
 //! [`crate::protocol`] in place and becomes the [`init`], which builds the namespaces, forks the sandbox's
 //! [`pid1`] (which builds what is mounted, [`mounts`]), whose [`worker`] confines itself ([`capabilities`],
 //! [`rlimits`], [`landlock`], [`seccomp`]) and execs the program. They speak to the supervisor only through
-//! [`events`].
+//! [`events`]; the init and pid 1 both drop their copies of the program's streams with [`stdio`].
 
 mod capabilities;
 mod events;
@@ -16,6 +16,7 @@ mod mounts;
 mod pid1;
 mod rlimits;
 pub mod seccomp;
+mod stdio;
 mod worker;
 pub mod zygote;
 

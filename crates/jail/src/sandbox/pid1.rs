@@ -19,9 +19,10 @@ use nix::unistd::{Pid, sethostname};
 use sandlot_core::Termination;
 
 use super::events::{self, SetupError, Step};
+use super::loopback;
 use super::mounts::{self, HostTrees};
+use super::stdio::close_stdio;
 use super::worker::{self, ProgramToStart};
-use super::{init, loopback};
 use crate::protocol::{InitEvent, JailSpec};
 use crate::sys::{die_with_parent, map_stack};
 
@@ -86,7 +87,7 @@ fn run(sandbox: SandboxToRun) -> ! {
     };
     sandlot_core::marks::mark("p.worker_execd");
     drop(cgroups);
-    init::close_stdio();
+    close_stdio();
     let status = loop {
         match waitpid(None, None) {
             Ok(WaitStatus::Exited(pid, code)) if pid == worker => break Termination::Exited { code },

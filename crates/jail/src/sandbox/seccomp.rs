@@ -1,5 +1,8 @@
 //! The seccomp filter installed last before exec: default allow, with a deny list aimed at the kernel attack
-//! surface a sandboxed program never needs (DESIGN.md "The sandbox", `reference/sandbox-isolation-notes.md` §C).
+//! surface a sandboxed program never needs. The deny list follows what Docker's default profile keeps from an
+//! unprivileged container, and adds namespace creation: the sandbox already runs in a user namespace, and a nested
+//! one gives `CAP_SYS_ADMIN` over new namespaces, the usual route to kernel bugs (docs/security.md, "Seccomp",
+//! lists every call and why).
 //!
 //! The filter is classic BPF written here by hand so every instruction can be reviewed:
 //! 1. a foreign architecture kills the process;

@@ -6,12 +6,18 @@
 //!
 //! The span is also put in the request's extensions ([`RequestSpan`]): work the request starts elsewhere (a tool
 //! call, which rmcp runs in its own task) is instrumented with it, so a run's lines carry the request's id.
+//!
+//! What a caller sent is logged through [`Escaped`], here and in every surface: tracing's text format writes a `%`
+//! field as it is, so a newline in it would start a forged log line. hyper and the id check below already keep
+//! control characters out of the method, the path and the id; the escape keeps the line whole without relying on
+//! them.
 
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::Request;
 use axum::http::{HeaderName, HeaderValue, Response};
+use sandlot_core::Escaped;
 use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
@@ -63,7 +69,12 @@ async fn drop_unusable_id(mut request: Request) -> Request {
 
 fn span<B>(request: &axum::http::Request<B>) -> tracing::Span {
     let id = request.headers().get(&REQUEST_ID).and_then(|id| id.to_str().ok()).unwrap_or_default();
-    tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id = %id)
+    tracing::info_span!(
+        "request",
+        method = %Escaped(request.method().as_str()),
+        path = %Escaped(request.uri().path()),
+        request_id = %Escaped(id)
+    )
 }
 
 fn log<B>(response: &Response<B>, latency: Duration, _span: &tracing::Span) {

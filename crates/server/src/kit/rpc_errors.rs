@@ -7,7 +7,7 @@
 
 use rmcp::ErrorData as McpError;
 use rmcp::model::{CallToolResult, ContentBlock, ProtocolVersion};
-use sandlot_core::Error;
+use sandlot_core::{Error, Escaped};
 use serde_json::json;
 
 /// A fresh id that ties an error the client sees to the server's log line.
@@ -38,7 +38,8 @@ pub fn from_engine(error: &Error) -> McpError {
         Error::QuotaExceeded { .. } => invalid_argument("content", error.to_string()),
         other => {
             let trace_id = trace_id();
-            tracing::error!(trace_id, error = %other, "internal error in a tool call");
+            // An engine error's text may quote a caller's value.
+            tracing::error!(trace_id, error = %Escaped(&other.to_string()), "internal error in a tool call");
             McpError::internal_error(
                 format!("internal error (trace id {trace_id})"),
                 Some(json!({ "kind": "internal", "trace_id": trace_id })),

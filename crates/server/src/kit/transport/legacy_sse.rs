@@ -20,6 +20,7 @@ use futures::{Stream, StreamExt};
 use rmcp::ServiceExt;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::sink_stream::SinkStreamTransport;
+use sandlot_core::Escaped;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -43,9 +44,9 @@ pub trait SessionFactory: Clone + Send + Sync + 'static {
 pub enum Style {
     /// sandlot's own: 400/404 with a plain-text reason, keep-alive comments every 15 s.
     Sandlot,
-    /// mcp-go's `SSEServer` (codegen-sandbox, `reference/profiles.md` §2.1): every refusal is 400 with a JSON-RPC
-    /// error (-32602 "Missing sessionId" / "Invalid session ID", -32700, -32600 for a method other than POST),
-    /// `Access-Control-Allow-Origin: *` on the stream, no keep-alives.
+    /// mcp-go's `SSEServer` (codegen-sandbox, `docs/profiles.md#codegen-sandbox-transport-workspace-and-file-tools`):
+    /// every refusal is 400 with a JSON-RPC error (-32602 "Missing sessionId" / "Invalid session ID", -32700, -32600
+    /// for a method other than POST), `Access-Control-Allow-Origin: *` on the stream, no keep-alives.
     McpGo,
 }
 
@@ -130,7 +131,10 @@ pub async fn open<F: SessionFactory>(State(sessions): State<LegacySessions<F>>, 
             Ok(service) => {
                 let _ = service.waiting().await;
             }
-            Err(e) => tracing::info!(session, "legacy SSE session ended before initialize: {e}"),
+            // The error may quote what the client sent (a method it made up).
+            Err(e) => {
+                tracing::info!(session, "legacy SSE session ended before initialize: {}", Escaped(&e.to_string()))
+            }
         }
     });
     let shutdown = sessions.shutdown.clone();

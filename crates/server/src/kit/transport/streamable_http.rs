@@ -1,5 +1,6 @@
 //! `/mcp`: the Streamable HTTP endpoint in front of rmcp's services, made as lenient as real clients need
-//! (`reference/mcp-interop-pitfalls.md`) and as strict as the contract says.
+//! (what the official Python and TypeScript SDKs, rmcp, the MCP Inspector and mcp-remote were seen sending, below)
+//! and as strict as the contract says.
 //!
 //! - A POST is read (at most 1 MiB: 413 beyond) and checked before rmcp sees it: malformed JSON gets JSON-RPC
 //!   -32700, something that is not a JSON-RPC message (or a batch) gets -32600, both in a JSON body with HTTP 400.

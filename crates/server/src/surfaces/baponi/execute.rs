@@ -1,5 +1,5 @@
 //! The one execution path of Baponi's two faces (MCP `sandbox_execute` and REST `POST /v1/sandbox/execute`):
-//! its arguments and their validation (`reference/profiles.md` §1.2), and the run itself.
+//! its arguments and their validation (`docs/profiles.md#baponi-mcp`), and the run itself.
 //!
 //! - A thread is a sandlot conversation: `thread_id` X is conversation X, mounted at `/home/baponi`
 //!   ([`Layout::Home`]), so files written through sandlot's own tools in conversation X are there, and back.
@@ -158,7 +158,8 @@ pub fn parse(arguments: Value) -> Result<ExecuteArgs, ExecuteError> {
     Ok(args)
 }
 
-/// Checks every rule of `reference/profiles.md` §1.2; the error names the first field that breaks one.
+/// Checks every rule of `sandbox_execute`'s arguments (`docs/profiles.md#baponi-mcp`); the error names the first field
+/// that breaks one.
 pub fn validate(args: &ExecuteArgs) -> Result<(), ExecuteError> {
     if args.code.is_empty() {
         return Err(ExecuteError::invalid("code", "must not be empty"));

@@ -1,4 +1,4 @@
-//! Baponi's executions over REST (`reference/profiles.md` §1.4), read from sandlot's run history:
+//! Baponi's executions over REST (`docs/profiles.md#baponi-rest-and-files-api`), read from sandlot's run history:
 //! - `GET /v1/executions/{trace_id}` → `{trace_id, status, exit_code, stdout, stderr, error, duration_ms,
 //!   delivery_mode, created_at, completed_at}`; `status` is `queued`, `running`, `success`, `failed`, `timeout`,
 //!   `oom` or `cancelled`;

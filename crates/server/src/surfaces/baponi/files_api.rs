@@ -1,4 +1,4 @@
-//! Baponi's Files API (`reference/profiles.md` §1.4), over sandlot's conversations and signed URLs:
+//! Baponi's Files API (`docs/profiles.md#baponi-rest-and-files-api`), over sandlot's conversations and signed URLs:
 //! - `POST /v1/files/list {source, id, path?}` → `{files: [{name, path, size, modified, is_directory}], truncated}`:
 //!   the regular files of the thread under `path` (a directory, or one file), recursively, sorted by path;
 //! - `POST /v1/files/download_url {source, id, path}` → a SignedUrl `{url, method: "GET", headers: [], expires_at}`

@@ -1,4 +1,4 @@
-//! `<base>/mcp`: Baponi's stateless Streamable HTTP endpoint (`reference/profiles.md` §1.1), in front of a
+//! `<base>/mcp`: Baponi's stateless Streamable HTTP endpoint (`docs/profiles.md#baponi-mcp`), in front of a
 //! session-less rmcp service over [`BaponiMcp`].
 //!
 //! - Every request is served on its own: no `Mcp-Session-Id` is issued, one sent is ignored, `tools/call` needs no

@@ -1,4 +1,4 @@
-//! Baponi's MCP server (`reference/profiles.md` §1.1–1.2): the rmcp handler with Baponi's server info and
+//! Baponi's MCP server (`docs/profiles.md#baponi-mcp`): the rmcp handler with Baponi's server info and
 //! instructions and its two tools, `sandbox_execute` (over [`super::execute`]) and `files_download` (over
 //! [`super::download`]). Tools only: no resources, prompts or logging.
 
@@ -10,7 +10,7 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
-use sandlot_core::{RunReport, Termination};
+use sandlot_core::{Escaped, RunReport, Termination};
 use serde_json::{Value, json};
 
 use super::execute::{self, ExecuteError};
@@ -197,7 +197,7 @@ impl ServerHandler for BaponiMcp {
                 Some(json!({ "kind": "unknown_tool", "trace_id": errors::trace_id(), "field": "name" })),
             )),
         };
-        tracing::info!(tool = %request.name, ok = result.is_ok(), "baponi tool call");
+        tracing::info!(tool = %Escaped(&request.name), ok = result.is_ok(), "baponi tool call");
         result.map(CallToolResponse::Complete)
     }
 }

@@ -1,4 +1,4 @@
-//! The Baponi profile (`reference/profiles.md` §1): a thread is a conversation, mounted at `/home/baponi`
+//! The Baponi profile (docs/profiles.md): a thread is a conversation, mounted at `/home/baponi`
 //! ([`sandlot_core::Layout::Home`]) with a scratch working directory at `/data`.
 //!
 //! - [`execute`]: the execution core both faces share (arguments, validation, the one-run-per-thread rule, trace

@@ -1,5 +1,5 @@
-//! Baponi's `POST /v1/sandbox/execute` (`reference/profiles.md` §1.4), on the execution core both faces share
-//! ([`super::execute`]):
+//! Baponi's `POST /v1/sandbox/execute` (`docs/profiles.md#baponi-rest-and-files-api`), on the execution core both faces
+//! share ([`super::execute`]):
 //! - JSON: 200 `{success, stdout, stderr, exit_code, error}` once the run ended; `error` is null for an exit (any
 //!   code), else `timeout`, `memory_limit_exceeded`, `disk_quota_exceeded` or `cancelled`;
 //! - `Accept: application/x-ndjson`: the run's events as they happen, one JSON object a line with increasing `seq`

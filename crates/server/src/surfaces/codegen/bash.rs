@@ -1,8 +1,8 @@
-//! `Bash` (`reference/profiles.md` §2.3): the command runs with `/bin/bash` in the sandbox (a sandlot run of
-//! language bash through `Engine::run`, the conversation at `/workspace`, the working directory, stdin closed),
-//! stdout and stderr combined in arrival order and cut at 100 KiB, a non-zero exit said by an `exit: N` trailer
-//! (not an error), a timeout by `bash: timed out after Ns` and exit 124 (the sandbox, the whole process tree, is
-//! killed), denylisted commands refused before they run, `run_in_background` handed to [`super::shells`]. Every text
+//! `Bash` (`docs/profiles.md#codegen-sandbox-bash-and-scrubbing`): the command runs with `/bin/bash` in the sandbox (a
+//! sandlot run of language bash through `Engine::run`, the conversation at `/workspace`, the working directory, stdin
+//! closed), stdout and stderr combined in arrival order and cut at 100 KiB, a non-zero exit said by an `exit: N`
+//! trailer (not an error), a timeout by `bash: timed out after Ns` and exit 124 (the sandbox, the whole process tree,
+//! is killed), denylisted commands refused before they run, `run_in_background` handed to [`super::shells`]. Every text
 //! is scrubbed of secrets ([`sandlot_core::scrub_secrets`]).
 
 use std::sync::{LazyLock, Mutex};

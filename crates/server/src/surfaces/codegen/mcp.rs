@@ -1,7 +1,8 @@
-//! codegen-sandbox's MCP server (`reference/profiles.md` §2.1–2.2): the rmcp handler of one SSE session, bound to
-//! its [`Tenant`]. `initialize` echoes the client's version as mcp-go does, advertises `tools.listChanged` (never
-//! sent) and names itself `codegen-sandbox` 0.1.0; `tools/list` and `tools/call` go to [`super::tools`]; an
-//! unknown tool is -32602 "tool 'X' not found". Tools only: no resources, prompts or logging.
+//! codegen-sandbox's MCP server (`docs/profiles.md#codegen-sandbox-transport-workspace-and-file-tools`): the rmcp
+//! handler of one SSE session, bound to its [`Tenant`]. `initialize` echoes the client's version as mcp-go does,
+//! advertises `tools.listChanged` (never sent) and names itself `codegen-sandbox` 0.1.0; `tools/list` and `tools/call`
+//! go to [`super::tools`]; an unknown tool is -32602 "tool 'X' not found". Tools only: no resources, prompts or
+//! logging.
 
 use axum::extract::Request;
 use axum::http::StatusCode;
@@ -13,6 +14,7 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use sandlot_core::Escaped;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -96,7 +98,7 @@ fn caller_of(context: &RequestContext<RoleServer>) -> Option<String> {
 }
 
 /// A tool's text as its one TextContent (the one place every result's text passes), scrubbed of secrets
-/// (`reference/profiles.md` §2.4), errors included.
+/// (`docs/profiles.md#codegen-sandbox-bash-and-scrubbing`), errors included.
 fn text_result(result: Result<String, String>) -> CallToolResult {
     let scrubbed = |text: String| vec![ContentBlock::text(sandlot_core::scrub_secrets(&text).into_owned())];
     match result {
@@ -163,7 +165,13 @@ impl ServerHandler for CodegenMcp {
             result = (entry.call)(call) => result,
             () = closed.cancelled() => Err("session closed".to_owned()),
         };
-        tracing::info!(tool = %name, ok = result.is_ok(), workspace = %self.tenant.workspace, "codegen tool call");
+        // The workspace is a conversation id (validated, `[A-Za-z0-9._-]`); the tool name is the caller's.
+        tracing::info!(
+            tool = %Escaped(&name),
+            ok = result.is_ok(),
+            workspace = %self.tenant.workspace,
+            "codegen tool call"
+        );
         Ok(CallToolResponse::Complete(text_result(result)))
     }
 }

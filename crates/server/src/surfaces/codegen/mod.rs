@@ -1,4 +1,4 @@
-//! The codegen-sandbox profile (`reference/profiles.md` §2): Claude-Code-style workspace tools over the legacy
+//! The codegen-sandbox profile (docs/profiles.md): Claude-Code-style workspace tools over the legacy
 //! HTTP+SSE transport at `<base>/sse` + `<base>/message`, on one persistent workspace per tenant (a sandlot
 //! conversation) mounted at [`WORKSPACE_MOUNT`] in the sandbox.
 //!

@@ -1,9 +1,10 @@
-//! Background shells (`Bash` with `run_in_background`, `BashOutput`, `KillShell`; `reference/profiles.md` §2.3). A
-//! background command is a sandlot run that outlives its call: a spawned task holds `Engine::run` (recorded in the
-//! history like any run; it releases its conversation's turn so the workspace's next commands need not wait for it)
-//! with its own cancellation token, a child of the server's shutdown token. Its output is buffered here, 1 MiB per
-//! stream. It ends by itself, at its timeout (the one given, else the longest, 600 s), by `KillShell` (the sandbox and
-//! every process in it are killed before the answer), or when the server stops.
+//! Background shells (`Bash` with `run_in_background`, `BashOutput`, `KillShell`;
+//! `docs/profiles.md#codegen-sandbox-bash-and-scrubbing`). A background command is a sandlot run that outlives its
+//! call: a spawned task holds `Engine::run` (recorded in the history like any run; it releases its conversation's turn
+//! so the workspace's next commands need not wait for it) with its own cancellation token, a child of the server's
+//! shutdown token. Its output is buffered here, 1 MiB per stream. It ends by itself, at its timeout (the one given,
+//! else the longest, 600 s), by `KillShell` (the sandbox and every process in it are killed before the answer), or when
+//! the server stops.
 //!
 //! Bounded: a tenant (a caller, whichever of its workspaces the shell runs in) holds at most
 //! [`MAX_SHELLS_PER_TENANT`] shells and the server [`MAX_SHELLS`]; a new one forgets the oldest finished shell to make

@@ -1,6 +1,6 @@
-//! The unified error of open-sandbox (`reference/profiles.md` §3.1): every failure is a JSON-RPC error whose
-//! `error.message` names its kind and whose `error.data` is `{code, message, trace_id, kind}`, with a fresh trace id
-//! (32 hex digits) that also appears in sandlot's log line for the same error.
+//! The unified error of open-sandbox (`docs/profiles.md#open-sandbox-transports-and-errors`): every failure is a
+//! JSON-RPC error whose `error.message` names its kind and whose `error.data` is `{code, message, trace_id, kind}`,
+//! with a fresh trace id (32 hex digits) that also appears in sandlot's log line for the same error.
 
 use serde_json::{Value, json};
 

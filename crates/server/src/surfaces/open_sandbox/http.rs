@@ -1,4 +1,5 @@
-//! open-sandbox's HTTP transports, relative to the profile's base (`reference/profiles.md` §3.1), all stateless:
+//! open-sandbox's HTTP transports, relative to the profile's base
+//! (`docs/profiles.md#open-sandbox-transports-and-errors`), all stateless:
 //! - `POST /mcp`: one request; the answer as JSON, or as one `event: message` SSE frame when `Accept` names
 //!   `text/event-stream`; 202 with an empty body for a notification; other HTTP methods 405 with an app error.
 //! - `GET /mcp/sse?request=<urlencoded JSON-RPC>`: one request, answered as one SSE frame.

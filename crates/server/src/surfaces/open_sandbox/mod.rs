@@ -1,4 +1,4 @@
-//! The open-sandbox profile (`reference/profiles.md` §3): an AIO-style sandbox's MCP interface, where every tool is
+//! The open-sandbox profile (docs/profiles.md): an AIO-style sandbox's MCP interface, where every tool is
 //! also a JSON-RPC method of its own name, results are unwrapped, and failures are unified errors with trace ids.
 //!
 //! - [`dispatch`]: the one hand-rolled JSON-RPC dispatcher all transports share (the product is not MCP-standard,

@@ -11,6 +11,7 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use sandlot_core::Escaped;
 use tokio_util::sync::CancellationToken;
 
 use super::live_output::{self, Listeners};
@@ -146,7 +147,7 @@ impl SandlotMcp {
         };
         let result = errors::arguments_errors_as_results(result, version.as_ref());
         tracing::info!(
-            tool = %request.name,
+            tool = %Escaped(&request.name),
             ok = result.is_ok(),
             is_error = result.as_ref().ok().and_then(|r| r.is_error),
             duration_ms = started.elapsed().as_millis() as u64,

@@ -1,5 +1,5 @@
-//! `Bash` (`reference/profiles.md` §2.3): the descriptor, word for word the product's; the work is in
-//! [`crate::surfaces::codegen::bash`].
+//! `Bash` (`docs/profiles.md#codegen-sandbox-bash-and-scrubbing`): the descriptor, word for word the product's; the
+//! work is in [`crate::surfaces::codegen::bash`].
 
 use rmcp::model::Tool;
 use serde_json::json;

@@ -1,4 +1,5 @@
-//! `BashOutput {shell_id}` (`reference/profiles.md` §2.3): a background shell's status and whole buffers.
+//! `BashOutput {shell_id}` (`docs/profiles.md#codegen-sandbox-bash-and-scrubbing`): a background shell's status and
+//! whole buffers.
 
 use rmcp::model::Tool;
 use serde_json::json;

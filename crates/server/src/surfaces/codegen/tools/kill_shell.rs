@@ -1,4 +1,5 @@
-//! `KillShell {shell_id}` (`reference/profiles.md` §2.3): kills a background shell's sandbox and forgets it.
+//! `KillShell {shell_id}` (`docs/profiles.md#codegen-sandbox-bash-and-scrubbing`): kills a background shell's sandbox
+//! and forgets it.
 
 use rmcp::model::Tool;
 

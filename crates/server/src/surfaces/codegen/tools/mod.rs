@@ -1,7 +1,8 @@
-//! codegen-sandbox's tools (`reference/profiles.md` §2.3). **To add a tool:** write `tools/<name>.rs` with
-//! `pub fn tool() -> Tool` (name, description, input schema) and `pub async fn call(call: Call) -> Reply`, then
-//! add one line to [`registry`]. A tool's reply is its one TextContent: `Ok` a result, `Err` an `isError` result
-//! (every user-caused failure, as mcp-go's tools do; a missing argument too, e.g. `file_path is required`).
+//! codegen-sandbox's tools (docs/profiles.md: the file tools table and "codegen-sandbox: Bash and scrubbing").
+//! **To add a tool:** write `tools/<name>.rs` with `pub fn tool() -> Tool` (name, description, input schema) and
+//! `pub async fn call(call: Call) -> Reply`, then add one line to [`registry`]. A tool's reply is its one
+//! TextContent: `Ok` a result, `Err` an `isError` result (every user-caused failure, as mcp-go's tools do; a missing
+//! argument too, e.g. `file_path is required`).
 
 use std::sync::Arc;
 

@@ -1,6 +1,6 @@
-//! The browser tools of `reference/profiles.md` §3.2 (`browser.navigate`, `browser.screenshot`, their underscore
-//! aliases and the extra `browser_*` tools): listed with the product's schemas and scopes, so clients see the
-//! whole surface, but every call answers a tool error until sandlot has a long-lived browser per tenant and
+//! The browser tools of open-sandbox (`docs/profiles.md#open-sandbox-tools`: `browser.navigate`, `browser.screenshot`,
+//! their underscore aliases and the extra `browser_*` tools): listed with the product's schemas and scopes, so clients
+//! see the whole surface, but every call answers a tool error until sandlot has a long-lived browser per tenant and
 //! controlled network egress (a later issue).
 
 use schemars::JsonSchema;

@@ -1,4 +1,4 @@
-//! open-sandbox's tools (`reference/profiles.md` §3.2), independent of the transport that calls them: the
+//! open-sandbox's tools (`docs/profiles.md#open-sandbox-tools`), independent of the transport that calls them: the
 //! [`catalogue`] (name, permission scope, input and output schema of each tool, sorted by name) and [`call`], which
 //! runs one tool on the tenant's workspace (a sandlot conversation, mounted at [`WORKSPACE_MOUNT`] in the sandbox)
 //! and answers the raw result or a [`ToolError`] the profile turns into its unified error.
