@@ -64,7 +64,7 @@ pub struct LegacySessions<F: SessionFactory> {
     max_sessions: usize,
     shutdown: tokio_util::sync::CancellationToken,
     /// Each session's inbox, and the tenant that opened it (only it may post there).
-    senders: Arc<Mutex<HashMap<String, (mpsc::Sender<ClientJsonRpcMessage>, String)>>>,
+    senders: Arc<Mutex<HashMap<String, Inbox>>>,
 }
 
 impl<F: SessionFactory> LegacySessions<F> {
