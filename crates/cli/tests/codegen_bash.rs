@@ -1,4 +1,4 @@
-//! codegen-sandbox's `Bash`, `BashOutput` and `KillShell` (`crates/server/src/mcp/profiles/codegen`) over the
+//! codegen-sandbox's `Bash`, `BashOutput` and `KillShell` (`crates/server/src/surfaces/codegen`) over the
 //! native jail, the sandlot binary as its init: the product's texts, the timeout killing the whole process tree,
 //! background shells read twice and killed, the registry's bound, secrets printed by code scrubbed.
 //! Needs root (the jail), as `scripts/test.sh` runs it.

@@ -1,4 +1,4 @@
-//! open-sandbox's `shell.exec` and `code.exec` (`crates/server/src/mcp/profiles/open_sandbox/tools/exec.rs`) over
+//! open-sandbox's `shell.exec` and `code.exec` (`crates/server/src/surfaces/open_sandbox/tools/exec.rs`) over
 //! the native jail, the sandlot binary as its init: `echo test`, argv passed literally (no shell), a non-zero exit as
 //! a result, the working directory, and Python and Node writing a file into the workspace that `file.read` reads.
 //! Needs root (the jail), as `scripts/test.sh` runs it.

@@ -1,4 +1,4 @@
-//! The Baponi profile over raw HTTP through `http::app` (`docs/profiles.md#baponi-mcp`, row by row), with a
+//! The Baponi profile over raw HTTP through `sandlot_server::app` (`docs/profiles.md#baponi-mcp`, row by row), with a
 //! scripted backend: each line of `code` is a command (`out:`, `err:`, `write:NAME:TEXT`, `cat:NAME`, `env:NAME`,
 //! `layout`, `sleep:MS`, `exit:N`, `timeout`), so the tests pin the profile's rendering, validation and thread
 //! rules without a sandbox. The same flows against the real binary and jail are in

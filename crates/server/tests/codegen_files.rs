@@ -1,4 +1,4 @@
-//! The codegen-sandbox profile through `http::app`
+//! The codegen-sandbox profile through `sandlot_server::app`
 //! (`docs/profiles.md#codegen-sandbox-transport-workspace-and-file-tools`, row by row): the legacy SSE transport at
 //! `/p/codegen/sse` in mcp-go's style, and the file tools `Read`, `Write`, `Edit`, `Glob`, `Grep` on the tenant's
 //! workspace, with the attacks of docs/security.md (symlinks and `..` in every path argument, a directory swapped for a

@@ -1,4 +1,4 @@
-//! The open-sandbox profile's frame through `http::app`: its three HTTP transports (`POST /mcp` as JSON or one SSE
+//! The open-sandbox profile's frame through `sandlot_server::app`: its three HTTP transports (`POST /mcp` as JSON or one SSE
 //! frame, the one-shot `GET /mcp/sse?request=`, NDJSON on `POST /mcp/stream`), `initialize`'s version rules,
 //! `mcp.capabilities`, the unified errors (fresh 32-hex trace ids) and its auth: every failure is HTTP 200 with a
 //! -32001 error, for sandlot's static token and for each wrong JWT.

@@ -1,8 +1,8 @@
 //! The server's metrics and the Prometheus recorder. The engine counts runs and the queue
 //! ([`sandlot_core::run_metrics`]); the faces count what only they see, where it happens: MCP sessions open (the
-//! handler of a session holds a [`GaugeGuard`]), event streams open (`http/events.rs`), failed authentications
-//! (`http/auth.rs`). [`install_prometheus`] installs the recorder `sandlot serve` renders at `/metrics` on its
-//! metrics listener (`http/ops.rs`); without it every update is a no-op.
+//! handler of a session holds a [`GaugeGuard`]), event streams open (`surfaces/sandlot/events.rs`), failed authentications
+//! (`kit/auth.rs`). [`install_prometheus`] installs the recorder `sandlot serve` renders at `/metrics` on its
+//! metrics listener (`kit/ops.rs`); without it every update is a no-op.
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@
 //! - `crate::kit::workspace_paths`: the agent's paths (`/workspace/...` or workspace-relative) made workspace-relative.
 //! - [`ReadTracker`]: which files were Read or Written, so `Write` and `Edit` refuse to clobber unseen files.
 //!
-//! The transport is sandlot's own legacy SSE (`http::legacy_sse`) in mcp-go's style, behind sandlot's bearer auth.
+//! The transport is the kit's legacy SSE (`kit::transport::legacy_sse`) in mcp-go's style, behind sandlot's bearer auth.
 
 pub mod mcp;
 pub mod tenant;

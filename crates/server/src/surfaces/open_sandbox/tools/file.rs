@@ -1,5 +1,5 @@
 //! `file.read`, `file.write`, `file.list`, `file.search`, `file.replace` on the workspace's host directory. A path
-//! is made workspace-relative as the codegen profile does it (`codegen::paths::relative`: `/workspace/...` or
+//! is made workspace-relative as the codegen profile does it (`kit::workspace_paths::relative`: `/workspace/...` or
 //! relative, `..` resolved lexically, refused when it leaves); files are opened with `Workspaces::open_file`
 //! (beneath the workspace, no symlink followed, FIFOs never waited on) and written with `Engine::upload_file`
 //! (atomic, parents created, the disk quota applied, never through a symlink). A path that goes through a symlink is
