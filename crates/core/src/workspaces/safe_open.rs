@@ -74,8 +74,9 @@ pub fn open_in_dir(dir: &Path, path: &str) -> Result<File> {
     open_beneath(&root, dir, path).map_err(|e| not_a_file_is_missing(path, e))
 }
 
-/// Checks the shape of a path relative to a conversation's `/data`.
-pub(super) fn validate_relative_path(path: &str) -> Result<()> {
+/// Checks the shape of a path relative to a conversation's `/data`, as every read does first: a read of a conversation
+/// that does not exist gives this error, else [`Error::FileNotFound`].
+pub fn validate_relative_path(path: &str) -> Result<()> {
     let invalid = |message: &str| Err(Error::InvalidPath { path: path.to_owned(), message: message.to_owned() });
     if path.is_empty() {
         return invalid("is empty");

@@ -6,6 +6,7 @@
 mod auth;
 mod client_addr;
 mod connections;
+pub mod conversation_access;
 mod credentials;
 pub mod jsonrpc;
 mod ops;
