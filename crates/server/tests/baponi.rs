@@ -102,6 +102,11 @@ struct Server {
 }
 
 fn server_with(settings: Settings) -> Server {
+    server_with_auth(settings, Authenticator::token("tok"))
+}
+
+/// A server over the scripted backend and a history, taking the credentials `auth` checks.
+fn server_with_auth(settings: Settings, auth: Authenticator) -> Server {
     let root = tempfile::tempdir().unwrap();
     let history = History::open(root.path().join("history.db"), true).unwrap();
     let workspaces = Workspaces::new(root.path().join("conversations"));
@@ -116,7 +121,7 @@ fn server_with(settings: Settings) -> Server {
     };
     let options =
         HttpOptions { profile_settings: settings, ..HttpOptions::new(AllowedHosts::new(vec!["localhost".into()])) };
-    let router = app(state.clone(), Authenticator::token("tok"), options);
+    let router = app(state.clone(), auth, options);
     Server { root, state, router }
 }
 
@@ -160,8 +165,13 @@ impl Server {
 
     /// A JSON-RPC request to Baponi's endpoint; its answer.
     async fn rpc(&self, method: &str, params: Value) -> Value {
+        self.rpc_as("tok", method, params).await
+    }
+
+    /// [`Server::rpc`] with the bearer credential `bearer`.
+    async fn rpc_as(&self, bearer: &str, method: &str, params: Value) -> Value {
         let body = json!({ "jsonrpc": "2.0", "id": 7, "method": method, "params": params }).to_string();
-        let (status, headers, bytes) = self.send(post(MCP, &body, Some("tok"), "10.0.0.1")).await;
+        let (status, headers, bytes) = self.send(post(MCP, &body, Some(bearer), "10.0.0.1")).await;
         assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&bytes));
         assert!(headers.get("mcp-session-id").is_none(), "no session is issued");
         common::jsonrpc_answer(&bytes)
@@ -169,6 +179,11 @@ impl Server {
 
     async fn call(&self, tool: &str, arguments: Value) -> Value {
         self.rpc("tools/call", json!({ "name": tool, "arguments": arguments })).await
+    }
+
+    /// [`Server::call`] as `who`.
+    async fn call_as(&self, who: &common::tenants::Who, tool: &str, arguments: Value) -> Value {
+        self.rpc_as(&who.bearer, "tools/call", json!({ "name": tool, "arguments": arguments })).await
     }
 
     async fn execute(&self, arguments: Value) -> Value {
@@ -368,8 +383,9 @@ async fn env_vars_reach_the_run_and_metadata_the_history() {
     // Its trace id names it.
     let trace = baponi::trace_id(&runs[0].id);
     let state = baponi::BaponiState::new(server.state.clone(), Default::default());
-    assert_eq!(baponi::run_id_of(&state, &trace).unwrap(), Some(runs[0].id.clone()));
-    assert_eq!(baponi::run_id_of(&state, "trc_ffffffffffffffffffff").unwrap(), None);
+    let tenant = sandlot_core::Tenant::new("api-token");
+    assert_eq!(baponi::run_id_of(&state, &tenant, &trace).unwrap(), Some(runs[0].id.clone()));
+    assert_eq!(baponi::run_id_of(&state, &tenant, "trc_ffffffffffffffffffffffffffffffff").unwrap(), None);
 }
 
 #[tokio::test]
@@ -662,4 +678,89 @@ async fn a_file_written_through_either_profile_is_seen_through_the_other() {
     let run = json!({ "conversationId": "shared", "language": "python", "code": "cat:out.txt" });
     let (_, _, bytes) = server.send(own_call("sandbox_run_code", run)).await;
     assert_eq!(common::jsonrpc_answer(&bytes)["result"]["structuredContent"]["stdout"], "from baponi\n");
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Tenants (docs/security.md, "Tenants"): for two JWT subjects and for two named tokens, B neither runs in nor reads a
+// thread of A's: `sandbox_execute` refuses it as an invalid `thread_id` (also while A runs there: never "busy"), and
+// `files_download` answers exactly as for a thread that does not exist. A and the admin still use it.
+
+/// A JSON-RPC error answer without its `trace_id` (fresh for every error), for comparing whole answers.
+fn without_trace_id(mut answer: Value) -> Value {
+    if let Some(data) = answer["error"]["data"].as_object_mut() {
+        data.remove("trace_id");
+    }
+    answer
+}
+
+#[tokio::test]
+async fn another_tenants_thread_is_refused_to_runs_and_missing_to_files_download() {
+    use common::tenants::{admin, authenticator, pairs};
+    use sandlot_server::kit::tenant_workspaces::profile_workspace;
+    let server = server_with_auth(Settings::default(), authenticator());
+    for (a, b) in pairs() {
+        let thread = format!("{}-mcp", a.name);
+        let written = server
+            .call_as(&a, "sandbox_execute", json!({ "code": "write:notes.txt:secret", "thread_id": thread }))
+            .await;
+        assert_eq!(written["result"], text_result("## Execution Result\n\n**Exit code:** 0", false));
+
+        let download = |id: &str| json!({ "source": "thread", "id": id, "path": "notes.txt" });
+        let missing = format!("{}-never-used", b.name);
+        let of_a = server.call_as(&b, "files_download", download(&thread)).await;
+        let of_nobody = server.call_as(&b, "files_download", download(&missing)).await;
+        assert_eq!(common::tenants::naming(&of_a, &thread), common::tenants::naming(&of_nobody, &missing));
+        assert_eq!(of_a["result"], text_result(&format!("no file \"notes.txt\" in thread {thread}"), true));
+
+        let refused = |thread: &str| {
+            let message =
+                format!("invalid thread_id: thread {thread:?} is not available to this caller; use another thread_id");
+            json!({ "jsonrpc": "2.0", "id": 7, "error": { "code": -32602, "message": message, "data": { "kind": "invalid_argument", "field": "thread_id" } } })
+        };
+        let run = |thread: &str| json!({ "code": "cat:notes.txt", "thread_id": thread });
+        assert_eq!(without_trace_id(server.call_as(&b, "sandbox_execute", run(&thread)).await), refused(&thread));
+        // Nor before A ever used them: A's derived workspaces of the other profiles.
+        for prefix in ["codegen", "osb"] {
+            let derived = profile_workspace(prefix, a.name, None).unwrap().to_string();
+            assert_eq!(without_trace_id(server.call_as(&b, "sandbox_execute", run(&derived)).await), refused(&derived));
+            assert!(!server.root.path().join("conversations").join(&derived).exists(), "{derived}");
+        }
+        // While A runs in the thread, B is refused the same way, not told the thread is busy.
+        let running = {
+            let (server, a, thread) = (server.router.clone(), a.bearer.clone(), thread.clone());
+            tokio::spawn(async move {
+                let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": "sandbox_execute", "arguments": { "code": "sleep:10000", "thread_id": thread } } });
+                server.oneshot(post(MCP, &body.to_string(), Some(&a), "10.0.0.1")).await
+            })
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while server.state.engine.active_runs() == 0 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(without_trace_id(server.call_as(&b, "sandbox_execute", run(&thread)).await), refused(&thread));
+        running.abort();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while server.state.engine.active_runs() > 0 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let history = server.state.engine.history().unwrap();
+        assert_eq!(
+            history.list_for(&sandlot_core::Tenant::new(b.name), None, 10).unwrap(),
+            Vec::new(),
+            "B ran nothing"
+        );
+
+        // A and the admin read it and run in it.
+        for who in [&a, &admin()] {
+            assert_eq!(
+                server.call_as(who, "files_download", download(&thread)).await["result"],
+                text_result("secret", false)
+            );
+            let read = server.call_as(who, "sandbox_execute", run(&thread)).await;
+            assert_eq!(
+                read["result"]["content"][0]["text"],
+                "## Execution Result\n\n**stdout:**\n```\nsecret\n```\n\n**Exit code:** 0"
+            );
+        }
+    }
 }

@@ -29,9 +29,13 @@ async fn send(router: &axum::Router, request: Request<Body>) -> (StatusCode, Val
 }
 
 fn post(path: &str, body: &Value) -> Request<Body> {
+    post_as(path, body, "tok")
+}
+
+fn post_as(path: &str, body: &Value, bearer: &str) -> Request<Body> {
     Request::post(format!("/p/baponi{path}"))
         .header(header::HOST, "localhost")
-        .header(header::AUTHORIZATION, "Bearer tok")
+        .header(header::AUTHORIZATION, format!("Bearer {bearer}"))
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from(body.to_string()))
         .unwrap()
@@ -323,6 +327,11 @@ impl sandlot_core::Backend for Scripted {
 }
 
 fn running_router() -> (tempfile::TempDir, axum::Router) {
+    running_router_with(Authenticator::token("tok"))
+}
+
+/// A router over the scripted backend and a run history, taking the credentials `auth` checks.
+fn running_router_with(auth: Authenticator) -> (tempfile::TempDir, axum::Router) {
     let (root, mut state) = common::state("secret", None);
     let history = sandlot_core::History::open(root.path().join("history.db"), false).unwrap();
     let engine = sandlot_core::Engine::new(
@@ -332,7 +341,7 @@ fn running_router() -> (tempfile::TempDir, axum::Router) {
     )
     .with_history(history);
     state.engine = std::sync::Arc::new(engine);
-    let router = app(state, Authenticator::token("tok"), HttpOptions::new(AllowedHosts::new(vec!["localhost".into()])));
+    let router = app(state, auth, HttpOptions::new(AllowedHosts::new(vec!["localhost".into()])));
     (root, router)
 }
 
@@ -401,7 +410,7 @@ async fn streaming_sends_status_output_and_result_and_the_status_is_kept() {
     let (status, events) = lines(&router, ndjson("/v1/sandbox/execute", &json!({ "code": "print hi" }))).await;
     assert_eq!(status, StatusCode::OK);
     let trace = events[0]["trace_id"].as_str().unwrap().to_owned();
-    assert!(trace.starts_with("trc_") && trace.len() == 24, "{trace}");
+    assert!(trace.starts_with("trc_") && trace.len() == 36, "{trace}");
     let result = json!({ "success": true, "stdout": "hi\n", "stderr": "", "exit_code": 0, "error": null });
     assert_eq!(
         events,
@@ -474,4 +483,205 @@ async fn a_busy_thread_is_409_and_cancel_stops_the_running_execution() {
     );
     let (status, again) = send(&router, post(&format!("/v1/executions/{trace}/cancel"), &json!({}))).await;
     assert_eq!((status, again), (StatusCode::OK, json!({ "trace_id": trace, "status": "cancelled" })));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Tenants (docs/security.md, "Tenants"): for two JWT subjects and for two named tokens, B finds nothing of A's: a
+// thread of A's answers B exactly as a thread that does not exist, and a trace id of A's as an unknown one; A still
+// sees its own, and the admin sees A's.
+
+fn get_as(path: &str, bearer: &str) -> Request<Body> {
+    Request::get(format!("/p/baponi{path}"))
+        .header(header::HOST, "localhost")
+        .header(header::AUTHORIZATION, format!("Bearer {bearer}"))
+        .body(Body::empty())
+        .unwrap()
+}
+
+/// `status` and `body` as one JSON value with every `id` written `<id>` (see `common::tenants::naming`).
+fn answer(status: StatusCode, body: &Value, id: &str) -> String {
+    common::tenants::naming(&json!({ "status": status.as_u16(), "body": body }), id)
+}
+
+#[tokio::test]
+async fn another_tenants_thread_is_a_thread_that_does_not_exist_to_the_files_api() {
+    use common::tenants::{admin, authenticator, pairs};
+    let (root, router) = running_router_with(authenticator());
+    for (a, b) in pairs() {
+        let thread = format!("{}-files", a.name);
+        let missing = format!("{}-never-used", b.name);
+        // A's upload makes the thread A's.
+        let upload = json!({ "source": "thread", "id": thread, "path": "in/a.txt", "content_length": 5 });
+        let (status, signed) = send(&router, post_as("/v1/files/upload_url", &upload, &a.bearer)).await;
+        assert_eq!(status, StatusCode::OK, "{signed}");
+        let put = Request::put(local(&signed["url"]))
+            .header(header::HOST, "localhost")
+            .header(header::CONTENT_TYPE, "application/octet-stream")
+            .body(Body::from("hello"))
+            .unwrap();
+        assert_eq!(send(&router, put).await.0, StatusCode::CREATED);
+
+        // B lists, and asks to download, A's thread as a thread that does not exist.
+        for (route, request) in [
+            ("/v1/files/list", json!({ "source": "thread" })),
+            ("/v1/files/list", json!({ "source": "thread", "path": "in" })),
+            ("/v1/files/download_url", json!({ "source": "thread", "path": "in/a.txt" })),
+        ] {
+            let with_id = |id: &str| {
+                let mut request = request.clone();
+                request["id"] = json!(id);
+                request
+            };
+            let (status, of_a) = send(&router, post_as(route, &with_id(&thread), &b.bearer)).await;
+            let (missing_status, of_nobody) = send(&router, post_as(route, &with_id(&missing), &b.bearer)).await;
+            assert_eq!(
+                answer(status, &of_a, &thread),
+                answer(missing_status, &of_nobody, &missing),
+                "{route} {request}"
+            );
+        }
+        let (status, listed) =
+            send(&router, post_as("/v1/files/list", &json!({ "source": "thread", "id": thread }), &b.bearer)).await;
+        assert_eq!((status, listed), (StatusCode::OK, json!({ "files": [], "truncated": false })));
+
+        // B cannot write into it: no upload URL is signed.
+        let upload = json!({ "source": "thread", "id": thread, "path": "planted.txt", "content_length": 1 });
+        let (status, refused) = send(&router, post_as("/v1/files/upload_url", &upload, &b.bearer)).await;
+        let message = format!("id: thread {thread:?} is not available to this caller; use another id");
+        assert_eq!(
+            (status, refused),
+            (StatusCode::BAD_REQUEST, json!({ "error": "validation_error", "message": message }))
+        );
+
+        // A sees its own; the admin sees A's and gets a URL that serves the file.
+        for who in [&a, &admin()] {
+            let (status, listed) =
+                send(&router, post_as("/v1/files/list", &json!({ "source": "thread", "id": thread }), &who.bearer))
+                    .await;
+            let paths: Vec<_> = listed["files"].as_array().unwrap().iter().map(|f| f["path"].clone()).collect();
+            assert_eq!((status, paths), (StatusCode::OK, vec![json!("in/a.txt")]), "{}", who.name);
+        }
+        let request = json!({ "source": "thread", "id": thread, "path": "in/a.txt" });
+        let (status, signed) = send(&router, post_as("/v1/files/download_url", &request, &admin().bearer)).await;
+        assert_eq!(status, StatusCode::OK, "{signed}");
+        let download =
+            Request::get(local(&signed["url"])).header(header::HOST, "localhost").body(Body::empty()).unwrap();
+        let response = router.clone().oneshot(download).await.unwrap();
+        assert_eq!(response.into_body().collect().await.unwrap().to_bytes().as_ref(), b"hello");
+    }
+    assert!(!root.path().join("qa-never-used").exists() && !root.path().join("bob-never-used").exists());
+}
+
+#[tokio::test]
+async fn another_tenants_derived_workspace_is_neither_read_nor_planted_through_the_files_api() {
+    use common::tenants::{authenticator, pairs};
+    use sandlot_server::kit::tenant_workspaces::profile_workspace;
+    let (root, router) = running_router_with(authenticator());
+    for (a, b) in pairs() {
+        for prefix in ["codegen", "osb"] {
+            let of_a = profile_workspace(prefix, a.name, None).unwrap().to_string();
+            // Before A ever used it, B can make it no more than after.
+            let upload = json!({ "source": "thread", "id": of_a, "path": "plant.txt", "content_length": 1 });
+            let (status, refused) = send(&router, post_as("/v1/files/upload_url", &upload, &b.bearer)).await;
+            assert_eq!((status, &refused["error"]), (StatusCode::BAD_REQUEST, &json!("validation_error")), "{refused}");
+            assert!(!root.path().join(&of_a).exists(), "{of_a}: a refused upload URL makes nothing");
+            // A's own workspace, once A wrote there, lists nothing to B.
+            let upload = json!({ "source": "thread", "id": of_a, "path": "mine.txt", "content_length": 2 });
+            let (status, signed) = send(&router, post_as("/v1/files/upload_url", &upload, &a.bearer)).await;
+            assert_eq!(status, StatusCode::OK, "{signed}");
+            let put =
+                Request::put(local(&signed["url"])).header(header::HOST, "localhost").body(Body::from("hi")).unwrap();
+            assert_eq!(send(&router, put).await.0, StatusCode::CREATED);
+            let list = json!({ "source": "thread", "id": of_a });
+            let (status, listed) = send(&router, post_as("/v1/files/list", &list, &b.bearer)).await;
+            assert_eq!((status, listed), (StatusCode::OK, json!({ "files": [], "truncated": false })), "{of_a}");
+        }
+    }
+}
+
+/// The trace id of the execution whose NDJSON stream this is: its first line's.
+async fn first_trace(body: &mut Body) -> String {
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    let status: Value = serde_json::from_slice(&first).unwrap();
+    status["trace_id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn trace_ids_are_whole_and_name_only_the_callers_own_executions() {
+    use common::tenants::{admin, authenticator, pairs};
+    let (_root, router) = running_router_with(authenticator());
+    let unknown = format!("trc_{}", "0".repeat(32));
+    for (a, b) in pairs() {
+        let mut stream = ndjson("/v1/sandbox/execute", &json!({ "code": "print hi" }));
+        stream.headers_mut().insert(header::AUTHORIZATION, format!("Bearer {}", a.bearer).parse().unwrap());
+        let (status, events) = lines(&router, stream).await;
+        assert_eq!(status, StatusCode::OK);
+        let trace = events[0]["trace_id"].as_str().unwrap().to_owned();
+        assert!(trace.starts_with("trc_") && trace.len() == 36, "{trace}");
+
+        // B gets for A's trace id exactly what it gets for an unknown one, on every route.
+        let routes = |trace: &str| {
+            [
+                get_as(&format!("/v1/executions/{trace}"), &b.bearer),
+                get_as(&format!("/v1/executions/{trace}/output"), &b.bearer),
+                post_as(&format!("/v1/executions/{trace}/cancel"), &json!({}), &b.bearer),
+            ]
+        };
+        for (of_a, of_nobody) in routes(&trace).into_iter().zip(routes(&unknown)) {
+            let (status, body) = send(&router, of_a).await;
+            let (unknown_status, unknown_body) = send(&router, of_nobody).await;
+            assert_eq!(answer(status, &body, &trace), answer(unknown_status, &unknown_body, &unknown));
+            assert_eq!((status, &body["error"]), (StatusCode::NOT_FOUND, &json!("not_found")));
+        }
+
+        // A finds its own by the whole id, never by a prefix; the admin finds A's.
+        let (status, own) = send(&router, get_as(&format!("/v1/executions/{trace}"), &a.bearer)).await;
+        assert_eq!((status, &own["status"], &own["stdout"]), (StatusCode::OK, &json!("success"), &json!("hi\n")));
+        let prefix = &trace[..24];
+        let (status, body) = send(&router, get_as(&format!("/v1/executions/{prefix}"), &a.bearer)).await;
+        let message = format!("no execution {prefix:?}");
+        assert_eq!((status, body), (StatusCode::NOT_FOUND, json!({ "error": "not_found", "message": message })));
+        let (status, seen) = send(&router, get_as(&format!("/v1/executions/{trace}"), &admin().bearer)).await;
+        assert_eq!((status, seen), (StatusCode::OK, own));
+    }
+}
+
+#[tokio::test]
+async fn another_tenants_running_execution_is_unknown_and_cannot_be_cancelled() {
+    use common::tenants::{admin, authenticator, pairs};
+    let (_root, router) = running_router_with(authenticator());
+    for (a, b) in pairs() {
+        let thread = format!("{}-long", a.name);
+        let mut stream = ndjson("/v1/sandbox/execute", &json!({ "code": "sleep", "thread_id": thread }));
+        stream.headers_mut().insert(header::AUTHORIZATION, format!("Bearer {}", a.bearer).parse().unwrap());
+        let response = router.clone().oneshot(stream).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let mut body = response.into_body();
+        let trace = first_trace(&mut body).await;
+        let unknown = format!("trc_{}", "f".repeat(32));
+
+        let cancel = |trace: &str, bearer: &str| post_as(&format!("/v1/executions/{trace}/cancel"), &json!({}), bearer);
+        let (status, refused) = send(&router, cancel(&trace, &b.bearer)).await;
+        let (unknown_status, unknown_body) = send(&router, cancel(&unknown, &b.bearer)).await;
+        assert_eq!(answer(status, &refused, &trace), answer(unknown_status, &unknown_body, &unknown));
+        let (status, body_b) = send(&router, get_as(&format!("/v1/executions/{trace}"), &b.bearer)).await;
+        assert_eq!((status, &body_b["error"]), (StatusCode::NOT_FOUND, &json!("not_found")));
+        // B's run into A's thread is refused as a bad thread_id, not as busy: the thread is not B's to know about.
+        let request = json!({ "code": "print x", "thread_id": thread });
+        let (status, refused) = send(&router, post_as("/v1/sandbox/execute", &request, &b.bearer)).await;
+        let message = format!("thread_id: thread {thread:?} is not available to this caller; use another thread_id");
+        assert_eq!(
+            (status, refused),
+            (StatusCode::BAD_REQUEST, json!({ "error": "validation_error", "message": message }))
+        );
+
+        // Still running for A; the admin may cancel it.
+        let (status, own) = send(&router, get_as(&format!("/v1/executions/{trace}"), &a.bearer)).await;
+        assert_eq!((status, &own["status"]), (StatusCode::OK, &json!("running")));
+        let (status, cancelled) = send(&router, cancel(&trace, &admin().bearer)).await;
+        assert_eq!((status, cancelled), (StatusCode::OK, json!({ "trace_id": trace, "status": "cancelled" })));
+        let rest = body.collect().await.unwrap().to_bytes();
+        let last: Value = serde_json::from_str(String::from_utf8_lossy(&rest).lines().last().unwrap()).unwrap();
+        assert_eq!((&last["type"], &last["status"]), (&json!("result"), &json!("cancelled")));
+    }
 }

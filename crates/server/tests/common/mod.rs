@@ -8,6 +8,8 @@ use std::sync::Arc;
 use sandlot_core::{Backend, Engine, EngineConfig, Job, OutputSink, RunOutcome, RunnerInfo, Signer, Workspaces};
 use sandlot_server::{AppState, FileUrls};
 
+pub mod tenants;
+
 /// A backend with no runner.
 pub struct NoRunners;
 

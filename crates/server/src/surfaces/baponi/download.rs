@@ -3,19 +3,22 @@
 //! than 1 MiB or binary is refused with a pointer to the REST Files API.
 //!
 //! Invariant: files are opened only by [`sandlot_core::Workspaces::open`] or [`sandlot_core::open_in_dir`], as
-//! sandlot's own `/files` downloads and `resources/read` are: beneath the root, never through a symlink.
+//! sandlot's own `/files` downloads and `resources/read` are: beneath the root, never through a symlink. A thread's
+//! through the caller's [`TenantView`]: another tenant's thread is answered exactly as a thread that does not
+//! exist. Volumes are the operator's, shared by every tenant.
 
 use std::io::Read;
 
 use base64::Engine as _;
 use rmcp::ErrorData as McpError;
 use rmcp::model::{CallToolResult, ContentBlock};
-use sandlot_core::{ConversationId, Error};
+use sandlot_core::{ConversationId, Error, Tenant};
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::BaponiState;
 use super::execute::validate_thread_id;
+use crate::kit::conversation_access::TenantView;
 use crate::kit::rpc_errors as errors;
 
 /// The most bytes returned inline.
@@ -53,8 +56,8 @@ fn use_files_api(message: String) -> CallToolResult {
     ))])
 }
 
-/// Runs `files_download`.
-pub async fn call(state: &BaponiState, arguments: Value) -> Result<CallToolResult, McpError> {
+/// Runs `files_download` for `tenant`.
+pub async fn call(state: &BaponiState, tenant: &Tenant, arguments: Value) -> Result<CallToolResult, McpError> {
     let Value::Object(object) = &arguments else {
         return Err(errors::invalid_argument("arguments", "arguments must be a JSON object"));
     };
@@ -77,8 +80,8 @@ pub async fn call(state: &BaponiState, arguments: Value) -> Result<CallToolResul
                 return Err(errors::invalid_argument("id", format!("invalid thread id: {message}")));
             }
             let conversation = ConversationId::parse(&id).map_err(|e| errors::from_engine(&e))?;
-            let workspaces = state.app.engine.workspaces().clone();
-            Box::new(move || workspaces.open(&conversation, &open_path))
+            let (engine, tenant) = (state.app.engine.clone(), tenant.clone());
+            Box::new(move || TenantView::new(&engine, &tenant, conversation)?.open(&open_path))
         }
         Source::Volume => {
             let Some(volume) = state.volumes.get(&id) else {

@@ -8,17 +8,22 @@
 //! - One execution per thread at a time: a second one while the first runs gets [`ExecuteError::ThreadBusy`] at
 //!   once (REST answers 409, MCP an error), rather than queueing as sandlot's own tools do.
 //! - `metadata` goes to the run history as given; `env_vars` into the run's environment.
-//! - A run is named to Baponi clients by a trace id, `trc_` + the first 20 hex digits of sandlot's run id
-//!   ([`trace_id`], [`run_id_of`]).
+//! - A thread belongs to the tenant that first used it (`Engine::run_as`): another tenant's thread, or another
+//!   tenant's derived workspace (`kit::conversation_access`), is refused as an invalid `thread_id` before anything
+//!   is marked or run, so it is never reported busy either.
+//! - A run is named to Baponi clients by a trace id, `trc_` + sandlot's whole run id ([`trace_id`]), found again
+//!   only whole and only among the caller's own runs ([`run_id_of`]): no shortened id is guessed, and another
+//!   tenant's trace id is an unknown one.
 
 use std::collections::BTreeMap;
 
-use sandlot_core::{ConversationId, Layout, OutputSink, RunReport, RunRequest};
+use sandlot_core::{ConversationId, Layout, OutputSink, RunReport, RunRequest, Tenant};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::BaponiState;
+use crate::kit::conversation_access;
 
 /// Where a thread's directory is mounted in the sandbox.
 pub const HOME: &str = "/home/baponi";
@@ -264,41 +269,56 @@ fn is_reserved(name: &str) -> bool {
     RESERVED_NAMES.contains(&name) || RESERVED_PREFIXES.iter().any(|p| name.starts_with(p)) || name.ends_with("_PROXY")
 }
 
-/// Baponi's trace id of a sandlot run: `trc_` and the first 20 hex digits of the run id.
+/// Baponi's trace id of a sandlot run: `trc_` and the whole run id.
 pub fn trace_id(run_id: &str) -> String {
-    format!("trc_{}", &run_id[..run_id.len().min(20)])
+    format!("trc_{run_id}")
 }
 
-/// The sandlot run a trace id names, found by prefix among the runs executing now and then in the history;
-/// `None` for a malformed trace id or an unknown run.
-pub fn run_id_of(state: &BaponiState, trace_id: &str) -> Result<Option<String>, sandlot_core::Error> {
-    let Some(prefix) = trace_id.strip_prefix("trc_") else {
+/// The run a trace id names, if it is `tenant`'s (an admin's: any): looked up whole among the runs executing now
+/// (those in a conversation the tenant owns) and then in the history (those it asked for, `History::find_for`).
+/// `None` for a malformed trace id, an unknown run and another tenant's, alike.
+pub fn run_id_of(state: &BaponiState, tenant: &Tenant, trace_id: &str) -> Result<Option<String>, sandlot_core::Error> {
+    let Some(run_id) = trace_id.strip_prefix("trc_") else {
         return Ok(None);
     };
-    let well_formed =
-        (1..=20).contains(&prefix.len()) && prefix.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    // Run ids are 32 lowercase hex digits (a simple UUID).
+    let well_formed = run_id.len() == 32 && run_id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
     if !well_formed {
         return Ok(None);
     }
-    if let Some((run_id, _, _)) = state.app.engine.in_flight().into_iter().find(|(id, _, _)| id.starts_with(prefix)) {
-        return Ok(Some(run_id));
+    let engine = &state.app.engine;
+    if let Some((_, conversation, _)) = engine.in_flight().into_iter().find(|(id, _, _)| id == run_id) {
+        let owner = engine.owner_of(&conversation)?;
+        let own = tenant.is_admin() || owner.is_some_and(|owner| tenant.may_use(&owner));
+        return Ok(own.then(|| run_id.to_owned()));
     }
-    match state.app.engine.history() {
-        Some(history) => history.find_by_prefix(prefix),
+    match engine.history() {
+        Some(history) => history.find_for(tenant, run_id),
         None => Ok(None),
     }
 }
 
-/// Runs one execution to its end (see the module's rules). Output goes to `sink` as it comes; cancelling `cancel`
+/// Checks that `tenant` may run in the thread `args` names (none: a fresh conversation, always): another tenant's
+/// is [`ExecuteError::Invalid`] `thread_id`, as the engine would refuse the run. For a face that must know before
+/// it marks anything (REST registers an execution for `/cancel`); [`execute`] checks it too.
+pub fn admit(state: &BaponiState, tenant: &Tenant, args: &ExecuteArgs) -> Result<(), ExecuteError> {
+    let Some(thread_id) = &args.thread_id else {
+        return Ok(());
+    };
+    let conversation = ConversationId::parse(thread_id).map_err(from_engine)?;
+    conversation_access::admit_run(&state.app.engine, tenant, &conversation).map_err(from_engine)
+}
+
+/// Runs one execution for `tenant` to its end (see the module's rules). Output goes to `sink` as it comes; cancelling `cancel`
 /// stops the run (its report then says cancelled).
 pub async fn execute(
     state: &BaponiState,
     args: ExecuteArgs,
-    caller: String,
+    tenant: &Tenant,
     sink: &dyn OutputSink,
     cancel: CancellationToken,
 ) -> Result<RunReport, ExecuteError> {
-    execute_as(state, args, caller, sink, cancel, ephemeral_conversation()).await
+    execute_as(state, args, tenant, sink, cancel, ephemeral_conversation()).await
 }
 
 /// A fresh conversation id for a run without a thread.
@@ -311,7 +331,7 @@ pub fn ephemeral_conversation() -> String {
 pub async fn execute_as(
     state: &BaponiState,
     args: ExecuteArgs,
-    caller: String,
+    tenant: &Tenant,
     sink: &dyn OutputSink,
     cancel: CancellationToken,
     ephemeral: String,
@@ -326,6 +346,8 @@ pub async fn execute_as(
             ));
         }
     }
+    // Before the busy mark: another tenant's thread is refused, not reported busy.
+    admit(state, tenant, &args)?;
     // Held until the run has ended: the thread's busy mark, or the removal of the ephemeral conversation.
     let (conversation_id, _hold) = match &args.thread_id {
         Some(thread_id) => (thread_id.clone(), Hold::Thread(state.claim_thread(thread_id)?)),
@@ -342,19 +364,24 @@ pub async fn execute_as(
         stdin: Vec::new(),
         env: args.env_vars.unwrap_or_default(),
         timeout: args.timeout.map(std::time::Duration::from_secs),
-        caller,
+        caller: tenant.name().to_owned(),
         metadata: args.metadata.map(Value::Object),
         layout: LAYOUT,
         mounts: state.volumes.mounts(),
         alongside: false,
         cancel,
     };
-    state.app.engine.run(request, sink).await.map_err(from_engine)
+    state.app.engine.run_as(tenant, request, sink).await.map_err(from_engine)
 }
 
-/// An engine error, with its argument names turned into Baponi's.
+/// An engine error, with its argument names turned into Baponi's; another tenant's thread is an invalid
+/// `thread_id`.
 fn from_engine(error: sandlot_core::Error) -> ExecuteError {
     match error {
+        sandlot_core::Error::ConversationTaken { conversation } => ExecuteError::Invalid {
+            field: "thread_id".to_owned(),
+            message: format!("thread {conversation:?} is not available to this caller; use another thread_id"),
+        },
         sandlot_core::Error::InvalidArgument { field, message } => {
             let field = match field {
                 "timeoutSeconds" => "timeout",
@@ -503,7 +530,7 @@ mod tests {
     }
 
     #[test]
-    fn trace_ids_are_the_run_id_prefix() {
-        assert_eq!(trace_id("0123456789abcdef0123456789abcdef"), "trc_0123456789abcdef0123");
+    fn a_trace_id_is_the_whole_run_id() {
+        assert_eq!(trace_id("0123456789abcdef0123456789abcdef"), "trc_0123456789abcdef0123456789abcdef");
     }
 }

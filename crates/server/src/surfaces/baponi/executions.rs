@@ -7,20 +7,23 @@
 //! - `GET /v1/executions/{trace_id}/output?after_seq=N` → NDJSON: an ended execution's events again (status, its
 //!   stdout, its stderr, result), those after `seq` N; a running one's from now on, to its result.
 //!
-//! A trace id is `trc_` + the first 20 hex digits of the run id ([`super::trace_id`]). 404 `not_found` for an
-//! unknown one, 503 when the server keeps no history.
+//! A trace id is `trc_` + the whole run id ([`super::trace_id`]), found only whole and only among the caller's own
+//! runs ([`super::run_id_of`], `History::get_for`, `History::output_for`): 404 `not_found` for an unknown one and
+//! for another tenant's alike (an admin's caller sees every run), 503 when the server keeps no history.
 
 use std::collections::HashMap;
 
+use axum::Extension;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use sandlot_core::{Outcome, OutputLookup, RunOutput, RunRecord};
+use sandlot_core::{Outcome, OutputLookup, RunOutput, RunRecord, Tenant};
 use serde_json::{Value, json};
 
 use super::BaponiState;
 use super::ndjson::{Ndjson, follow};
-use super::rest::{RestState, refuse};
+use super::rest::{RestState, refuse, tenant_of};
+use crate::kit::Caller;
 
 /// Baponi's status of a recorded run.
 fn status(record: &RunRecord) -> &'static str {
@@ -59,8 +62,12 @@ fn result_of(record: &RunRecord, output: Option<&RunOutput>) -> Value {
     })
 }
 
-/// The run a trace id names, with its record and kept output.
-fn lookup(state: &BaponiState, trace_id: &str) -> Result<(String, RunRecord, Option<RunOutput>), Box<Response>> {
+/// The run a trace id names, if it is `tenant`'s, with its record and kept output.
+fn lookup(
+    state: &BaponiState,
+    tenant: &Tenant,
+    trace_id: &str,
+) -> Result<(String, RunRecord, Option<RunOutput>), Box<Response>> {
     let not_found = || Box::new(refuse(StatusCode::NOT_FOUND, "not_found", &format!("no execution {trace_id:?}")));
     let Some(history) = state.app.engine.history() else {
         return Err(Box::new(refuse(
@@ -73,9 +80,9 @@ fn lookup(state: &BaponiState, trace_id: &str) -> Result<(String, RunRecord, Opt
         tracing::error!(%error, "cannot read the run history");
         Box::new(refuse(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "cannot read the execution history"))
     };
-    let run_id = super::run_id_of(state, trace_id).map_err(internal)?.ok_or_else(not_found)?;
-    let record = history.get(&run_id).map_err(internal)?.ok_or_else(not_found)?;
-    let output = match history.output(&run_id).map_err(internal)? {
+    let run_id = super::run_id_of(state, tenant, trace_id).map_err(internal)?.ok_or_else(not_found)?;
+    let record = history.get_for(tenant, &run_id).map_err(internal)?.ok_or_else(not_found)?;
+    let output = match history.output_for(tenant, &run_id).map_err(internal)? {
         OutputLookup::Kept(output) => Some(output),
         OutputLookup::UnknownRun | OutputLookup::NotKept => None,
     };
@@ -83,8 +90,12 @@ fn lookup(state: &BaponiState, trace_id: &str) -> Result<(String, RunRecord, Opt
 }
 
 /// `GET /v1/executions/{trace_id}`.
-pub async fn get(State(rest): State<RestState>, Path(trace_id): Path<String>) -> Response {
-    let (_, record, output) = match lookup(&rest.baponi, &trace_id) {
+pub async fn get(
+    State(rest): State<RestState>,
+    caller: Option<Extension<Caller>>,
+    Path(trace_id): Path<String>,
+) -> Response {
+    let (_, record, output) = match lookup(&rest.baponi, &tenant_of(caller), &trace_id) {
         Ok(found) => found,
         Err(response) => return *response,
     };
@@ -104,8 +115,12 @@ pub async fn get(State(rest): State<RestState>, Path(trace_id): Path<String>) ->
 }
 
 /// `POST /v1/executions/{trace_id}/cancel`.
-pub async fn cancel(State(rest): State<RestState>, Path(trace_id): Path<String>) -> Response {
-    let (run_id, record, _) = match lookup(&rest.baponi, &trace_id) {
+pub async fn cancel(
+    State(rest): State<RestState>,
+    caller: Option<Extension<Caller>>,
+    Path(trace_id): Path<String>,
+) -> Response {
+    let (run_id, record, _) = match lookup(&rest.baponi, &tenant_of(caller), &trace_id) {
         Ok(found) => found,
         Err(response) => return *response,
     };
@@ -132,6 +147,7 @@ pub async fn cancel(State(rest): State<RestState>, Path(trace_id): Path<String>)
 /// `GET /v1/executions/{trace_id}/output`.
 pub async fn output(
     State(rest): State<RestState>,
+    caller: Option<Extension<Caller>>,
     Path(trace_id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
@@ -142,7 +158,8 @@ pub async fn output(
     };
     // Subscribed before the lookup, so a run that ends in between is not missed.
     let events = rest.baponi.app.engine.subscribe();
-    let (run_id, record, output) = match lookup(&rest.baponi, &trace_id) {
+    let tenant = tenant_of(caller);
+    let (run_id, record, output) = match lookup(&rest.baponi, &tenant, &trace_id) {
         Ok(found) => found,
         Err(response) => return *response,
     };
@@ -167,7 +184,7 @@ pub async fn output(
         tokio::spawn(async move {
             out.send(json!({ "type": "status", "trace_id": trace_id, "status": status(&record) })).await;
             let ended = follow(&mut out, events, &run_id).await;
-            if ended && let Ok((_, record, output)) = lookup(&state, &trace_id) {
+            if ended && let Ok((_, record, output)) = lookup(&state, &tenant, &trace_id) {
                 let truncated = output.as_ref().is_some_and(|o| o.stdout_truncated || o.stderr_truncated);
                 let result = result_of(&record, output.as_ref());
                 out.send(json!({ "type": "result", "trace_id": trace_id, "status": status(&record), "result": result, "output_truncated": truncated })).await;

@@ -7,12 +7,17 @@
 //!   `{url, method: "PUT", headers: [{name: "Content-Type", value}], expires_at}` to `PUT /files/...?op=put`
 //!   (upload signature, symlink-safe write within the conversation's quota).
 //!
-//! `source: "thread"` is the conversation of that id (the directory a Baponi run sees at `/home/baponi`);
-//! `source: "volume"` a configured volume (what runs see at `/data/<slug>`), 404 when none of that name is: its
-//! URLs are `volume_files`' (their own signing scopes), and `upload_url` is 403 `forbidden` for a read-only one.
+//! `source: "thread"` is the conversation of that id (the directory a Baponi run sees at `/home/baponi`), as the
+//! caller's tenant sees it: `list` and `download_url` read through its `TenantView`, so another tenant's thread is
+//! answered exactly as a thread that does not exist (no files; 404), and a URL is signed only for a file found
+//! there; `upload_url` first claims the thread (its first user becomes its owner; another tenant's is a 400 naming
+//! `id`), then signs. `source: "volume"` a configured volume (what runs see at `/data/<slug>`; the operator's,
+//! shared by every tenant), 404 when none of that name is: its URLs are `volume_files`' (their own signing scopes),
+//! and `upload_url` is 403 `forbidden` for a read-only one.
 //! Errors are Baponi's `{error, message}`: 400 `validation_error` naming the field, 403 `forbidden`, 404
 //! `not_found`, 500 `internal_error`.
 
+use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -21,9 +26,10 @@ use sandlot_core::{ConversationId, Error};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::rest::{RestState, invalid, parse_body, refuse};
+use super::rest::{RestState, invalid, parse_body, refuse, tenant_of};
 use super::volume_files;
-use crate::kit::{MAX_UPLOAD_BYTES, UPLOAD_URL_TTL};
+use crate::kit::conversation_access::{self, TenantView};
+use crate::kit::{Caller, MAX_UPLOAD_BYTES, UPLOAD_URL_TTL};
 use crate::state::unix_now;
 
 /// Lifetime of a download URL when the server's file URLs do not expire (`SANDLOT_FILE_URL_TTL` unset): Baponi's
@@ -86,7 +92,7 @@ struct ListRequest {
 }
 
 /// `POST /v1/files/list`.
-pub async fn list(State(rest): State<RestState>, body: Bytes) -> Response {
+pub async fn list(State(rest): State<RestState>, caller: Option<Extension<Caller>>, body: Bytes) -> Response {
     let state = &rest.baponi.app;
     let request: ListRequest = match parse_body(&body) {
         Ok(request) => request,
@@ -102,11 +108,11 @@ pub async fn list(State(rest): State<RestState>, body: Bytes) -> Response {
     {
         return invalid(&format!("path: {error}"));
     }
-    let workspaces = state.engine.workspaces().clone();
+    let (engine, tenant) = (state.engine.clone(), tenant_of(caller));
     let max = state.engine.config().max_files_listed;
     let max_bytes = state.engine.config().max_listed_path_bytes;
     let listed = tokio::task::spawn_blocking(move || match target {
-        Target::Thread(conversation) => workspaces.list_within(&conversation, max, max_bytes),
+        Target::Thread(conversation) => TenantView::new(&engine, &tenant, conversation)?.list_within(max, max_bytes),
         Target::Volume { volume, .. } => sandlot_core::list_in_dir(&volume.path, max, max_bytes),
     })
     .await;
@@ -146,7 +152,7 @@ struct DownloadRequest {
 }
 
 /// `POST /v1/files/download_url`.
-pub async fn download_url(State(rest): State<RestState>, body: Bytes) -> Response {
+pub async fn download_url(State(rest): State<RestState>, caller: Option<Extension<Caller>>, body: Bytes) -> Response {
     let state = &rest.baponi.app;
     let request: DownloadRequest = match parse_body(&body) {
         Ok(request) => request,
@@ -159,12 +165,13 @@ pub async fn download_url(State(rest): State<RestState>, body: Bytes) -> Respons
     if let Err(error) = sandlot_core::validate_upload_path(&request.path) {
         return invalid(&format!("path: {error}"));
     }
-    // Only a file that can be served gets a URL: the same symlink-safe open as the download itself.
-    let workspaces = state.engine.workspaces().clone();
+    // Only a file that can be served gets a URL: the same symlink-safe open as the download itself, of the thread as
+    // the caller sees it (the signed URL itself is the only authority of the download).
+    let (engine, tenant) = (state.engine.clone(), tenant_of(caller));
     let path = request.path.clone();
     let (opening, source) = (target.clone(), request.location.source.clone());
     let opened = tokio::task::spawn_blocking(move || match opening {
-        Target::Thread(id) => workspaces.open(&id, &path),
+        Target::Thread(id) => TenantView::new(&engine, &tenant, id)?.open(&path),
         Target::Volume { volume, .. } => sandlot_core::open_in_dir(&volume.path, &path),
     })
     .await;
@@ -201,7 +208,7 @@ struct UploadRequest {
 }
 
 /// `POST /v1/files/upload_url`.
-pub async fn upload_url(State(rest): State<RestState>, body: Bytes) -> Response {
+pub async fn upload_url(State(rest): State<RestState>, caller: Option<Extension<Caller>>, body: Bytes) -> Response {
     let state = &rest.baponi.app;
     let request: UploadRequest = match parse_body(&body) {
         Ok(request) => request,
@@ -226,6 +233,18 @@ pub async fn upload_url(State(rest): State<RestState>, body: Bytes) -> Response 
     let content_type = request.content_type.unwrap_or_else(|| "application/octet-stream".to_owned());
     if content_type.is_empty() || content_type.len() > 255 || content_type.chars().any(|c| c.is_control()) {
         return invalid("content_type: must be a MIME type of at most 255 characters");
+    }
+    // The thread is the caller's before anything may be written into it (the signed URL is the upload's only
+    // authority).
+    if let Target::Thread(conversation) = &target {
+        match conversation_access::claim(&state.engine, &tenant_of(caller), conversation) {
+            Ok(()) => {}
+            Err(Error::ConversationTaken { .. }) => {
+                let id = &request.location.id;
+                return invalid(&format!("id: thread {id:?} is not available to this caller; use another id"));
+            }
+            Err(error) => return internal(&error),
+        }
     }
     let expires = unix_now().saturating_add(UPLOAD_URL_TTL.as_secs());
     let url = match &target {

@@ -10,7 +10,7 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
-use sandlot_core::{Escaped, RunReport, Termination};
+use sandlot_core::{Escaped, RunReport, Tenant, Termination};
 use serde_json::{Value, json};
 
 use super::execute::{self, ExecuteError};
@@ -138,13 +138,13 @@ fn execute_error(error: ExecuteError) -> Result<CallToolResult, McpError> {
     }
 }
 
-/// The caller the HTTP auth layer put in the request, else `anonymous`.
-fn caller(context: &RequestContext<RoleServer>) -> String {
+/// The tenant of the caller the HTTP auth layer put in the request, else the ordinary tenant `anonymous`.
+fn tenant(context: &RequestContext<RoleServer>) -> Tenant {
     context
         .extensions
         .get::<axum::http::request::Parts>()
         .and_then(|parts| parts.extensions.get::<crate::kit::Caller>())
-        .map_or_else(|| "anonymous".to_owned(), |caller| caller.name.clone())
+        .map_or_else(|| Tenant::new("anonymous"), crate::kit::Caller::tenant)
 }
 
 impl ServerHandler for BaponiMcp {
@@ -186,12 +186,12 @@ impl ServerHandler for BaponiMcp {
                 };
                 // A dropped HTTP request cancels `context.ct`, and with it the run.
                 let cancel = context.ct.child_token();
-                match execute::execute(&self.state, args, caller(&context), &(), cancel).await {
+                match execute::execute(&self.state, args, &tenant(&context), &(), cancel).await {
                     Ok(report) => Ok(execution_result(&report)),
                     Err(error) => execute_error(error),
                 }
             }
-            FILES_DOWNLOAD => download::call(&self.state, arguments).await,
+            FILES_DOWNLOAD => download::call(&self.state, &tenant(&context), arguments).await,
             other => Err(McpError::invalid_params(
                 format!("unknown tool {other:?}; available: {SANDBOX_EXECUTE}, {FILES_DOWNLOAD}"),
                 Some(json!({ "kind": "unknown_tool", "trace_id": errors::trace_id(), "field": "name" })),

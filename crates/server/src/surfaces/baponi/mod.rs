@@ -11,6 +11,11 @@
 //!   live NDJSON), `executions` (`/v1/executions/{trace_id}`, its cancel and output replay) and `files_api`
 //!   (`/v1/files/list`, `download_url`, `upload_url` over sandlot's signed `/files` URLs for threads, and
 //!   `volume_files`' own signed `/v1/volumes/...` URLs for volumes).
+//!
+//! Tenants: every face takes the caller's tenant (`kit::Caller::tenant`). A thread belongs to its first user; reads
+//! of another tenant's thread find what a thread that does not exist has, writes and runs into it are an invalid
+//! thread id, and a trace id names a run only for the tenant that asked for it (an admin: for every tenant).
+//! Volumes are the operator's and shared by every tenant.
 
 mod download;
 pub mod execute;

@@ -1,16 +1,18 @@
-//! What Baponi's REST routes share: their state (the profile's, and the executions this face can cancel) and the
-//! shape of their refusals (`{"error": kind, "message": message}`, 400 `validation_error` naming the field).
+//! What Baponi's REST routes share: their state (the profile's, and the executions this face can cancel), the
+//! tenant of a request, and the shape of their refusals (`{"error": kind, "message": message}`, 400
+//! `validation_error` naming the field).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use axum::Extension;
 use axum::body::Bytes;
 use axum::http::StatusCode;
 use axum::response::Response;
 use tokio_util::sync::CancellationToken;
 
 use super::BaponiState;
-use crate::kit::rest_error;
+use crate::kit::{Caller, rest_error};
 
 /// The REST face's state: the profile's, and the cancellation of each execution it runs, by conversation.
 #[derive(Clone)]
@@ -50,6 +52,11 @@ impl Drop for Registered {
     fn drop(&mut self) {
         self.state.table().remove(&self.conversation);
     }
+}
+
+/// The tenant of a request: its caller's (sandlot's auth puts it there), else the ordinary tenant `anonymous`.
+pub(super) fn tenant_of(caller: Option<Extension<Caller>>) -> sandlot_core::Tenant {
+    caller.map_or_else(|| sandlot_core::Tenant::new("anonymous"), |Extension(caller)| caller.tenant())
 }
 
 /// A Baponi REST error: `{"error": kind, "message": message}`.

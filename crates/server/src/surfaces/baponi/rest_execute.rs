@@ -7,7 +7,8 @@
 //!   them), `keepalive` every 15 s of silence, and the `result` last. The run goes on if the client goes away
 //!   (reconnect with `/v1/executions/{trace_id}/output`).
 //!
-//! 400 `validation_error` naming the field, 409 `conflict` when the thread has an execution running, 503
+//! 400 `validation_error` naming the field (another tenant's thread is an invalid `thread_id`, checked before the
+//! execution is registered or the thread marked busy), 409 `conflict` when the thread has an execution running, 503
 //! `unavailable` (with `Retry-After`) when sandlot's queue is full. Webhook mode (`Prefer: respond-async`) is not
 //! served: 400.
 
@@ -22,7 +23,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::ndjson::{KEEPALIVE, Ndjson};
-use super::rest::{RestState, invalid, refuse};
+use super::rest::{RestState, invalid, refuse, tenant_of};
 use super::{ExecuteError, trace_id};
 use crate::kit::Caller;
 
@@ -107,12 +108,15 @@ pub async fn execute(
         Ok(args) => args,
         Err(error) => return refusal(error),
     };
-    let caller = caller.map_or_else(|| "anonymous".to_owned(), |Extension(caller): Extension<Caller>| caller.name);
+    let tenant = tenant_of(caller);
+    if let Err(error) = super::execute::admit(&rest.baponi, &tenant, &args) {
+        return refusal(error);
+    }
     let conversation = args.thread_id.clone().unwrap_or_else(super::execute::ephemeral_conversation);
     let cancel = CancellationToken::new();
     if !header(header::ACCEPT).contains("application/x-ndjson") {
         let _registered = rest.register(&conversation, cancel.clone());
-        return match super::execute::execute_as(&rest.baponi, args, caller, &(), cancel, conversation).await {
+        return match super::execute::execute_as(&rest.baponi, args, &tenant, &(), cancel, conversation).await {
             Ok(report) => axum::Json(result(&report)).into_response(),
             Err(error) => refusal(error),
         };
@@ -127,7 +131,7 @@ pub async fn execute(
         let sink = move |chunk: OutputChunk| {
             let _ = chunks_in.send(chunk);
         };
-        super::execute::execute_as(&running.baponi, args, caller, &sink, cancel, ephemeral).await
+        super::execute::execute_as(&running.baponi, args, &tenant, &sink, cancel, ephemeral).await
     });
     let run_id = loop {
         tokio::select! {
