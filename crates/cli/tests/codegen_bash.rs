@@ -32,7 +32,10 @@ fn fixture() -> Fixture {
 
 /// A caller working in a workspace (the conversation of the same name).
 fn tenant(name: &str) -> Runner {
-    Runner { caller: format!("caller-{name}"), workspace: ConversationId::parse(name).unwrap() }
+    Runner {
+        tenant: sandlot_core::Tenant::new(format!("caller-{name}")),
+        workspace: ConversationId::parse(name).unwrap(),
+    }
 }
 
 impl Fixture {
@@ -123,10 +126,10 @@ async fn a_background_shell_is_read_twice_then_killed_with_its_processes() {
     assert_eq!((text, error), (format!("shell_id: {id}\nstarted in background: {command}\n"), false));
     assert!(eventually(|| !processes("sleep 987649").is_empty()).await, "the background command never ran");
     let printed =
-        || f.shells.output(&ws.caller, &id).is_ok_and(|o| o.ends_with("\nfirst\n--- stderr (5 bytes) ---\nwarn\n"));
-    assert!(eventually(printed).await, "{:?}", f.shells.output(&ws.caller, &id));
+        || f.shells.output(&ws.tenant, &id).is_ok_and(|o| o.ends_with("\nfirst\n--- stderr (5 bytes) ---\nwarn\n"));
+    assert!(eventually(printed).await, "{:?}", f.shells.output(&ws.tenant, &id));
     for _ in 0..2 {
-        let output = f.shells.output(&ws.caller, &id).unwrap();
+        let output = f.shells.output(&ws.tenant, &id).unwrap();
         let (head, rest) = output.split_once("started: ").unwrap();
         assert_eq!(head, format!("command: {command}\nstatus: running\n"));
         let (started, rest) = rest.split_once("\n\n").unwrap();
@@ -134,11 +137,11 @@ async fn a_background_shell_is_read_twice_then_killed_with_its_processes() {
         assert_eq!(rest, "--- stdout (6 bytes) ---\nfirst\n--- stderr (5 bytes) ---\nwarn\n");
     }
     // Another tenant does not see it, and cannot kill it.
-    assert_eq!(f.shells.output(&tenant("other").caller, &id), Err(format!("unknown shell_id: {id}")));
-    assert_eq!(f.shells.kill(&tenant("other").caller, &id).await, Err(format!("unknown shell_id: {id}")));
-    assert_eq!(f.shells.kill(&ws.caller, &id).await, Ok(format!("killed: {id}\n")));
+    assert_eq!(f.shells.output(&tenant("other").tenant, &id), Err(format!("unknown shell_id: {id}")));
+    assert_eq!(f.shells.kill(&tenant("other").tenant, &id).await, Err(format!("unknown shell_id: {id}")));
+    assert_eq!(f.shells.kill(&ws.tenant, &id).await, Ok(format!("killed: {id}\n")));
     assert!(processes("sleep 987649").is_empty(), "{:?}", processes("sleep 987649"));
-    assert_eq!(f.shells.output(&ws.caller, &id), Err(format!("unknown shell_id: {id}")));
+    assert_eq!(f.shells.output(&ws.tenant, &id), Err(format!("unknown shell_id: {id}")));
     assert!(f.shells.is_empty());
 }
 
@@ -157,7 +160,7 @@ async fn a_finished_background_shell_says_its_exit_and_a_timeout_ends_one() {
     let done = text.lines().next().and_then(|l| l.strip_prefix("shell_id: ")).unwrap().to_owned();
     let (text, _) = f.bash(&ws, start("echo begun; sleep 987648", Some(1))).await;
     let timed = text.lines().next().and_then(|l| l.strip_prefix("shell_id: ")).unwrap().to_owned();
-    let status = |id: &str| f.shells.output(&ws.caller, id).unwrap();
+    let status = |id: &str| f.shells.output(&ws.tenant, id).unwrap();
     assert!(eventually(|| status(&done).contains("status: completed")).await);
     assert!(eventually(|| status(&timed).contains("status: completed")).await);
     let output = status(&done);
@@ -183,12 +186,12 @@ async fn a_tenant_holds_at_most_eight_running_shells() {
     let (text, error) = f.bash(&other, json!({"command": "echo hi", "run_in_background": true})).await;
     assert!(!error, "{text}");
     // One killed makes room.
-    f.shells.kill(&ws.caller, &ids.remove(0)).await.unwrap();
+    f.shells.kill(&ws.tenant, &ids.remove(0)).await.unwrap();
     let (text, error) = f.bash(&ws, json!({"command": "sleep 987647", "run_in_background": true})).await;
     assert!(!error, "{text}");
     ids.push(text.lines().next().and_then(|l| l.strip_prefix("shell_id: ")).unwrap().to_owned());
     for id in ids {
-        f.shells.kill(&ws.caller, &id).await.unwrap();
+        f.shells.kill(&ws.tenant, &id).await.unwrap();
     }
     assert!(processes("sleep 987647").is_empty(), "{:?}", processes("sleep 987647"));
 }

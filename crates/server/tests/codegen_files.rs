@@ -527,6 +527,112 @@ async fn jwt_subjects_never_share_a_workspace_nor_a_session() {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// Tenants (docs/security.md, "Tenants"): for two JWT subjects and two named tokens. B never names A's workspace (the
+// derivation uses B's own name); a workspace another tenant made reads to B as one that does not exist and refuses
+// B's writes and runs; A's workspace is A's through the other profiles' faces too; and B never sees A's background
+// shells. The admin sees A's.
+
+fn tenants_server() -> Server {
+    let (root, state) = common::state("secret", None);
+    let options = HttpOptions::new(AllowedHosts::new(vec!["localhost".into()]));
+    let router = app(state.clone(), common::tenants::authenticator(), options);
+    Server { _root: root, state, router }
+}
+
+/// `POST /p/baponi<route>` with `body` as `who`: the status and the JSON body.
+async fn baponi_as(server: &Server, route: &str, body: Value, who: &common::tenants::Who) -> (StatusCode, Value) {
+    let request = post_as(&format!("/p/baponi{route}"), &body.to_string(), &who.bearer);
+    let response = server.router.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    (status, serde_json::from_slice(&axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap()).unwrap())
+}
+
+#[tokio::test]
+async fn a_workspace_another_tenant_made_reads_as_missing_and_refuses_writes_and_runs() {
+    use common::tenants::{admin, pairs};
+    let server = tenants_server();
+    for (_, b) in pairs() {
+        // The admin (who may use any id) makes B's workspace `taken` first, and leaves a file there.
+        let taken = sandlot_server::surfaces::codegen::tenant::workspace_of(b.name, Some("taken")).unwrap();
+        let upload = json!({ "source": "thread", "id": taken.as_str(), "path": "planted.txt", "content_length": 4 });
+        let (status, signed) = baponi_as(&server, "/v1/files/upload_url", upload, &admin()).await;
+        assert_eq!(status, StatusCode::OK, "{signed}");
+        let url = signed["url"].as_str().unwrap().strip_prefix("http://test").unwrap().to_owned();
+        let put = Request::put(url).header(header::HOST, "localhost").body(Body::from("abcd")).unwrap();
+        assert_eq!(server.router.clone().oneshot(put).await.unwrap().status(), StatusCode::CREATED);
+
+        let mut in_taken = Session::open_as(&server, "/p/codegen/sse?workspace=taken", &b.bearer).await;
+        let mut in_fresh = Session::open_as(&server, "/p/codegen/sse?workspace=fresh", &b.bearer).await;
+        for (tool, arguments) in [
+            ("Read", json!({"file_path": "planted.txt"})),
+            ("Glob", json!({"pattern": "*"})),
+            ("Grep", json!({"pattern": "."})),
+            ("Grep", json!({"pattern": ".", "path": "planted.txt"})),
+            ("Edit", json!({"file_path": "planted.txt", "old_string": "a", "new_string": "b"})),
+        ] {
+            assert_eq!(in_taken.call(tool, arguments.clone()).await, in_fresh.call(tool, arguments).await, "{tool}");
+        }
+        let not_available =
+            format!("invalid workspace: {taken} is not available to this caller; use another workspace");
+        assert_eq!(in_taken.err("Write", json!({"file_path": "x.txt", "content": "x"})).await, not_available);
+        let bash = json!({"command": "ls", "description": "list", "run_in_background": true});
+        assert_eq!(in_taken.err("Bash", bash).await, not_available);
+        let files = server.state.engine.workspaces().files_dir(&taken);
+        assert_eq!(std::fs::read_dir(files).unwrap().count(), 1, "B wrote nothing there");
+        // B's other workspace is B's as ever.
+        in_fresh.ok("Write", json!({"file_path": "x.txt", "content": "x"})).await;
+    }
+}
+
+#[tokio::test]
+async fn a_codegen_workspace_is_its_tenants_through_the_other_profiles_too() {
+    use common::tenants::{admin, pairs};
+    let server = tenants_server();
+    for (a, b) in pairs() {
+        let mut session = Session::open_as(&server, "/p/codegen/sse", &a.bearer).await;
+        session.ok("Write", json!({"file_path": "notes.txt", "content": "A's notes\n"})).await;
+        let of_a = sandlot_server::surfaces::codegen::tenant::workspace_of(a.name, None).unwrap();
+        let list = json!({ "source": "thread", "id": of_a.as_str() });
+        let (status, listed) = baponi_as(&server, "/v1/files/list", list.clone(), &b).await;
+        assert_eq!((status, listed), (StatusCode::OK, json!({ "files": [], "truncated": false })));
+        let plant = json!({ "source": "thread", "id": of_a.as_str(), "path": "notes.txt", "content_length": 1 });
+        let (status, refused) = baponi_as(&server, "/v1/files/upload_url", plant, &b).await;
+        assert_eq!((status, &refused["error"]), (StatusCode::BAD_REQUEST, &json!("validation_error")), "{refused}");
+        let (status, listed) = baponi_as(&server, "/v1/files/list", list, &admin()).await;
+        assert_eq!((status, &listed["files"][0]["path"]), (StatusCode::OK, &json!("notes.txt")));
+        assert_eq!(session.ok("Read", json!({"file_path": "notes.txt"})).await, "1\tA's notes\n");
+    }
+}
+
+#[tokio::test]
+async fn a_background_shell_is_seen_only_by_its_tenant_and_the_admin() {
+    use common::tenants::{admin, pairs};
+    let server = tenants_server();
+    for (a, b) in pairs() {
+        let mut of_a = Session::open_as(&server, "/p/codegen/sse", &a.bearer).await;
+        let mut of_b = Session::open_as(&server, "/p/codegen/sse", &b.bearer).await;
+        let mut of_admin = Session::open_as(&server, "/p/codegen/sse", &admin().bearer).await;
+        let started =
+            of_a.ok("Bash", json!({"command": "sleep 1", "description": "wait", "run_in_background": true})).await;
+        let id = started.lines().next().unwrap().strip_prefix("shell_id: ").unwrap().to_owned();
+        let unknown = "00000000-0000-4000-8000-000000000000";
+        for tool in ["BashOutput", "KillShell"] {
+            let of_another = of_b.call(tool, json!({"shell_id": id})).await;
+            let of_nobody = of_b.call(tool, json!({"shell_id": unknown})).await;
+            assert_eq!(
+                (of_another.0.replace(&id, "<id>"), of_another.1),
+                (of_nobody.0.replace(unknown, "<id>"), of_nobody.1)
+            );
+            assert_eq!(of_another, (format!("unknown shell_id: {id}"), true));
+        }
+        for session in [&mut of_a, &mut of_admin] {
+            assert!(session.ok("BashOutput", json!({"shell_id": id})).await.starts_with("command: sleep 1\n"));
+        }
+        assert_eq!(of_admin.ok("KillShell", json!({"shell_id": id})).await, format!("killed: {id}\n"));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 // Attacks (docs/security.md): nothing outside the workspace is read or written, and nothing blocks.
 
 #[tokio::test]

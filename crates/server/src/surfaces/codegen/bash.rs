@@ -1,16 +1,16 @@
 //! `Bash` (`docs/profiles.md#codegen-sandbox-bash-and-scrubbing`): the command runs with `/bin/bash` in the sandbox (a
-//! sandlot run of language bash through `Engine::run`, the conversation at `/workspace`, the working directory, stdin
-//! closed), stdout and stderr combined in arrival order and cut at 100 KiB, a non-zero exit said by an `exit: N`
-//! trailer (not an error), a timeout by `bash: timed out after Ns` and exit 124 (the sandbox, the whole process tree,
-//! is killed), denylisted commands refused before they run, `run_in_background` handed to [`super::shells`]. Every text
-//! is scrubbed of secrets ([`sandlot_core::scrub_secrets`]).
+//! sandlot run of language bash through `Engine::run_as` for the session's tenant, the conversation at `/workspace`,
+//! the working directory, stdin closed), stdout and stderr combined in arrival order and cut at 100 KiB, a non-zero
+//! exit said by an `exit: N` trailer (not an error), a timeout by `bash: timed out after Ns` and exit 124 (the
+//! sandbox, the whole process tree, is killed), denylisted commands refused before they run, `run_in_background`
+//! handed to [`super::shells`]. Every text is scrubbed of secrets ([`sandlot_core::scrub_secrets`]).
 
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use regex::Regex;
 use rmcp::model::JsonObject;
-use sandlot_core::{ConversationId, Layout, OutputChunk, OutputSink, RunRequest, Termination};
+use sandlot_core::{ConversationId, Layout, OutputChunk, OutputSink, RunRequest, Tenant, Termination};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -75,11 +75,11 @@ pub fn denied_token(command: &str) -> Option<&str> {
     DENIED.as_ref()?.captures(command)?.get(1).map(|m| m.as_str())
 }
 
-/// Who runs a command and where: the caller (recorded in the history, and the owner of its background shells) and
-/// the workspace's conversation.
+/// Who runs a command and where: the caller's tenant (the owner of the workspace's conversation, recorded in the
+/// history, and the owner of its background shells) and the workspace's conversation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Runner {
-    pub caller: String,
+    pub tenant: Tenant,
     pub workspace: ConversationId,
 }
 
@@ -90,7 +90,7 @@ pub fn request(runner: &Runner, command: &str, timeout_secs: u64, cancel: Cancel
         language: "bash".into(),
         code: command.to_owned(),
         timeout: Some(Duration::from_secs(timeout_secs)),
-        caller: runner.caller.clone(),
+        caller: runner.tenant.name().to_owned(),
         layout: LAYOUT,
         cancel,
         ..RunRequest::default()

@@ -56,8 +56,8 @@ impl CodegenMcp {
     }
 }
 
-/// Makes a [`CodegenMcp`] for each SSE session from the request that opened it: its caller (sandlot's auth) and
-/// the `workspace` its URL names.
+/// Makes a [`CodegenMcp`] for each SSE session from the request that opened it: its caller's tenant (sandlot's
+/// auth) and the `workspace` its URL names.
 #[derive(Clone)]
 pub struct SessionMaker {
     state: CodegenState,
@@ -73,7 +73,8 @@ impl SessionFactory for SessionMaker {
     type Handler = CodegenMcp;
 
     fn for_session(&self, request: &Request, closed: CancellationToken) -> Result<CodegenMcp, Box<Response>> {
-        let caller = request.extensions().get::<Caller>().map_or("anonymous", |caller| caller.name.as_str());
+        let caller =
+            request.extensions().get::<Caller>().map_or_else(|| sandlot_core::Tenant::new("anonymous"), Caller::tenant);
         let query = request.uri().query().unwrap_or("");
         let named = url_query(query, "workspace");
         let tenant = Tenant::new(caller, named.as_deref()).map_err(|message| {
@@ -145,7 +146,7 @@ impl ServerHandler for CodegenMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         // A session id is a capability, but only for the caller that opened it.
-        if caller_of(&context).is_some_and(|caller| caller != self.tenant.caller) {
+        if caller_of(&context).is_some_and(|caller| caller != self.tenant.caller.name()) {
             let message = "this session belongs to another caller";
             return Err(McpError::new(ErrorCode::INVALID_REQUEST, message, None));
         }

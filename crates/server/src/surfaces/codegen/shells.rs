@@ -1,23 +1,25 @@
 //! Background shells (`Bash` with `run_in_background`, `BashOutput`, `KillShell`;
 //! `docs/profiles.md#codegen-sandbox-bash-and-scrubbing`). A background command is a sandlot run that outlives its
-//! call: a spawned task holds `Engine::run` (recorded in the history like any run; it releases its conversation's turn
-//! so the workspace's next commands need not wait for it) with its own cancellation token, a child of the server's
-//! shutdown token. Its output is buffered here, 1 MiB per stream. It ends by itself, at its timeout (the one given,
-//! else the longest, 600 s), by `KillShell` (the sandbox and every process in it are killed before the answer), or when
-//! the server stops.
+//! call: a spawned task holds `Engine::run_as` (recorded in the history like any run; it releases its conversation's
+//! turn so the workspace's next commands need not wait for it) with its own cancellation token, a child of the
+//! server's shutdown token. Its output is buffered here, 1 MiB per stream. It ends by itself, at its timeout (the one
+//! given, else the longest, 600 s), by `KillShell` (the sandbox and every process in it are killed before the answer),
+//! or when the server stops.
 //!
 //! Bounded: a tenant (a caller, whichever of its workspaces the shell runs in) holds at most
 //! [`MAX_SHELLS_PER_TENANT`] shells and the server [`MAX_SHELLS`]; a new one forgets the oldest finished shell to make
-//! room, and is refused while all are running. A tenant sees only its own shells: another's id is an unknown one.
+//! room, and is refused while all are running. A tenant sees only its own shells: another's id is an unknown one (an
+//! admin sees every tenant's).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
-use sandlot_core::{Engine, OutputChunk, OutputSink, Stream};
+use sandlot_core::{Engine, OutputChunk, OutputSink, Stream, Tenant};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::bash::{BashCall, MAX_TIMEOUT_SECS, Runner, request};
+use super::tenant::refusal;
 
 /// Shells one tenant (one caller, all its workspaces) holds at once, running or finished.
 pub const MAX_SHELLS_PER_TENANT: usize = 8;
@@ -38,7 +40,7 @@ pub struct Shells {
 
 struct Shell {
     id: String,
-    /// The caller that started it: the only one that sees it.
+    /// The name of the tenant that started it: the only one that sees it, but for an admin.
     owner: String,
     command: String,
     started: SystemTime,
@@ -89,9 +91,10 @@ impl Shells {
     /// Starts `call` in the background for `runner`; its shell id, or the text of the refusal.
     pub fn start(&self, runner: &Runner, call: &BashCall) -> Result<String, String> {
         let mut shells = locked(&self.shells);
-        let own = shells.iter().filter(|s| s.owner == runner.caller).count();
+        let owner = runner.tenant.name();
+        let own = shells.iter().filter(|s| s.owner == owner).count();
         if own >= MAX_SHELLS_PER_TENANT {
-            make_room(&mut shells, Some(&runner.caller)).map_err(|()| {
+            make_room(&mut shells, Some(owner)).map_err(|()| {
                 format!("too many background shells: {MAX_SHELLS_PER_TENANT} are running; KillShell one first")
             })?;
         }
@@ -103,7 +106,7 @@ impl Shells {
         let cancel = self.shutdown.child_token();
         let shell = Arc::new(Shell {
             id: uuid::Uuid::new_v4().to_string(),
-            owner: runner.caller.clone(),
+            owner: owner.to_owned(),
             command: call.command.clone(),
             started: SystemTime::now(),
             cancel: cancel.clone(),
@@ -112,9 +115,10 @@ impl Shells {
         });
         let mut run = request(runner, &call.command, call.timeout_given.unwrap_or(MAX_TIMEOUT_SECS), cancel);
         run.alongside = true;
-        let (engine, running) = (self.engine.clone(), shell.clone());
+        let (engine, running, tenant) = (self.engine.clone(), shell.clone(), runner.tenant.clone());
+        let workspace = runner.workspace.clone();
         let task = tokio::spawn(async move {
-            let exit = match engine.run(run, running.as_ref()).await {
+            let exit = match engine.run_as(&tenant, run, running.as_ref()).await {
                 Ok(report) => {
                     let mut state = locked(&running.state);
                     state.stdout_truncated |= report.outcome.stdout_truncated;
@@ -122,7 +126,7 @@ impl Shells {
                     report.outcome.termination.exit_code()
                 }
                 Err(error) => {
-                    let line = format!("bash: {error}\n");
+                    let line = format!("{}\n", refusal("bash: ", &workspace, &error));
                     running.output(OutputChunk { stream: Stream::Stderr, data: line.into_bytes() });
                     -1
                 }
@@ -135,9 +139,10 @@ impl Shells {
         Ok(id)
     }
 
-    /// `BashOutput`: the shell's command, status, start and whole buffers; `Err` for an unknown id.
-    pub fn output(&self, owner: &str, id: &str) -> Result<String, String> {
-        let shell = self.find(owner, id)?;
+    /// `BashOutput`: the shell's command, status, start and whole buffers; `Err` for an unknown id (and for
+    /// another tenant's, alike).
+    pub fn output(&self, tenant: &Tenant, id: &str) -> Result<String, String> {
+        let shell = self.find(tenant, id)?;
         let state = locked(&shell.state);
         let mut text = format!("command: {}\n", shell.command);
         match state.exit {
@@ -159,9 +164,9 @@ impl Shells {
     }
 
     /// `KillShell`: kills the shell's sandbox (every process of the command), waits until its run has ended, and
-    /// forgets it; `Err` for an unknown id.
-    pub async fn kill(&self, owner: &str, id: &str) -> Result<String, String> {
-        let shell = self.find(owner, id)?;
+    /// forgets it; `Err` for an unknown id (and for another tenant's, alike).
+    pub async fn kill(&self, tenant: &Tenant, id: &str) -> Result<String, String> {
+        let shell = self.find(tenant, id)?;
         locked(&self.shells).retain(|s| !Arc::ptr_eq(s, &shell));
         shell.cancel.cancel();
         let task = locked(&shell.task).take();
@@ -183,10 +188,10 @@ impl Shells {
         self.len() == 0
     }
 
-    fn find(&self, owner: &str, id: &str) -> Result<Arc<Shell>, String> {
+    fn find(&self, tenant: &Tenant, id: &str) -> Result<Arc<Shell>, String> {
         locked(&self.shells)
             .iter()
-            .find(|s| s.id == id && s.owner == owner)
+            .find(|s| s.id == id && tenant.may_use(&s.owner))
             .cloned()
             .ok_or_else(|| format!("unknown shell_id: {id}"))
     }

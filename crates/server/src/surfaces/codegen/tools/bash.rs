@@ -25,7 +25,7 @@ pub fn tool() -> Tool {
 }
 
 pub async fn call(call: Call) -> Reply {
-    let runner = Runner { caller: call.tenant.caller.clone(), workspace: call.workspace()? };
+    let runner = Runner { tenant: call.tenant.caller.clone(), workspace: call.workspace()? };
     let state = &call.state;
     command::call(&state.app.engine, &state.shells, &runner, &call.arguments, call.cancel.clone()).await
 }

@@ -35,16 +35,15 @@ pub async fn call(call: Call) -> Reply {
     }
     let new = call.required_str("new_string")?.to_owned();
     let replace_all = call.flag("replace_all");
-    let workspace = call.workspace()?;
+    let workspace = call.view()?;
     let relative = paths::relative(&file_path)?;
-    let workspaces = call.state.app.engine.workspaces().clone();
     let reads = call.state.reads.clone();
     let text = {
         let (workspace, relative, file_path) = (workspace.clone(), relative.clone(), file_path.clone());
         files::blocking(move || {
             // As codegen-sandbox: a missing file or a directory is said before the missing Read.
-            let file = files::open(&workspaces, &workspace, &relative, &file_path)?;
-            if !reads.contains(&workspace, &relative) {
+            let file = files::open(&workspace, &relative, &file_path)?;
+            if !reads.contains(workspace.id(), &relative) {
                 return Err(format!("refusing to edit {file_path}: Read it first"));
             }
             let mut bytes = Vec::new();
@@ -66,6 +65,6 @@ pub async fn call(call: Call) -> Reply {
         ));
     }
     let edited = text.replace(old.as_str(), &new);
-    write::save(&call, &workspace, &relative, &file_path, edited.into_bytes()).await?;
+    write::save(&call, workspace.id(), &relative, &file_path, edited.into_bytes()).await?;
     Ok(format!("replaced {matches} occurrence(s) in {file_path}"))
 }

@@ -1,14 +1,16 @@
-//! What the file tools share: opening a workspace file through `sandlot_core::Workspaces` (beneath the workspace,
-//! no symlink followed, `O_NONBLOCK` and the type checked on the descriptor, so a FIFO or device never blocks),
-//! the texts of its errors, the workspace's files with `.gitignore` applied, and glob matchers.
+//! What the file tools share: opening a workspace file through the session tenant's `TenantView` of the workspace
+//! (`sandlot_core::Workspaces` beneath it: no symlink followed, `O_NONBLOCK` and the type checked on the descriptor,
+//! so a FIFO or device never blocks; another tenant's workspace reads as one that does not exist), the texts of its
+//! errors, the workspace's files with `.gitignore` applied, and glob matchers.
 
 use std::fs::File;
 
 use globset::{GlobBuilder, GlobMatcher};
 use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
-use sandlot_core::{ConversationId, Error, FileEntry, Workspaces};
+use sandlot_core::{Error, FileEntry};
 
+use crate::kit::conversation_access::TenantView;
 use crate::kit::workspace_paths::WORKSPACE_MOUNT;
 
 /// Files a Glob or Grep walks at most, and the bytes of their paths.
@@ -45,24 +47,24 @@ pub enum Target {
     Missing,
 }
 
-/// What `relative` is in `workspace` (never following a symlink).
-pub fn target(workspaces: &Workspaces, workspace: &ConversationId, relative: &str) -> Target {
+/// What `relative` is in the workspace (never following a symlink).
+pub fn target(workspace: &TenantView, relative: &str) -> Target {
     if relative.is_empty() {
         return Target::Dir;
     }
-    match workspaces.open_file(workspace, relative) {
+    match workspace.open_file(relative) {
         Ok(_) => Target::File,
         Err(Error::FileNotFound { .. }) => Target::Missing,
         Err(_) => Target::Dir,
     }
 }
 
-/// Opens the regular file `relative` of `workspace` for reading; `Err` is the tool's text.
-pub fn open(workspaces: &Workspaces, workspace: &ConversationId, relative: &str, shown: &str) -> Result<File, String> {
+/// Opens the regular file `relative` of the workspace for reading; `Err` is the tool's text.
+pub fn open(workspace: &TenantView, relative: &str, shown: &str) -> Result<File, String> {
     if relative.is_empty() {
         return Err(format!("path is a directory: {shown}"));
     }
-    workspaces.open_file(workspace, relative).map_err(|e| error_text(shown, relative, &e))
+    workspace.open_file(relative).map_err(|e| error_text(shown, relative, &e))
 }
 
 /// Runs blocking file work off the async threads.
@@ -75,8 +77,8 @@ pub async fn blocking<T: Send + 'static>(
 /// The regular files under `dir` (workspace-relative, `""` for the whole workspace) that ripgrep would search:
 /// none that a `.gitignore` of the workspace ignores (ripgrep's rules: the deepest `.gitignore` that has a say
 /// wins; honoured outside git too), no hidden file and nothing in a hidden directory. Listed by file descriptors without following a symlink (`Workspaces::list_within`).
-pub fn visible_files(workspaces: &Workspaces, workspace: &ConversationId, dir: &str) -> Result<Vec<FileEntry>, String> {
-    let listing = workspaces.list_within(workspace, MAX_FILES, MAX_PATH_BYTES).map_err(|e| e.to_string())?;
+pub fn visible_files(workspace: &TenantView, dir: &str) -> Result<Vec<FileEntry>, String> {
+    let listing = workspace.list_within(MAX_FILES, MAX_PATH_BYTES).map_err(|e| e.to_string())?;
     let mut ignores: Vec<(String, Gitignore)> = Vec::new();
     for entry in &listing.files {
         let Some(parent) = entry.path.strip_suffix(".gitignore") else { continue };
@@ -84,7 +86,7 @@ pub fn visible_files(workspaces: &Workspaces, workspace: &ConversationId, dir: &
             continue;
         }
         let parent = parent.trim_end_matches('/').to_owned();
-        let Ok(file) = workspaces.open_file(workspace, &entry.path) else { continue };
+        let Ok(file) = workspace.open_file(&entry.path) else { continue };
         let mut text = String::new();
         let _ = std::io::Read::read_to_string(&mut std::io::Read::take(file, MAX_GITIGNORE_BYTES), &mut text);
         let mut builder = GitignoreBuilder::new(&parent);

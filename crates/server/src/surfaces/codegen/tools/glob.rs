@@ -28,16 +28,15 @@ pub async fn call(call: Call) -> Reply {
     let pattern = files::Pattern::new(call.nonempty_str("pattern")?)?;
     let dir = paths::relative(call.optional_str("path").unwrap_or(""))?;
     let limit = call.optional_int("limit").filter(|l| *l > 0).unwrap_or(DEFAULT_LIMIT) as usize;
-    let workspace = call.workspace()?;
-    let workspaces = call.state.app.engine.workspaces().clone();
+    let workspace = call.view()?;
     let shown = call.optional_str("path").unwrap_or("").to_owned();
     files::blocking(move || {
-        match files::target(&workspaces, &workspace, &dir) {
+        match files::target(&workspace, &dir) {
             files::Target::Dir => {}
             files::Target::File => return Err(format!("path is not a directory: {shown}")),
             files::Target::Missing => return Err(format!("stat path: {}", files::missing(&dir))),
         }
-        let mut found: Vec<_> = files::visible_files(&workspaces, &workspace, &dir)?
+        let mut found: Vec<_> = files::visible_files(&workspace, &dir)?
             .into_iter()
             .filter(|file| {
                 let within = if dir.is_empty() { &file.path[..] } else { &file.path[dir.len() + 1..] };

@@ -51,12 +51,11 @@ pub async fn call(call: Call) -> Reply {
     let filter = call.optional_str("glob").filter(|g| !g.is_empty()).map(files::Pattern::new).transpose()?;
     let target = paths::relative(call.optional_str("path").unwrap_or(""))?;
     let head_limit = call.optional_int("head_limit").filter(|l| *l > 0).map(|l| l as usize);
-    let workspace = call.workspace()?;
-    let workspaces = call.state.app.engine.workspaces().clone();
+    let workspace = call.view()?;
     files::blocking(move || {
         // A file named directly is searched as it is (even hidden or ignored, as ripgrep does); else the
         // directory's visible files.
-        let single = match files::target(&workspaces, &workspace, &target) {
+        let single = match files::target(&workspace, &target) {
             files::Target::File => true,
             files::Target::Dir => false,
             files::Target::Missing => return Err(format!("stat path: {}", files::missing(&target))),
@@ -64,7 +63,7 @@ pub async fn call(call: Call) -> Reply {
         let candidates: Vec<String> = if single {
             vec![target.clone()]
         } else {
-            files::visible_files(&workspaces, &workspace, &target)?.into_iter().map(|f| f.path).collect()
+            files::visible_files(&workspace, &target)?.into_iter().map(|f| f.path).collect()
         };
         let mut lines: Vec<String> = Vec::new();
         let full = |lines: &Vec<String>| head_limit.is_some_and(|limit| lines.len() >= limit);
@@ -77,7 +76,7 @@ pub async fn call(call: Call) -> Reply {
                 continue;
             }
             // Opened again beneath the workspace (no symlink, no FIFO wait): what was listed may have changed.
-            let Ok(file) = workspaces.open_file(&workspace, &path) else { continue };
+            let Ok(file) = workspace.open_file(&path) else { continue };
             let mut count = 0usize;
             let mut found = Vec::new();
             let searched = searcher.search_file(

@@ -12,6 +12,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::{CodegenState, Tenant};
+use crate::kit::conversation_access::{self, TenantView};
 
 mod bash;
 mod bash_output;
@@ -103,5 +104,18 @@ impl Call {
     /// tenant).
     pub fn workspace(&self) -> Result<sandlot_core::ConversationId, String> {
         self.tenant.workspace(self.optional_str("workspace"))
+    }
+
+    /// The workspace this call reads, as the session's tenant may see it: one another tenant owns reads as one
+    /// that does not exist.
+    pub fn view(&self) -> Result<TenantView, String> {
+        TenantView::new(&self.state.app.engine, &self.tenant.caller, self.workspace()?).map_err(|e| e.to_string())
+    }
+
+    /// Claims `workspace` for the session's tenant before a tool writes into it (making it, when new, the tenant's);
+    /// `Err` is the tool's text ([`super::tenant::not_available`] for another tenant's).
+    pub fn claim(&self, workspace: &sandlot_core::ConversationId) -> Result<(), String> {
+        conversation_access::claim(&self.state.app.engine, &self.tenant.caller, workspace)
+            .map_err(|error| super::tenant::refusal("", workspace, &error))
     }
 }

@@ -31,15 +31,14 @@ pub async fn call(call: Call) -> Reply {
     let file_path = call.nonempty_str("file_path")?.to_owned();
     let offset = call.optional_int("offset").unwrap_or(1).max(1) as usize;
     let limit = call.optional_int("limit").filter(|l| *l > 0).unwrap_or(DEFAULT_LIMIT) as usize;
-    let workspace = call.workspace()?;
+    let workspace = call.view()?;
     let relative = paths::relative(&file_path)?;
-    let workspaces = call.state.app.engine.workspaces().clone();
-    let (text, relative) = files::blocking(move || {
-        let file = files::open(&workspaces, &workspace, &relative, &file_path)?;
+    let (text, (workspace, relative)) = files::blocking(move || {
+        let file = files::open(&workspace, &relative, &file_path)?;
         Ok((numbered(file, offset, limit, &file_path)?, (workspace, relative)))
     })
     .await?;
-    call.state.reads.mark(&relative.0, &relative.1);
+    call.state.reads.mark(workspace.id(), &relative);
     Ok(text)
 }
 
