@@ -539,14 +539,6 @@ fn tenants_server() -> Server {
     Server { _root: root, state, router }
 }
 
-/// `POST /p/baponi<route>` with `body` as `who`: the status and the JSON body.
-async fn baponi_as(server: &Server, route: &str, body: Value, who: &common::tenants::Who) -> (StatusCode, Value) {
-    let request = post_as(&format!("/p/baponi{route}"), &body.to_string(), &who.bearer);
-    let response = server.router.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    (status, serde_json::from_slice(&axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap()).unwrap())
-}
-
 #[tokio::test]
 async fn a_workspace_another_tenant_made_reads_as_missing_and_refuses_writes_and_runs() {
     use common::tenants::{admin, pairs};
@@ -555,7 +547,8 @@ async fn a_workspace_another_tenant_made_reads_as_missing_and_refuses_writes_and
         // The admin (who may use any id) makes B's workspace `taken` first, and leaves a file there.
         let taken = sandlot_server::surfaces::codegen::tenant::workspace_of(b.name, Some("taken")).unwrap();
         let upload = json!({ "source": "thread", "id": taken.as_str(), "path": "planted.txt", "content_length": 4 });
-        let (status, signed) = baponi_as(&server, "/v1/files/upload_url", upload, &admin()).await;
+        let (status, signed) =
+            common::tenants::baponi_as(&server.router, "/v1/files/upload_url", upload, &admin()).await;
         assert_eq!(status, StatusCode::OK, "{signed}");
         let url = signed["url"].as_str().unwrap().strip_prefix("http://test").unwrap().to_owned();
         let put = Request::put(url).header(header::HOST, "localhost").body(Body::from("abcd")).unwrap();
@@ -586,20 +579,12 @@ async fn a_workspace_another_tenant_made_reads_as_missing_and_refuses_writes_and
 
 #[tokio::test]
 async fn a_codegen_workspace_is_its_tenants_through_the_other_profiles_too() {
-    use common::tenants::{admin, pairs};
     let server = tenants_server();
-    for (a, b) in pairs() {
+    for (a, b) in common::tenants::pairs() {
         let mut session = Session::open_as(&server, "/p/codegen/sse", &a.bearer).await;
         session.ok("Write", json!({"file_path": "notes.txt", "content": "A's notes\n"})).await;
         let of_a = sandlot_server::surfaces::codegen::tenant::workspace_of(a.name, None).unwrap();
-        let list = json!({ "source": "thread", "id": of_a.as_str() });
-        let (status, listed) = baponi_as(&server, "/v1/files/list", list.clone(), &b).await;
-        assert_eq!((status, listed), (StatusCode::OK, json!({ "files": [], "truncated": false })));
-        let plant = json!({ "source": "thread", "id": of_a.as_str(), "path": "notes.txt", "content_length": 1 });
-        let (status, refused) = baponi_as(&server, "/v1/files/upload_url", plant, &b).await;
-        assert_eq!((status, &refused["error"]), (StatusCode::BAD_REQUEST, &json!("validation_error")), "{refused}");
-        let (status, listed) = baponi_as(&server, "/v1/files/list", list, &admin()).await;
-        assert_eq!((status, &listed["files"][0]["path"]), (StatusCode::OK, &json!("notes.txt")));
+        common::tenants::hidden_through_baponi(&server.router, of_a.as_str(), "notes.txt", &b).await;
         assert_eq!(session.ok("Read", json!({"file_path": "notes.txt"})).await, "1\tA's notes\n");
     }
 }

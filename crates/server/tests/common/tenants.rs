@@ -50,3 +50,44 @@ pub fn authenticator() -> Authenticator {
 pub fn naming(value: &serde_json::Value, id: &str) -> String {
     value.to_string().replace(id, "<id>")
 }
+
+/// `POST /p/baponi<route>` of `body` through `router` as `who`: the status and the JSON body.
+pub async fn baponi_as(
+    router: &axum::Router,
+    route: &str,
+    body: serde_json::Value,
+    who: &Who,
+) -> (axum::http::StatusCode, serde_json::Value) {
+    use tower::ServiceExt;
+    let request = axum::http::Request::post(format!("/p/baponi{route}"))
+        .header(axum::http::header::HOST, "localhost")
+        .header(axum::http::header::AUTHORIZATION, format!("Bearer {}", who.bearer))
+        .body(axum::body::Body::from(body.to_string()))
+        .unwrap();
+    let response = router.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    (status, serde_json::from_slice(&axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap()).unwrap())
+}
+
+/// Checks through Baponi's Files API, whose thread ids name any conversation, that the conversation `id`, where
+/// another tenant wrote the one file `path`, is not `b`'s: `b` lists nothing there and gets no upload URL; the admin
+/// lists `path`.
+pub async fn hidden_through_baponi(router: &axum::Router, id: &str, path: &str, b: &Who) {
+    use axum::http::StatusCode;
+    use serde_json::json;
+    let list = json!({ "source": "thread", "id": id });
+    let (status, listed) = baponi_as(router, "/v1/files/list", list.clone(), b).await;
+    assert_eq!((status, listed), (StatusCode::OK, json!({ "files": [], "truncated": false })), "{id}");
+    let plant = json!({ "source": "thread", "id": id, "path": path, "content_length": 1 });
+    let (status, refused) = baponi_as(router, "/v1/files/upload_url", plant, b).await;
+    let message = format!("id: thread {id:?} is not available to this caller; use another id");
+    assert_eq!(
+        (status, refused),
+        (StatusCode::BAD_REQUEST, json!({ "error": "validation_error", "message": message }))
+    );
+    let (status, listed) = baponi_as(router, "/v1/files/list", list, &admin()).await;
+    assert_eq!(
+        (status, &listed["files"][0]["path"], listed["files"].as_array().map(Vec::len)),
+        (StatusCode::OK, &json!(path), Some(1))
+    );
+}
