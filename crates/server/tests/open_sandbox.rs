@@ -61,9 +61,14 @@ async fn send(router: &axum::Router, request: Request<Body>) -> (StatusCode, Str
 
 /// `POST /mcp` of `body` as JSON with the test token: the JSON-RPC answer.
 async fn rpc(router: &axum::Router, body: Value) -> Value {
+    rpc_as(router, "tok", body).await
+}
+
+/// [`rpc`] with the bearer credential `bearer`.
+async fn rpc_as(router: &axum::Router, bearer: &str, body: Value) -> Value {
+    let json = "application/json";
     let (status, content_type, text) =
-        send(router, request("POST", "/mcp", Some("tok"), "application/json", "application/json", &body.to_string()))
-            .await;
+        send(router, request("POST", "/mcp", Some(bearer), json, json, &body.to_string())).await;
     assert_eq!((status, content_type.as_str()), (StatusCode::OK, "application/json"), "{text}");
     serde_json::from_str(&text).unwrap()
 }
@@ -407,6 +412,75 @@ async fn jwt_failures_are_http_200_with_unauthorized_and_the_subject_picks_the_w
         assert_eq!(status, StatusCode::OK);
         let message = unified_error(&serde_json::from_str(&text).unwrap(), json!(1), -32001, "unauthorized");
         assert!(message.contains(why), "{message} / {why}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Tenants (docs/security.md, "Tenants"): for two JWT subjects and two named tokens. A workspace another tenant
+// made (here the admin, who may use any id) reads to its subject as one that does not exist and refuses its writes
+// and runs; a tenant's workspace is its own through the other profiles' faces too, and the admin's.
+
+/// The answer of `method` with `params` as `who`, without the trace id of an error (fresh for every error).
+async fn tool_as(router: &axum::Router, who: &common::tenants::Who, method: &str, params: Value) -> Value {
+    let mut answer = rpc_as(router, &who.bearer, json!({"jsonrpc":"2.0","id":1,"method":method,"params":params})).await;
+    if let Some(data) = answer.pointer_mut("/error/data").and_then(Value::as_object_mut) {
+        data.remove("trace_id");
+    }
+    answer
+}
+
+#[tokio::test]
+async fn a_workspace_another_tenant_made_reads_as_missing_and_refuses_writes_and_runs() {
+    use common::tenants::{admin, authenticator, pairs};
+    let (root, _state, router) = router_with(authenticator());
+    for (a, b) in pairs() {
+        // The admin makes B's workspace first and leaves a file there; A's workspace does not exist yet.
+        let of_b = open_sandbox::workspace_of(b.name).unwrap();
+        let upload = json!({ "source": "thread", "id": of_b.as_str(), "path": "planted.txt", "content_length": 4 });
+        let (status, signed) = common::tenants::baponi_as(&router, "/v1/files/upload_url", upload, &admin()).await;
+        assert_eq!(status, StatusCode::OK, "{signed}");
+        let url = signed["url"].as_str().unwrap().strip_prefix("http://test").unwrap().to_owned();
+        let put = Request::put(url).header(header::HOST, "localhost").body(Body::from("abcd")).unwrap();
+        assert_eq!(send(&router, put).await.0, StatusCode::CREATED);
+
+        for (method, params) in [
+            ("file.read", json!({"path": "planted.txt"})),
+            ("file.list", json!({})),
+            ("file.list", json!({"path": "sub"})),
+            ("file.search", json!({"path": "planted.txt", "query": "a"})),
+            ("file.replace", json!({"path": "planted.txt", "search": "a", "replace": "b"})),
+        ] {
+            let of_b = tool_as(&router, &b, method, params.clone()).await;
+            assert_eq!(of_b, tool_as(&router, &a, method, params).await, "{method}");
+        }
+        let refused = |id: i64| {
+            let message = format!("workspace {of_b} is not available to this caller");
+            json!({"jsonrpc":"2.0","id":id,"error":{"code":-32602,"message":"invalid params","data":{"code":"invalid_params","message":message,"kind":"invalid_params"}}})
+        };
+        assert_eq!(tool_as(&router, &b, "file.write", json!({"path": "x.txt", "content": "x"})).await, refused(1));
+        assert_eq!(tool_as(&router, &b, "shell.exec", json!({"command": "ls"})).await, refused(1));
+        assert_eq!(
+            tool_as(&router, &b, "code.exec", json!({"runtime": "python", "args": ["-c", "1"]})).await,
+            refused(1)
+        );
+        let files = root.path().join(of_b.as_str()).join("files");
+        assert_eq!(std::fs::read_dir(files).unwrap().count(), 1, "B wrote nothing there");
+        // A's own workspace is A's to write.
+        let written = tool_as(&router, &a, "file.write", json!({"path": "x.txt", "content": "x"})).await;
+        assert_eq!(written, json!({"jsonrpc":"2.0","id":1,"result":{"path":"/workspace/x.txt"}}));
+    }
+}
+
+#[tokio::test]
+async fn an_open_sandbox_workspace_is_its_tenants_through_the_other_profiles_too() {
+    let (_root, _state, router) = router_with(common::tenants::authenticator());
+    for (a, b) in common::tenants::pairs() {
+        let written = tool_as(&router, &a, "file.write", json!({"path": "notes.txt", "content": "A's"})).await;
+        assert_eq!(written["result"], json!({"path": "/workspace/notes.txt"}));
+        let of_a = open_sandbox::workspace_of(a.name).unwrap();
+        common::tenants::hidden_through_baponi(&router, of_a.as_str(), "notes.txt", &b).await;
+        let read = tool_as(&router, &a, "file.read", json!({"path": "notes.txt"})).await;
+        assert_eq!(read["result"], json!({"content": "A's"}));
     }
 }
 

@@ -26,7 +26,8 @@ fn fixture() -> Fixture {
 
 impl Fixture {
     async fn call(&self, name: &str, arguments: Value) -> Result<Value, ToolError> {
-        tools::call(&self.state, &self.workspace, "caller-a".into(), name, arguments, Default::default()).await
+        let tenant = sandlot_core::Tenant::new("caller-a");
+        tools::call(&self.state, &tenant, &self.workspace, name, arguments, Default::default()).await
     }
 
     /// The workspace's directory on the host.

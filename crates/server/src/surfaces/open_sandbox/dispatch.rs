@@ -2,7 +2,7 @@
 //! notification). Tools are methods of their own names, results are not wrapped in MCP's envelope except by
 //! `tools/call`, and every failure is a unified error ([`RpcError`]).
 
-use sandlot_core::ConversationId;
+use sandlot_core::{ConversationId, Tenant};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -20,18 +20,19 @@ pub struct Session {
     pub cancel: CancellationToken,
 }
 
-/// An authenticated caller and its workspace.
+/// An authenticated caller's tenant and its workspace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
-    pub caller: String,
+    /// The owner of the workspace and of the runs it makes.
+    pub tenant: Tenant,
     pub workspace: ConversationId,
 }
 
 impl Identity {
-    /// `caller` working in its open-sandbox workspace.
-    pub fn of(caller: String) -> Result<Self, String> {
-        let workspace = super::workspace_of(&caller)?;
-        Ok(Self { caller, workspace })
+    /// `tenant` working in its open-sandbox workspace.
+    pub fn of(tenant: Tenant) -> Result<Self, String> {
+        let workspace = super::workspace_of(tenant.name())?;
+        Ok(Self { tenant, workspace })
     }
 }
 
@@ -113,13 +114,13 @@ async fn answer(session: &Session, request: &Map<String, Value>) -> Result<Value
 
 async fn call_tool(session: &Session, identity: &Identity, name: &str, arguments: Value) -> Result<Value, RpcError> {
     let cancel = session.cancel.child_token();
-    tools::call(&session.app, &identity.workspace, identity.caller.clone(), name, arguments, cancel).await.map_err(
-        |error| match error {
+    tools::call(&session.app, &identity.tenant, &identity.workspace, name, arguments, cancel).await.map_err(|error| {
+        match error {
             ToolError::UnknownTool(name) => RpcError::new(Kind::MethodNotFound, format!("unknown tool: {name}")),
             ToolError::InvalidParams(message) => RpcError::new(Kind::InvalidParams, message),
             ToolError::Tool(message) => RpcError::new(Kind::ToolError, message),
-        },
-    )
+        }
+    })
 }
 
 /// The `protocolVersion` (or `protocol_version`) of `params`, checked on every method: present, it must be a

@@ -10,8 +10,10 @@
 //! - [`tools`]: the tools (`file.*`, `shell.exec`, `code.exec`, `browser.*`), their catalogue and their calls, on
 //!   the tenant's workspace mounted at `/workspace` in the sandbox.
 //!
-//! Each caller (sandlot's static token is `api-token`, a JWT its subject, stdio `stdio`) has one persistent
-//! workspace: the sandlot conversation `osb-<h>` ([`workspace_of`]).
+//! Each caller (sandlot's static token is `api-token`, a named token its name, a JWT its subject, stdio `stdio`) has
+//! one persistent workspace: the sandlot conversation `osb-<h>` ([`workspace_of`]), whose owner the tools check as
+//! any conversation's (`kit::conversation_access`): one another tenant made reads as missing and refuses writes and
+//! runs.
 
 pub mod capabilities;
 pub mod dispatch;

@@ -1,6 +1,6 @@
 //! open-sandbox over stdio (`sandlot stdio --profile open-sandbox`): newline-delimited JSON-RPC, one answer line per
 //! request line, in order. No auth (the caller is whoever started the process), so every request works in the
-//! workspace of the caller [`STDIO_CALLER`].
+//! workspace of the caller [`STDIO_CALLER`], an ordinary tenant (not an admin) like any other.
 
 use serde_json::Value;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
@@ -19,7 +19,8 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let cancel = app.shutdown.child_token();
     let _guard = cancel.clone().drop_guard();
-    let session = Session { app, identity: Identity::of(STDIO_CALLER.to_owned()), cancel: cancel.clone() };
+    let identity = Identity::of(sandlot_core::Tenant::new(STDIO_CALLER));
+    let session = Session { app, identity, cancel: cancel.clone() };
     let mut lines = input.lines();
     loop {
         let line = tokio::select! {

@@ -1,5 +1,6 @@
 //! `shell.exec {command, args, working_dir}` and `code.exec {runtime, args, working_dir}`: one sandlot run of
-//! language bash through `Engine::run` in the tenant's conversation, mounted at `/workspace` (the codegen layout),
+//! language bash through `Engine::run_as` in the tenant's conversation, mounted at `/workspace` (the codegen layout;
+//! another tenant's is refused before its `working_dir` is looked at),
 //! whose code is `cd '<working_dir>' && exec -- '<argv[0]>' '<argv[1]>' ...`: every argument single-quoted, so
 //! the program gets the argv as given (exec, no shell: `;`, `$(...)`, globs and quotes are passed literally). The
 //! result is `{stdout, stderr, exit_code}` for any exit, non-zero included; a run ended otherwise (the 30 s
@@ -8,14 +9,15 @@
 
 use std::time::Duration;
 
-use sandlot_core::{ConversationId, Error, Layout, RunRequest, scrub_secrets};
+use sandlot_core::{ConversationId, Error, Layout, RunRequest, Tenant, scrub_secrets};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::{OUTSIDE, Scope, ToolError, ToolInfo, WORKSPACE_MOUNT, info, parse, result};
+use super::{OUTSIDE, Scope, ToolError, ToolInfo, WORKSPACE_MOUNT, info, parse, refusal, result};
 use crate::AppState;
+use crate::kit::conversation_access;
 use crate::kit::workspace_paths as paths;
 
 /// How long a command may run.
@@ -65,8 +67,8 @@ pub fn tools() -> Vec<ToolInfo> {
 /// `shell.exec` or `code.exec`.
 pub async fn call(
     app: &AppState,
+    tenant: &Tenant,
     workspace: &ConversationId,
-    caller: String,
     name: &str,
     arguments: Value,
     cancel: CancellationToken,
@@ -86,6 +88,7 @@ pub async fn call(
         }
         (std::iter::once(args.command).chain(args.args).collect(), args.working_dir)
     };
+    conversation_access::admit_run(&app.engine, tenant, workspace).map_err(|e| refusal("", workspace, &e))?;
     let working_dir = working_dir_of(app, workspace, working_dir.as_deref().unwrap_or("")).await?;
     let code = command_line(&working_dir, &argv)?;
     let request = RunRequest {
@@ -93,12 +96,13 @@ pub async fn call(
         language: "bash".into(),
         code,
         timeout: Some(TIMEOUT),
-        caller,
+        caller: tenant.name().to_owned(),
         layout: Layout::Workspace { path: WORKSPACE_MOUNT },
         cancel,
         ..RunRequest::default()
     };
-    let report = app.engine.run(request, &()).await.map_err(|e| ToolError::Tool(format!("{name}: {e}")))?;
+    let report =
+        app.engine.run_as(tenant, request, &()).await.map_err(|e| refusal(&format!("{name}: "), workspace, &e))?;
     let outcome = report.outcome;
     let mut stderr = scrub_secrets(&outcome.stderr).into_owned();
     if let Some(diagnostic) = outcome.termination.diagnostic(TIMEOUT) {

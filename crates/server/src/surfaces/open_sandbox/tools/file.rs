@@ -3,17 +3,20 @@
 //! relative, `..` resolved lexically, refused when it leaves); files are opened with `Workspaces::open_file`
 //! (beneath the workspace, no symlink followed, FIFOs never waited on) and written with `Engine::upload_file`
 //! (atomic, parents created, the disk quota applied, never through a symlink). A path that goes through a symlink is
-//! refused like one outside the workspace, whatever the link points to.
+//! refused like one outside the workspace, whatever the link points to. Reads go through the tenant's `TenantView`
+//! (another tenant's workspace reads as one that does not exist); a write first claims the workspace for the
+//! tenant (another tenant's is `not_available`).
 
 use std::io::Read as _;
 
-use sandlot_core::{ConversationId, Error, Workspaces};
+use sandlot_core::{ConversationId, Error, Tenant, Workspaces};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{OUTSIDE, Scope, ToolError, ToolInfo, WORKSPACE_MOUNT, info, parse, result};
+use super::{OUTSIDE, Scope, ToolError, ToolInfo, WORKSPACE_MOUNT, info, parse, refusal, result};
 use crate::AppState;
+use crate::kit::conversation_access::{self, TenantView};
 use crate::kit::workspace_paths as paths;
 
 /// The largest file read, searched or rewritten.
@@ -106,24 +109,28 @@ pub fn tools() -> Vec<ToolInfo> {
     ]
 }
 
-/// `file.<tool>`.
+/// `file.<tool>` for `tenant`.
 pub async fn call(
     app: &AppState,
+    tenant: &Tenant,
     workspace: &ConversationId,
     tool: &str,
     arguments: Value,
 ) -> Result<Value, ToolError> {
     let workspaces = app.engine.workspaces().clone();
+    let view = || TenantView::new(&app.engine, tenant, workspace.clone()).map_err(|e| ToolError::Tool(e.to_string()));
+    let claim = || conversation_access::claim(&app.engine, tenant, workspace).map_err(|e| refusal("", workspace, &e));
     match tool {
         "read" => {
             let args: ReadArgs = parse(arguments)?;
             let relative = file_path(&args.path)?;
-            let content = read(workspaces, workspace.clone(), relative, args.path).await?;
+            let content = read(view()?, relative, args.path).await?;
             result(&ReadResult { content })
         }
         "write" => {
             let args: WriteArgs = parse(arguments)?;
             let relative = file_path(&args.path)?;
+            claim()?;
             refuse_symlinks(workspaces, workspace.clone(), relative.clone(), args.path.clone()).await?;
             app.engine
                 .upload_file(workspace, &relative, args.content.into_bytes())
@@ -135,8 +142,8 @@ pub async fn call(
             let args: ListArgs = parse(arguments)?;
             let shown = args.path.unwrap_or_default();
             let relative = paths::relative(&shown).map_err(|_| ToolError::InvalidParams(OUTSIDE.to_owned()))?;
-            let workspace = workspace.clone();
-            let entries = blocking(move || list(&workspaces, &workspace, &relative, &shown)).await?;
+            let view = view()?;
+            let entries = blocking(move || list(&view, &relative, &shown)).await?;
             result(&ListResult { entries })
         }
         "search" => {
@@ -145,7 +152,7 @@ pub async fn call(
             if args.query.is_empty() {
                 return Err(ToolError::InvalidParams("query must not be empty".to_owned()));
             }
-            let text = read(workspaces, workspace.clone(), relative, args.path).await?;
+            let text = read(view()?, relative, args.path).await?;
             let matches = text.lines().filter(|line| line.contains(&args.query)).map(str::to_owned).collect();
             result(&SearchResult { matches })
         }
@@ -155,9 +162,10 @@ pub async fn call(
             if args.search.is_empty() {
                 return Err(ToolError::InvalidParams("search must not be empty".to_owned()));
             }
-            let text = read(workspaces, workspace.clone(), relative.clone(), args.path.clone()).await?;
+            let text = read(view()?, relative.clone(), args.path.clone()).await?;
             let count = text.matches(args.search.as_str()).count() as u64;
             if count > 0 {
+                claim()?;
                 let replaced = text.replace(args.search.as_str(), &args.replace);
                 app.engine
                     .upload_file(workspace, &relative, replaced.into_bytes())
@@ -202,14 +210,9 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// The text of the regular file `relative` (at most [`MAX_BYTES`]; invalid UTF-8 replaced).
-async fn read(
-    workspaces: Workspaces,
-    workspace: ConversationId,
-    relative: String,
-    shown: String,
-) -> Result<String, ToolError> {
+async fn read(workspace: TenantView, relative: String, shown: String) -> Result<String, ToolError> {
     blocking(move || {
-        let file = workspaces.open_file(&workspace, &relative).map_err(|e| failure(&shown, e))?;
+        let file = workspace.open_file(&relative).map_err(|e| failure(&shown, e))?;
         let mut bytes = Vec::new();
         file.take(MAX_BYTES + 1).read_to_end(&mut bytes).map_err(|e| ToolError::Tool(format!("read {shown}: {e}")))?;
         if bytes.len() as u64 > MAX_BYTES {
@@ -240,21 +243,15 @@ async fn refuse_symlinks(
 /// The names in the directory `relative` (`""`: the root): the files and the directories that hold files
 /// (`Workspaces::list_within`, which follows no symlink; symlinks, special files and empty directories are not
 /// listed).
-fn list(
-    workspaces: &Workspaces,
-    workspace: &ConversationId,
-    relative: &str,
-    shown: &str,
-) -> Result<Vec<String>, ToolError> {
+fn list(workspace: &TenantView, relative: &str, shown: &str) -> Result<Vec<String>, ToolError> {
     if !relative.is_empty() {
-        match workspaces.open_file(workspace, relative) {
+        match workspace.open_file(relative) {
             Ok(_) => return Err(ToolError::Tool(format!("{shown} is not a directory"))),
             Err(Error::InvalidPath { message, .. }) if message == "is a directory" => {}
             Err(error) => return Err(failure(shown, error)),
         }
     }
-    let listing =
-        workspaces.list_within(workspace, MAX_FILES, MAX_PATH_BYTES).map_err(|e| ToolError::Tool(e.to_string()))?;
+    let listing = workspace.list_within(MAX_FILES, MAX_PATH_BYTES).map_err(|e| ToolError::Tool(e.to_string()))?;
     let prefix = if relative.is_empty() { String::new() } else { format!("{relative}/") };
     let mut entries: Vec<String> = listing
         .files

@@ -5,7 +5,11 @@
 //!
 //! - [`file`]: `file.read`, `file.write`, `file.list`, `file.search`, `file.replace` on the workspace's host
 //!   directory, through `sandlot_core::Workspaces` (no symlink followed) as the codegen profile's file tools.
-//! - [`exec`]: `shell.exec` and `code.exec`, a run in the jail through `Engine::run`, argv not a shell string.
+//! - [`exec`]: `shell.exec` and `code.exec`, a run in the jail through `Engine::run_as`, argv not a shell string.
+//!
+//! Every tool works for the caller's tenant: reads through its `TenantView` of the workspace (another tenant's reads
+//! as a workspace that does not exist), writes and runs once the workspace is the tenant's (another tenant's is
+//! [`not_available`], invalid params).
 //! - [`browser`]: the browser tools, listed but answering a tool error until sandlot has a browser per tenant.
 //!
 //! **To add a tool:** give it a row in its family's `tools()` and an arm in its family's `call`.
@@ -14,7 +18,7 @@ pub mod browser;
 pub mod exec;
 pub mod file;
 
-use sandlot_core::ConversationId;
+use sandlot_core::{ConversationId, Tenant};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -85,23 +89,37 @@ pub fn catalogue() -> Vec<ToolInfo> {
     tools
 }
 
-/// Calls the tool `name` with `arguments` in `workspace` (the tenant's conversation) for `caller` (recorded with
-/// the runs it makes); `cancel` ends a run when the client goes away.
+/// Calls the tool `name` with `arguments` in `workspace` (the tenant's conversation) for `tenant` (its owner, and
+/// the owner of the runs it makes); `cancel` ends a run when the client goes away.
 pub async fn call(
     app: &AppState,
+    tenant: &Tenant,
     workspace: &ConversationId,
-    caller: String,
     name: &str,
     arguments: Value,
     cancel: CancellationToken,
 ) -> Result<Value, ToolError> {
     if let Some(tool) = name.strip_prefix("file.") {
-        return file::call(app, workspace, tool, arguments).await;
+        return file::call(app, tenant, workspace, tool, arguments).await;
     }
     match name {
-        "shell.exec" | "code.exec" => exec::call(app, workspace, caller, name, arguments, cancel).await,
+        "shell.exec" | "code.exec" => exec::call(app, tenant, workspace, name, arguments, cancel).await,
         _ if browser::is_browser_tool(name) => Err(browser::unavailable()),
         _ => Err(ToolError::UnknownTool(name.to_owned())),
+    }
+}
+
+/// The error of a write or a run into a workspace another tenant owns: invalid params, as the engine refuses it.
+pub fn not_available(workspace: &ConversationId) -> ToolError {
+    ToolError::InvalidParams(format!("workspace {workspace} is not available to this caller"))
+}
+
+/// The error of an engine refusal about the workspace: [`not_available`] for another tenant's, else a tool error
+/// in the engine's words after `prefix`.
+fn refusal(prefix: &str, workspace: &ConversationId, error: &sandlot_core::Error) -> ToolError {
+    match error {
+        sandlot_core::Error::ConversationTaken { .. } => not_available(workspace),
+        other => ToolError::Tool(format!("{prefix}{other}")),
     }
 }
 
