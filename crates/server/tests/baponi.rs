@@ -385,7 +385,7 @@ async fn env_vars_reach_the_run_and_metadata_the_history() {
     let state = baponi::BaponiState::new(server.state.clone(), Default::default());
     let tenant = sandlot_core::Tenant::new("api-token");
     assert_eq!(baponi::run_id_of(&state, &tenant, &trace).unwrap(), Some(runs[0].id.clone()));
-    assert_eq!(baponi::run_id_of(&state, &tenant, "trc_ffffffffffffffffffffffffffffffff").unwrap(), None);
+    assert_eq!(baponi::run_id_of(&state, &tenant, "trc_ffffffffffffffffffff").unwrap(), None);
 }
 
 #[tokio::test]

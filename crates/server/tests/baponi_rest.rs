@@ -410,7 +410,7 @@ async fn streaming_sends_status_output_and_result_and_the_status_is_kept() {
     let (status, events) = lines(&router, ndjson("/v1/sandbox/execute", &json!({ "code": "print hi" }))).await;
     assert_eq!(status, StatusCode::OK);
     let trace = events[0]["trace_id"].as_str().unwrap().to_owned();
-    assert!(trace.starts_with("trc_") && trace.len() == 36, "{trace}");
+    assert!(trace.starts_with("trc_") && trace.len() == 24, "{trace}");
     let result = json!({ "success": true, "stdout": "hi\n", "stderr": "", "exit_code": 0, "error": null });
     assert_eq!(
         events,
@@ -610,14 +610,14 @@ async fn first_trace(body: &mut Body) -> String {
 async fn trace_ids_are_whole_and_name_only_the_callers_own_executions() {
     use common::tenants::{admin, authenticator, pairs};
     let (_root, router) = running_router_with(authenticator());
-    let unknown = format!("trc_{}", "0".repeat(32));
+    let unknown = format!("trc_{}", "A".repeat(20));
     for (a, b) in pairs() {
         let mut stream = ndjson("/v1/sandbox/execute", &json!({ "code": "print hi" }));
         stream.headers_mut().insert(header::AUTHORIZATION, format!("Bearer {}", a.bearer).parse().unwrap());
         let (status, events) = lines(&router, stream).await;
         assert_eq!(status, StatusCode::OK);
         let trace = events[0]["trace_id"].as_str().unwrap().to_owned();
-        assert!(trace.starts_with("trc_") && trace.len() == 36, "{trace}");
+        assert!(trace.starts_with("trc_") && trace.len() == 24, "{trace}");
 
         // B gets for A's trace id exactly what it gets for an unknown one, on every route.
         let routes = |trace: &str| {
@@ -637,7 +637,7 @@ async fn trace_ids_are_whole_and_name_only_the_callers_own_executions() {
         // A finds its own by the whole id, never by a prefix; the admin finds A's.
         let (status, own) = send(&router, get_as(&format!("/v1/executions/{trace}"), &a.bearer)).await;
         assert_eq!((status, &own["status"], &own["stdout"]), (StatusCode::OK, &json!("success"), &json!("hi\n")));
-        let prefix = &trace[..24];
+        let prefix = &trace[..20];
         let (status, body) = send(&router, get_as(&format!("/v1/executions/{prefix}"), &a.bearer)).await;
         let message = format!("no execution {prefix:?}");
         assert_eq!((status, body), (StatusCode::NOT_FOUND, json!({ "error": "not_found", "message": message })));
@@ -658,7 +658,7 @@ async fn another_tenants_running_execution_is_unknown_and_cannot_be_cancelled() 
         assert_eq!(response.status(), StatusCode::OK);
         let mut body = response.into_body();
         let trace = first_trace(&mut body).await;
-        let unknown = format!("trc_{}", "f".repeat(32));
+        let unknown = format!("trc_{}", "_".repeat(20));
 
         let cancel = |trace: &str, bearer: &str| post_as(&format!("/v1/executions/{trace}/cancel"), &json!({}), bearer);
         let (status, refused) = send(&router, cancel(&trace, &b.bearer)).await;

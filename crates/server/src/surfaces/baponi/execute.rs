@@ -11,9 +11,7 @@
 //! - A thread belongs to the tenant that first used it (`Engine::run_as`): another tenant's thread, or another
 //!   tenant's derived workspace (`kit::conversation_access`), is refused as an invalid `thread_id` before anything
 //!   is marked or run, so it is never reported busy either.
-//! - A run is named to Baponi clients by a trace id, `trc_` + sandlot's whole run id ([`trace_id`]), found again
-//!   only whole and only among the caller's own runs ([`run_id_of`]): no shortened id is guessed, and another
-//!   tenant's trace id is an unknown one.
+//! - A run is named to Baponi clients by a trace id (`super::trace_ids`).
 
 use std::collections::BTreeMap;
 
@@ -269,35 +267,6 @@ fn is_reserved(name: &str) -> bool {
     RESERVED_NAMES.contains(&name) || RESERVED_PREFIXES.iter().any(|p| name.starts_with(p)) || name.ends_with("_PROXY")
 }
 
-/// Baponi's trace id of a sandlot run: `trc_` and the whole run id.
-pub fn trace_id(run_id: &str) -> String {
-    format!("trc_{run_id}")
-}
-
-/// The run a trace id names, if it is `tenant`'s (an admin's: any): looked up whole among the runs executing now
-/// (those in a conversation the tenant owns) and then in the history (those it asked for, `History::find_for`).
-/// `None` for a malformed trace id, an unknown run and another tenant's, alike.
-pub fn run_id_of(state: &BaponiState, tenant: &Tenant, trace_id: &str) -> Result<Option<String>, sandlot_core::Error> {
-    let Some(run_id) = trace_id.strip_prefix("trc_") else {
-        return Ok(None);
-    };
-    // Run ids are 32 lowercase hex digits (a simple UUID).
-    let well_formed = run_id.len() == 32 && run_id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    if !well_formed {
-        return Ok(None);
-    }
-    let engine = &state.app.engine;
-    if let Some((_, conversation, _)) = engine.in_flight().into_iter().find(|(id, _, _)| id == run_id) {
-        let owner = engine.owner_of(&conversation)?;
-        let own = tenant.is_admin() || owner.is_some_and(|owner| tenant.may_use(&owner));
-        return Ok(own.then(|| run_id.to_owned()));
-    }
-    match engine.history() {
-        Some(history) => history.find_for(tenant, run_id),
-        None => Ok(None),
-    }
-}
-
 /// Checks that `tenant` may run in the thread `args` names (none: a fresh conversation, always): another tenant's
 /// is [`ExecuteError::Invalid`] `thread_id`, as the engine would refuse the run. For a face that must know before
 /// it marks anything (REST registers an execution for `/cancel`); [`execute`] checks it too.
@@ -527,10 +496,5 @@ mod tests {
         let env: Map<String, Value> = (0..50).map(|i| (format!("V{i}"), json!("a\tb\nc\r"))).collect();
         parse(json!({"code": "x", "timeout": 3600, "env_vars": env, "metadata": {"a.b-c_d": "v".repeat(256)}}))
             .unwrap();
-    }
-
-    #[test]
-    fn a_trace_id_is_the_whole_run_id() {
-        assert_eq!(trace_id("0123456789abcdef0123456789abcdef"), "trc_0123456789abcdef0123456789abcdef");
     }
 }

@@ -1,8 +1,8 @@
 //! The Baponi profile (docs/profiles.md): a thread is a conversation, mounted at `/home/baponi`
 //! ([`sandlot_core::Layout::Home`]) with a scratch working directory at `/data`.
 //!
-//! - [`execute`]: the execution core both faces share (arguments, validation, the one-run-per-thread rule, trace
-//!   ids).
+//! - [`execute`]: the execution core both faces share (arguments, validation, the one-run-per-thread rule);
+//!   [`trace_ids`]: how a run is named to Baponi clients and found again.
 //! - [`mcp`]: the MCP handler and its tools (`sandbox_execute`, `files_download` in `download`), served
 //!   statelessly at `<base>/mcp` by `http`, with Baponi's 401 and 429.
 //! - [`volumes`]: the named volumes (`SANDLOT_BAPONI_VOLUMES`) every run sees at `/data/<slug>`, which
@@ -26,6 +26,7 @@ pub mod mcp;
 mod ndjson;
 mod rest;
 mod rest_execute;
+pub mod trace_ids;
 mod volume_files;
 pub mod volumes;
 
@@ -37,7 +38,8 @@ use axum::routing::{get, post};
 
 use crate::AppState;
 use crate::kit::Authenticator;
-pub use execute::{BaponiLanguage, ExecuteArgs, ExecuteError, execute, parse, run_id_of, trace_id, validate};
+pub use execute::{BaponiLanguage, ExecuteArgs, ExecuteError, execute, parse, validate};
+pub use trace_ids::{run_id_of, trace_id};
 pub use volumes::{Volume, Volumes};
 
 /// Where the profile is always mounted (`/p/baponi`): its volume URLs point there, even when it also has the root.
