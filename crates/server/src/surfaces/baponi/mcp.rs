@@ -144,7 +144,7 @@ fn tenant(context: &RequestContext<RoleServer>) -> Tenant {
         .extensions
         .get::<axum::http::request::Parts>()
         .and_then(|parts| parts.extensions.get::<crate::kit::Caller>())
-        .map_or_else(|| Tenant::new("anonymous"), crate::kit::Caller::tenant)
+        .map_or_else(|| crate::kit::Caller::anonymous().tenant(), crate::kit::Caller::tenant)
 }
 
 impl ServerHandler for BaponiMcp {

@@ -56,7 +56,7 @@ impl Drop for Registered {
 
 /// The tenant of a request: its caller's (sandlot's auth puts it there), else the ordinary tenant `anonymous`.
 pub(super) fn tenant_of(caller: Option<Extension<Caller>>) -> sandlot_core::Tenant {
-    caller.map_or_else(|| sandlot_core::Tenant::new("anonymous"), |Extension(caller)| caller.tenant())
+    caller.map_or_else(|| Caller::anonymous().tenant(), |Extension(caller)| caller.tenant())
 }
 
 /// A Baponi REST error: `{"error": kind, "message": message}`.
