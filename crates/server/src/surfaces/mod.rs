@@ -5,8 +5,9 @@
 //! One folder per surface; each has a `router` that serves its paths relative to its base. The app mounts every
 //! enabled profile under `/p/<name>`, sandlot's own surface at the root and under [`SANDLOT_PREFIX`], and one
 //! profile may take the root paths instead of sandlot's own (`SANDLOT_ROOT_PROFILE`; docs/profiles.md). Every run
-//! goes through `Engine::run`, so history, limits, auth and metrics are shared. Where a product is looser than
-//! sandlot on safety (symlink escapes, missing auth), its surface stays as strict as sandlot.
+//! goes through `Engine::run_as` for the caller's tenant, so history, limits, auth, tenants and metrics are shared.
+//! Where a product is looser than sandlot on safety (symlink escapes, missing auth), its surface stays as strict as
+//! sandlot.
 
 pub mod baponi;
 pub mod codegen;
