@@ -256,6 +256,7 @@ impl Authenticator {
 pub async fn require_bearer(State(auth): State<Authenticator>, mut request: Request, next: Next) -> Response {
     match auth.authenticate(request.headers(), request.extensions()) {
         Ok(caller) => {
+            super::connections::InFlightSlot::of(request.extensions()).admit();
             request.extensions_mut().insert(caller);
             next.run(request).await
         }

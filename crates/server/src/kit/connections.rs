@@ -1,28 +1,33 @@
 //! The accept loop of `sandlot serve`: HTTP/1.1 connections (hyper, with upgrades) served by the app, under a
 //! connection tracker that keeps idle connections from taking every descriptor.
 //!
-//! Every connection knows whether a request is in flight on it: from the moment its headers are read until its
-//! response body has been sent (or dropped), so a long run or an event stream counts as in flight. A connection
-//! with no request in flight (one that never sent a request, sits idle between keep-alive requests, or is still
-//! dribbling its headers) is closed after [`ConnectionLimits::idle_timeout`]. When the server holds
-//! [`ConnectionLimits::max_connections`], the oldest idle connection is closed to make room for the new one (as
-//! nginx drains reusable connections), so idle sockets, which anyone can open without a credential, can never keep
-//! a client with a real request out. Only when every connection has a request in flight is a new one refused
-//! (closed at once). Connections with requests in flight are never closed by the tracker: they need a credential
-//! (or a signed URL) and end with their request.
+//! Every connection knows whether a request is in flight on it: from the moment the request proved who sent it (a
+//! valid credential, checked from its headers by the kit's gate, or a valid signature on a signed route: each marks
+//! its request through the [`InFlightSlot`] in its extensions) until its response body has been sent (or dropped),
+//! so a long run or an event stream counts as in flight. A request that never proves anything (no or a wrong
+//! credential, a public route) leaves its connection idle in the tracker's eyes: anyone can send one without a
+//! credential, so it must never make a connection safe from eviction. A connection with no request in flight (one
+//! that never sent a request, sits idle between requests, sends only unauthenticated ones, or is still dribbling its
+//! headers) is closed after [`ConnectionLimits::idle_timeout`] since it was last busy (or opened). When the server
+//! holds [`ConnectionLimits::max_connections`], the oldest idle connection is closed to make room for the new one
+//! (as nginx drains reusable connections), so idle sockets can never keep a client with a real request out. Only
+//! when every connection has a request in flight is a new one refused (closed at once). Connections with requests
+//! in flight are never closed by the tracker: they need a credential (or a signed URL) and end with their request.
 //!
 //! Closing an idle connection races with a request arriving on it, as with any keep-alive server: the close is
-//! graceful (hyper finishes a request it has already read), and a client may retry on a new connection.
+//! graceful (hyper finishes a request it has already read; an unauthenticated one gets a second), and a client may
+//! retry on a new connection.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::ConnectInfo;
+use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::http::request::Parts;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
@@ -197,6 +202,48 @@ impl Drop for InFlight {
     }
 }
 
+/// A request's place on its connection, in the request's extensions: [`InFlightSlot::admit`] counts the request as
+/// in flight from then until its response's last byte has been sent (or the response is dropped). The gate admits a
+/// request once its credential is valid, a signed route once its signature is; nothing else does. A request not
+/// served through [`serve`] (a test's `oneshot`, another listener) has an empty slot, whose `admit` does nothing.
+/// As an extractor it never fails.
+#[derive(Clone, Default)]
+pub struct InFlightSlot(Option<Slot>);
+
+#[derive(Clone)]
+struct Slot {
+    tracker: Arc<Tracker>,
+    id: u64,
+    /// Owned by the connection's service until the response's body is done: a slot kept past that (a request's
+    /// parts travel with an MCP message) can no longer make its connection busy.
+    held: Weak<Mutex<Option<InFlight>>>,
+}
+
+impl InFlightSlot {
+    /// The slot of the request whose extensions these are (an empty one when there is none).
+    pub fn of(extensions: &axum::http::Extensions) -> Self {
+        extensions.get::<InFlightSlot>().cloned().unwrap_or_default()
+    }
+
+    /// Counts the request as in flight on its connection (once, however often it is called).
+    pub fn admit(&self) {
+        let Some(slot) = &self.0 else { return };
+        let Some(held) = slot.held.upgrade() else { return };
+        let mut held = held.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if held.is_none() {
+            *held = Some(slot.tracker.begin(slot.id));
+        }
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for InFlightSlot {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        Ok(Self::of(&parts.extensions))
+    }
+}
+
 /// Serves `router` on `listener` until `shutdown` completes; then stops accepting, lets every connection finish
 /// its request in flight (idle ones close at once) and returns when all are closed.
 pub async fn serve(
@@ -282,16 +329,19 @@ async fn connection(
     let service = hyper::service::service_fn({
         let tracker = tracker.clone();
         move |mut request: hyper::Request<Incoming>| {
-            let in_flight = tracker.begin(id);
+            // Empty until the request is admitted (authenticated); then it holds the request's `InFlight`.
+            let held = Arc::new(Mutex::new(None::<InFlight>));
+            let slot = Slot { tracker: tracker.clone(), id, held: Arc::downgrade(&held) };
             request.extensions_mut().insert(ConnectInfo(peer));
+            request.extensions_mut().insert(InFlightSlot(Some(slot)));
             let router = router.clone();
             async move {
                 let response = router.oneshot(request.map(Body::new)).await?;
-                // The request stays in flight until its body has been sent (or dropped): an event stream or a
-                // download is never an idle connection.
+                // An admitted request stays in flight until its body has been sent (or dropped): an event stream or
+                // a download is never an idle connection.
                 Ok::<_, std::convert::Infallible>(response.map(|body| {
                     Body::new(body.map_frame(move |frame| {
-                        let _ = &in_flight;
+                        let _ = &held;
                         frame
                     }))
                 }))
@@ -351,6 +401,35 @@ mod tests {
         drop(busy);
         tracker.sweep(Duration::ZERO);
         assert!(first_close.is_cancelled(), "idle again once its request ended");
+    }
+
+    /// The slot a connection's service would put in a request, and what the service keeps until the response ends.
+    fn slot(tracker: &Arc<Tracker>, id: u64) -> (InFlightSlot, Arc<Mutex<Option<InFlight>>>) {
+        let held = Arc::new(Mutex::new(None));
+        (InFlightSlot(Some(Slot { tracker: tracker.clone(), id, held: Arc::downgrade(&held) })), held)
+    }
+
+    #[test]
+    fn a_request_is_in_flight_only_once_admitted_and_until_its_response_ends() {
+        let tracker = Arc::new(Tracker::default());
+        let (unauthenticated, unauthenticated_close) = tracker.open();
+        let (authenticated, authenticated_close) = tracker.open();
+        let (_refused, refused_held) = slot(&tracker, unauthenticated);
+        let (admitted, admitted_held) = slot(&tracker, authenticated);
+        admitted.admit();
+        admitted.admit();
+        assert_eq!((tracker.busy(unauthenticated), tracker.busy(authenticated)), (false, true));
+        // At the cap, the connection whose request was never admitted is the one evicted; then none is idle.
+        assert!(tracker.evict_oldest_idle());
+        assert_eq!((unauthenticated_close.is_cancelled(), authenticated_close.is_cancelled()), (true, false));
+        assert!(!tracker.evict_oldest_idle());
+        drop(refused_held);
+        // The response ended: the connection is idle again, and a slot kept past the response cannot make it busy.
+        let kept = admitted.clone();
+        drop(admitted_held);
+        kept.admit();
+        assert!(!tracker.busy(authenticated));
+        InFlightSlot::default().admit(); // a request not served by `serve`: nothing to count
     }
 
     #[test]

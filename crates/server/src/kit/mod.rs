@@ -25,7 +25,7 @@ pub use auth::{
     AuthLimits, Authenticator, Caller, FailureRendering, MAX_TRACKED as MAX_TRACKED_CLIENTS, Refusal, require_bearer,
 };
 pub use client_addr::{ClientIpHeader, TrustedProxy};
-pub use connections::{ConnectionLimits, raise_nofile_limit, serve};
+pub use connections::{ConnectionLimits, InFlightSlot, raise_nofile_limit, serve};
 pub use credentials::{Credentials, DEFAULT_TOKEN_TENANT, JwtSettings, Verified, parse_named_tokens};
 pub use ops::{not_found, ops_app, readyz};
 pub use origin::{AllowedHosts, check as check_origin, cors};

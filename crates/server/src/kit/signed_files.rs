@@ -50,6 +50,7 @@ pub async fn download(
     State(state): State<AppState>,
     Path((conversation_id, path)): Path<(String, String)>,
     Query(query): Query<HashMap<String, String>>,
+    slot: super::InFlightSlot,
     request_headers: HeaderMap,
 ) -> Response {
     let expires = match query.get("exp").map(|e| e.parse::<u64>()) {
@@ -63,6 +64,7 @@ pub async fn download(
     if !state.files.signer.verify(&conversation_id, &path, expires, signature, unix_now()) {
         return refuse(StatusCode::FORBIDDEN, "invalid or expired signature");
     }
+    slot.admit(); // the signature is the credential
     let Ok(id) = ConversationId::parse(&conversation_id) else {
         return refuse(StatusCode::NOT_FOUND, "no such file");
     };
@@ -147,6 +149,7 @@ pub async fn upload(
     State(state): State<AppState>,
     Path((conversation_id, path)): Path<(String, String)>,
     Query(query): Query<HashMap<String, String>>,
+    slot: super::InFlightSlot,
     body: Body,
 ) -> Response {
     let (Some(Ok(expires)), Some(signature), Some("put")) =
@@ -154,9 +157,11 @@ pub async fn upload(
     else {
         return refuse(StatusCode::FORBIDDEN, "not an upload URL: exp, sig and op=put are required");
     };
+    // Checked before a byte of the body is read: a bad URL is answered at once, its body never read.
     if !state.files.signer.verify_upload(&conversation_id, &path, expires, signature, unix_now()) {
         return refuse(StatusCode::FORBIDDEN, "invalid or expired signature");
     }
+    slot.admit(); // the signature is the credential
     let Ok(id) = ConversationId::parse(&conversation_id) else {
         return refuse(StatusCode::FORBIDDEN, "invalid conversation id");
     };

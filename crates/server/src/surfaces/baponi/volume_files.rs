@@ -17,7 +17,7 @@ use sandlot_core::Error;
 
 use super::BaponiState;
 use super::rest::refuse;
-use crate::kit::{MAX_UPLOAD_BYTES, serve_file};
+use crate::kit::{InFlightSlot, MAX_UPLOAD_BYTES, serve_file};
 use crate::state::unix_now;
 
 /// The scope of a volume's download URL.
@@ -65,11 +65,13 @@ pub async fn download(
     State(state): State<BaponiState>,
     Path((slug, path)): Path<(String, String)>,
     Query(query): Query<HashMap<String, String>>,
+    slot: InFlightSlot,
     headers: HeaderMap,
 ) -> Response {
     if !verify(&state, GET_SCOPE, &slug, &path, &query) {
         return forbidden();
     }
+    slot.admit(); // the signature is the credential
     let Some(volume) = state.volumes.get(&slug) else { return not_found() };
     let (dir, name) = (volume.path.clone(), path.clone());
     match tokio::task::spawn_blocking(move || sandlot_core::open_in_dir(&dir, &name)).await {
@@ -92,11 +94,14 @@ pub async fn upload(
     State(state): State<BaponiState>,
     Path((slug, path)): Path<(String, String)>,
     Query(query): Query<HashMap<String, String>>,
+    slot: InFlightSlot,
     body: Body,
 ) -> Response {
+    // Checked before a byte of the body is read: a bad URL is answered at once, its body never read.
     if !verify(&state, PUT_SCOPE, &slug, &path, &query) {
         return forbidden();
     }
+    slot.admit(); // the signature is the credential
     let Some(volume) = state.volumes.get(&slug).filter(|volume| volume.writable) else {
         return refuse(StatusCode::FORBIDDEN, "forbidden", "the volume is not writable");
     };

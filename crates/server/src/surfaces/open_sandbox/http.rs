@@ -48,7 +48,10 @@ impl Served {
     /// The session of one HTTP request; its token is cancelled when the request's future is dropped.
     fn session(&self, request: &axum::http::request::Parts) -> (Session, tokio_util::sync::DropGuard) {
         let identity = match self.auth.authenticate(&request.headers, &request.extensions) {
-            Ok(caller) => Identity::of(caller.tenant()),
+            Ok(caller) => {
+                crate::kit::InFlightSlot::of(&request.extensions).admit();
+                Identity::of(caller.tenant())
+            }
             Err(Refusal::Unauthorized(message)) => Err(message),
             Err(Refusal::TooMany(retry)) => {
                 Err(format!("too many wrong credentials from this address; retry in {retry} s"))
