@@ -2,7 +2,7 @@
 //! every transport, `/mcp/events`, the REST routes) at the root and under `/p/sandlot`, its playground at `/`; the
 //! drop-in profiles under `/p/<name>`, one of them possibly at the root (then sandlot's own MCP and REST routes are
 //! only under `/p/sandlot`); the kit's routes that belong to no surface (signed `/files`, `/healthz`, `/readyz`,
-//! 404s); and the kit's layers around all of it (request log, CORS, Host/Origin).
+//! 404s); and the kit's layers around all of it (request log, CORS, Host/Origin, the body pace).
 
 use std::time::Duration;
 
@@ -10,7 +10,7 @@ use axum::Router;
 use axum::routing::{any, get};
 
 use crate::AppState;
-use crate::kit::{AllowedHosts, Authenticator, cors, log_requests, not_found, readyz};
+use crate::kit::{AllowedHosts, Authenticator, BodyLimits, cors, log_requests, not_found, pace_bodies, readyz};
 use crate::surfaces::{Profile, SANDLOT_PREFIX, Settings, sandlot};
 
 /// Settings of the HTTP app.
@@ -28,10 +28,12 @@ pub struct HttpOptions {
     pub profile_settings: Settings,
     /// A profile served at the root paths; sandlot's own MCP and REST routes are then only under `/p/sandlot`.
     pub root_profile: Option<Profile>,
+    /// The pace every request body must keep.
+    pub body_limits: BodyLimits,
 }
 
 impl HttpOptions {
-    /// Loopback hosts, 30 min idle sessions, at most 1000 of them.
+    /// Loopback hosts, 30 min idle sessions, at most 1000 of them, every profile, the default body pace.
     pub fn new(allowed_hosts: AllowedHosts) -> Self {
         Self {
             allowed_hosts,
@@ -40,6 +42,7 @@ impl HttpOptions {
             profiles: Profile::ALL.to_vec(),
             profile_settings: Default::default(),
             root_profile: None,
+            body_limits: BodyLimits::default(),
         }
     }
 }
@@ -49,7 +52,15 @@ impl HttpOptions {
 /// OAuth) do not; any other path is 404 without asking for a credential. Every route checks `Host` and
 /// `Origin`; CORS lets browser clients on allowed origins call the MCP endpoints.
 pub fn app(state: AppState, auth: Authenticator, options: HttpOptions) -> Router {
-    let HttpOptions { allowed_hosts, session_idle, max_sessions, profiles, profile_settings, root_profile } = options;
+    let HttpOptions {
+        allowed_hosts,
+        session_idle,
+        max_sessions,
+        profiles,
+        profile_settings,
+        root_profile,
+        body_limits,
+    } = options;
     let sessions = sandlot::Sessions { allowed_hosts: allowed_hosts.clone(), idle: session_idle, max: max_sessions };
     let own = sandlot::router(state.clone(), auth.clone(), &sessions);
     // Each profile's router is built once (its state, Baponi's busy threads, is shared by its two mounts).
@@ -82,6 +93,7 @@ pub fn app(state: AppState, auth: Authenticator, options: HttpOptions) -> Router
         router = router.nest(&profile.prefix(), router_of(profile));
     }
     let router = router
+        .layer(axum::middleware::from_fn_with_state(body_limits, pace_bodies))
         .layer(axum::middleware::from_fn_with_state(allowed_hosts.clone(), crate::kit::check_origin))
         .layer(cors(allowed_hosts));
     log_requests(router)

@@ -15,11 +15,20 @@ pub fn error_response(status: StatusCode, id: Value, code: i64, message: &str) -
     (status, axum::Json(body)).into_response()
 }
 
-/// Reads a body of at most [`MAX_BODY_BYTES`] and checks it is one JSON-RPC 2.0 message: 413 when too large,
-/// -32700 when it is not JSON, -32600 when it is not a message (batches included).
+/// Reads a body of at most [`MAX_BODY_BYTES`] and checks it is one JSON-RPC 2.0 message: 413 when too large, 408
+/// when too slow ([`BodyLimits`](super::BodyLimits)), -32700 when it is not JSON, -32600 when it is not a message
+/// (batches included).
 pub async fn read_message(body: Body) -> Result<(Bytes, Map<String, Value>), Response> {
-    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY_BYTES).await else {
-        return Err(error_response(StatusCode::PAYLOAD_TOO_LARGE, Value::Null, -32600, "request body is over 1 MiB"));
+    let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+        Ok(bytes) => bytes,
+        Err(error) => {
+            let error = super::BodyError::of(&error);
+            let message = match &error {
+                super::BodyError::TooLarge => "request body is over 1 MiB".to_owned(),
+                super::BodyError::TooSlow(why) | super::BodyError::Broken(why) => why.clone(),
+            };
+            return Err(error_response(error.status(), Value::Null, -32600, &message));
+        }
     };
     let message: Value = serde_json::from_slice(&bytes)
         .map_err(|e| error_response(StatusCode::BAD_REQUEST, Value::Null, -32700, &format!("parse error: {e}")))?;

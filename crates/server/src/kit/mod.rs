@@ -1,9 +1,10 @@
 //! The HTTP kit: what every surface shares and none owns. Authentication and its failure limits (checked from the
-//! headers, before a body is read), the connection tracker, Host/Origin/CORS, request ids and the request log,
+//! headers, before a body is read), the connection tracker, the pace every request body must keep, Host/Origin/CORS, request ids and the request log,
 //! error rendering (REST and JSON-RPC), metrics, signed file transfers, the MCP transports, and the helpers the
 //! workspace-style profiles share. Nothing here names a surface.
 
 mod auth;
+mod body_pace;
 mod client_addr;
 mod connections;
 pub mod conversation_access;
@@ -24,6 +25,7 @@ pub mod workspace_paths;
 pub use auth::{
     AuthLimits, Authenticator, Caller, FailureRendering, MAX_TRACKED as MAX_TRACKED_CLIENTS, Refusal, require_bearer,
 };
+pub use body_pace::{BodyError, BodyLimits, BodyPace, SlowBody, pace_bodies};
 pub use client_addr::{ClientIpHeader, TrustedProxy};
 pub use connections::{ConnectionLimits, InFlightSlot, raise_nofile_limit, serve};
 pub use credentials::{Credentials, DEFAULT_TOKEN_TENANT, JwtSettings, Verified, parse_named_tokens};
@@ -31,4 +33,4 @@ pub use ops::{not_found, ops_app, readyz};
 pub use origin::{AllowedHosts, check as check_origin, cors};
 pub use request_log::{REQUEST_ID, RequestSpan, around as log_requests};
 pub use rest_error::rest_error;
-pub use signed_files::{MAX_UPLOAD_BYTES, UPLOAD_URL_TTL, download, serve_file, upload};
+pub use signed_files::{MAX_UPLOAD_BYTES, UPLOAD_URL_TTL, download, serve_file, upload, upload_unread};

@@ -135,6 +135,18 @@ pub async fn serve_file(file: std::fs::File, path: &str, request_headers: &Heade
     response
 }
 
+/// The answer to an upload whose body could not be read (413 too large, 408 too slow, 400 broken), in the shape of
+/// every signed route's errors (`{"error", "message"}`).
+pub fn upload_unread(error: &axum::Error) -> Response {
+    let error = super::BodyError::of(error);
+    let (kind, message) = match &error {
+        super::BodyError::TooLarge => ("payload_too_large", format!("an upload is at most {MAX_UPLOAD_BYTES} bytes")),
+        super::BodyError::TooSlow(why) => ("request_timeout", why.clone()),
+        super::BodyError::Broken(why) => ("bad_request", why.clone()),
+    };
+    super::rest_error::rest_error(error.status(), kind, &message)
+}
+
 /// The largest body a signed upload URL takes; the conversation's disk quota may refuse less.
 pub const MAX_UPLOAD_BYTES: usize = 64 * 1024 * 1024;
 
@@ -167,13 +179,7 @@ pub async fn upload(
     };
     let bytes = match axum::body::to_bytes(body, MAX_UPLOAD_BYTES).await {
         Ok(bytes) => bytes,
-        Err(_) => {
-            return super::rest_error::rest_error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                &format!("an upload is at most {MAX_UPLOAD_BYTES} bytes"),
-            );
-        }
+        Err(error) => return upload_unread(&error),
     };
     match state.engine.upload_file(&id, &path, bytes.to_vec()).await {
         Ok(written) => {

@@ -17,7 +17,7 @@ use sandlot_core::Error;
 
 use super::BaponiState;
 use super::rest::refuse;
-use crate::kit::{InFlightSlot, MAX_UPLOAD_BYTES, serve_file};
+use crate::kit::{InFlightSlot, MAX_UPLOAD_BYTES, serve_file, upload_unread};
 use crate::state::unix_now;
 
 /// The scope of a volume's download URL.
@@ -105,9 +105,9 @@ pub async fn upload(
     let Some(volume) = state.volumes.get(&slug).filter(|volume| volume.writable) else {
         return refuse(StatusCode::FORBIDDEN, "forbidden", "the volume is not writable");
     };
-    let Ok(bytes) = axum::body::to_bytes(body, MAX_UPLOAD_BYTES).await else {
-        let message = format!("an upload is at most {MAX_UPLOAD_BYTES} bytes");
-        return refuse(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", &message);
+    let bytes = match axum::body::to_bytes(body, MAX_UPLOAD_BYTES).await {
+        Ok(bytes) => bytes,
+        Err(error) => return upload_unread(&error),
     };
     let owner = state.app.engine.storage_owner();
     let dir = volume.path.clone();

@@ -77,9 +77,12 @@ fn accepts_sse(headers: &HeaderMap) -> bool {
 }
 
 async fn read_body(body: Body) -> Result<Bytes, Value> {
-    axum::body::to_bytes(body, MAX_REQUEST_BYTES).await.map_err(|_| {
-        RpcError::new(Kind::InvalidRequest, format!("unreadable body (at most {MAX_REQUEST_BYTES} bytes)"))
-            .response(Value::Null)
+    axum::body::to_bytes(body, MAX_REQUEST_BYTES).await.map_err(|error| {
+        let why = match crate::kit::BodyError::of(&error) {
+            crate::kit::BodyError::TooLarge => format!("at most {MAX_REQUEST_BYTES} bytes"),
+            crate::kit::BodyError::TooSlow(why) | crate::kit::BodyError::Broken(why) => why,
+        };
+        RpcError::new(Kind::InvalidRequest, format!("unreadable body ({why})")).response(Value::Null)
     })
 }
 
@@ -149,6 +152,9 @@ async fn stream(State(served): State<Served>, request: Request) -> Response {
     }
     let (parts, body) = request.into_parts();
     let (session, guard) = served.session(&parts);
+    if let (Ok(_), Some(pace)) = (&session.identity, crate::kit::BodyPace::of(&parts.extensions)) {
+        pace.exempt(); // a stream of requests over time: it may idle between them
+    }
     let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     tokio::spawn(async move {
         // Lives as long as the answers are wanted: a client that goes away cancels the runs of its requests.
