@@ -157,6 +157,10 @@ pub struct ServeArgs {
     /// oldest idle connection is closed to make room.
     #[arg(long, env = "SANDLOT_MAX_CONNECTIONS", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_connections: Option<u64>,
+    /// Most long-lived streams (SSE and NDJSON) one caller (one token, or one JWT subject) may hold at once, across
+    /// every surface; one more gets 429 until one ends.
+    #[arg(long, env = "SANDLOT_MAX_STREAMS_PER_CALLER", default_value_t = sandlot_server::kit::StreamCap::DEFAULT_PER_CALLER as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_streams_per_caller: u64,
     /// Serve /metrics (Prometheus), /healthz and /readyz on this address, without authentication (default: no
     /// metrics). Keep it on loopback or a private network: the metrics show how the server is used.
     #[arg(long, env = "SANDLOT_METRICS_ADDR")]

@@ -10,7 +10,9 @@ use axum::Router;
 use axum::routing::{any, get};
 
 use crate::AppState;
-use crate::kit::{AllowedHosts, Authenticator, BodyLimits, cors, log_requests, not_found, pace_bodies, readyz};
+use crate::kit::{
+    AllowedHosts, Authenticator, BodyLimits, Gate, StreamCap, cors, log_requests, not_found, pace_bodies, readyz,
+};
 use crate::surfaces::{Profile, SANDLOT_PREFIX, Settings, sandlot};
 
 /// Settings of the HTTP app.
@@ -30,10 +32,13 @@ pub struct HttpOptions {
     pub root_profile: Option<Profile>,
     /// The pace every request body must keep.
     pub body_limits: BodyLimits,
+    /// Long-lived streams one caller may hold at once, across every surface.
+    pub max_streams_per_caller: usize,
 }
 
 impl HttpOptions {
-    /// Loopback hosts, 30 min idle sessions, at most 1000 of them, every profile, the default body pace.
+    /// Loopback hosts, 30 min idle sessions, at most 1000 of them, every profile, the default body pace and stream
+    /// cap.
     pub fn new(allowed_hosts: AllowedHosts) -> Self {
         Self {
             allowed_hosts,
@@ -43,13 +48,15 @@ impl HttpOptions {
             profile_settings: Default::default(),
             root_profile: None,
             body_limits: BodyLimits::default(),
+            max_streams_per_caller: StreamCap::DEFAULT_PER_CALLER,
         }
     }
 }
 
-/// The whole HTTP app. The MCP endpoints and the REST routes need a credential; the playground page, `/files`
-/// (signed URLs), `/healthz`, `/readyz` and the OAuth discovery probes (answered 404 at once: sandlot does not do
-/// OAuth) do not; any other path is 404 without asking for a credential. Every route checks `Host` and
+/// The whole HTTP app. The MCP endpoints and the REST routes need a credential, checked by the kit's gate before
+/// their body is read; the playground page, `/files` (signed URLs), `/healthz`, `/readyz` and the OAuth discovery
+/// probes (answered 404 at once: sandlot does not do OAuth) do not; any other path is 404 without asking for a
+/// credential. Every route checks `Host` and
 /// `Origin`; CORS lets browser clients on allowed origins call the MCP endpoints.
 pub fn app(state: AppState, auth: Authenticator, options: HttpOptions) -> Router {
     let HttpOptions {
@@ -60,14 +67,17 @@ pub fn app(state: AppState, auth: Authenticator, options: HttpOptions) -> Router
         profile_settings,
         root_profile,
         body_limits,
+        max_streams_per_caller,
     } = options;
+    // One gate, one count of streams per caller, for every surface.
+    let gate = Gate::new(auth, StreamCap::new(max_streams_per_caller));
     let sessions = sandlot::Sessions { allowed_hosts: allowed_hosts.clone(), idle: session_idle, max: max_sessions };
-    let own = sandlot::router(state.clone(), auth.clone(), &sessions);
+    let own = sandlot::router(state.clone(), &gate, &sessions);
     // Each profile's router is built once (its state, Baponi's busy threads, is shared by its two mounts).
     let mut mounted: Vec<(Profile, Router)> = Vec::new();
     for profile in profiles.iter().copied().chain(root_profile) {
         if !mounted.iter().any(|(p, _)| *p == profile) {
-            mounted.push((profile, profile.router(state.clone(), auth.clone(), &profile_settings)));
+            mounted.push((profile, profile.router(state.clone(), &gate, &profile_settings)));
         }
     }
     let router_of = |profile| mounted.iter().find(|(p, _)| *p == profile).map(|(_, r)| r.clone()).unwrap_or_default();

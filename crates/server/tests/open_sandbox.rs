@@ -1,7 +1,7 @@
 //! The open-sandbox profile's frame through `sandlot_server::app`: its three HTTP transports (`POST /mcp` as JSON or one SSE
 //! frame, the one-shot `GET /mcp/sse?request=`, NDJSON on `POST /mcp/stream`), `initialize`'s version rules,
-//! `mcp.capabilities`, the unified errors (fresh 32-hex trace ids) and its auth: every failure is HTTP 200 with a
-//! -32001 error, for sandlot's static token and for each wrong JWT.
+//! `mcp.capabilities`, the unified errors (fresh 32-hex trace ids) and its auth: every failure is HTTP 200 with one
+//! -32001 error (id `null`: the body is never read), for sandlot's static token and for each wrong JWT.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -330,28 +330,40 @@ async fn initialize_echoes_supported_versions_and_refuses_others() {
     );
 }
 
+/// A refused credential is answered from the headers, before the body is read: one -32001 error with id `null`
+/// (the request's id is in the unread body) in the transport's shape, HTTP 200, and the connection closes.
 #[tokio::test]
 async fn missing_or_wrong_token_is_http_200_with_unauthorized() {
     let (_root, _state, router) = router();
     let body = json!({"jsonrpc":"2.0","id":9,"method":"tools/list"}).to_string();
+    let requests = |token| {
+        [
+            ("application/json", request("POST", "/mcp", token, "application/json", "application/json", &body)),
+            ("text/event-stream", request("POST", "/mcp", token, "application/json", "text/event-stream", &body)),
+            ("text/event-stream", request("GET", "/mcp/sse?request=%7B%7D", token, "", "", "")),
+            ("application/json", request("POST", "/mcp/stream", token, "application/json", "", &body)),
+            (
+                "application/x-ndjson",
+                request("POST", "/mcp/stream", token, "application/x-ndjson", "", &format!("{body}\n{body}\n")),
+            ),
+        ]
+    };
     for token in [None, Some("wrong")] {
-        let (status, _, text) =
-            send(&router, request("POST", "/mcp", token, "application/json", "application/json", &body)).await;
-        assert_eq!(status, StatusCode::OK);
-        unified_error(&serde_json::from_str(&text).unwrap(), json!(9), -32001, "unauthorized");
-        let (status, _, text) = send(&router, request("GET", "/mcp/sse?request=%7B%7D", token, "", "", "")).await;
-        assert_eq!(status, StatusCode::OK);
-        unified_error(&common::jsonrpc_answer(text.as_bytes()), Value::Null, -32001, "unauthorized");
-        let (status, _, text) = send(
-            &router,
-            request("POST", "/mcp/stream", token, "application/x-ndjson", "", &format!("{body}\n{body}\n")),
-        )
-        .await;
-        assert_eq!(status, StatusCode::OK);
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 2, "{text}");
-        for line in lines {
-            unified_error(&serde_json::from_str(line).unwrap(), json!(9), -32001, "unauthorized");
+        for (shape, request) in requests(token) {
+            let response = router.clone().oneshot(request).await.unwrap();
+            let head =
+                |name| response.headers().get(name).map(|v: &header::HeaderValue| v.to_str().unwrap().to_owned());
+            let head = (response.status(), head(header::CONTENT_TYPE), head(header::CONNECTION));
+            assert_eq!(head, (StatusCode::OK, Some(shape.to_owned()), Some("close".to_owned())));
+            let text = String::from_utf8(response.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
+            let answers: Vec<Value> = match shape {
+                "application/x-ndjson" => text.lines().map(|line| serde_json::from_str(line).unwrap()).collect(),
+                _ => vec![common::jsonrpc_answer(text.as_bytes())],
+            };
+            assert_eq!(answers.len(), 1, "{text}");
+            let message = unified_error(&answers[0], Value::Null, -32001, "unauthorized");
+            let expected = if token.is_none() { "missing Authorization header" } else { "invalid bearer token" };
+            assert!(message.starts_with(expected), "{message}");
         }
     }
 }
@@ -410,7 +422,7 @@ async fn jwt_failures_are_http_200_with_unauthorized_and_the_subject_picks_the_w
     for (token, why) in cases {
         let (status, _, text) = send(&router, post(token)).await;
         assert_eq!(status, StatusCode::OK);
-        let message = unified_error(&serde_json::from_str(&text).unwrap(), json!(1), -32001, "unauthorized");
+        let message = unified_error(&serde_json::from_str(&text).unwrap(), Value::Null, -32001, "unauthorized");
         assert!(message.contains(why), "{message} / {why}");
     }
 }

@@ -52,6 +52,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         profiles: args.profiles.0.clone(),
         profile_settings: sandlot_server::surfaces::Settings { baponi_volumes: args.baponi_volumes.clone() },
         root_profile: args.root_profile.0,
+        max_streams_per_caller: usize::try_from(args.max_streams_per_caller).unwrap_or(usize::MAX),
         ..HttpOptions::new(AllowedHosts::new(Vec::new()))
     };
     let listener = listen(args.addr).with_context(|| format!("cannot listen on {}", args.addr))?;

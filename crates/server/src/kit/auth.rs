@@ -12,17 +12,15 @@
 //!   [`MAX_TRACKED`] addresses are remembered; past that, new addresses share one allowance, which only ever
 //!   refuses wrong credentials.
 //!
-//! An accepted request carries its [`Caller`] in its extensions.
+//! How a refusal is answered, and what an accepted request carries, is the gate's ([`super::gate`]).
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::extract::ConnectInfo;
+use axum::http::header;
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
@@ -178,23 +176,6 @@ impl Authenticator {
     }
 }
 
-fn unauthorized(message: &str) -> Response {
-    let body = serde_json::json!({ "error": "unauthorized", "message": message });
-    let mut response = (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
-    response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-    response
-}
-
-fn too_many(retry_after: u64) -> Response {
-    let body = serde_json::json!({
-        "error": "too_many_requests",
-        "message": format!("too many wrong credentials from this address; retry in {retry_after} s"),
-    });
-    let mut response = (StatusCode::TOO_MANY_REQUESTS, axum::Json(body)).into_response();
-    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
-    response
-}
-
 /// Why [`Authenticator::authenticate`] refused a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
@@ -249,18 +230,5 @@ impl Authenticator {
         crate::kit::telemetry::auth_failed("rejected");
         tracing::info!(client = client.map(|c| c.to_string()), reason = failure, "authentication failed");
         Err(refuse(&failure))
-    }
-}
-
-/// Lets the request through only with a valid bearer credential; counts wrong ones per client address.
-pub async fn require_bearer(State(auth): State<Authenticator>, mut request: Request, next: Next) -> Response {
-    match auth.authenticate(request.headers(), request.extensions()) {
-        Ok(caller) => {
-            super::connections::InFlightSlot::of(request.extensions()).admit();
-            request.extensions_mut().insert(caller);
-            next.run(request).await
-        }
-        Err(Refusal::Unauthorized(message)) => unauthorized(&message),
-        Err(Refusal::TooMany(retry_after)) => too_many(retry_after),
     }
 }

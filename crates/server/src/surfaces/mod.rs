@@ -17,7 +17,7 @@ pub mod sandlot;
 use axum::Router;
 
 use crate::AppState;
-use crate::kit::Authenticator;
+use crate::kit::Gate;
 
 /// Where sandlot's own MCP and REST surface is always served, and only there when a profile has the root.
 pub const SANDLOT_PREFIX: &str = "/p/sandlot";
@@ -72,12 +72,12 @@ impl Profile {
         }
     }
 
-    /// The profile's routes, relative to its base.
-    pub fn router(self, state: AppState, auth: Authenticator, settings: &Settings) -> Router {
+    /// The profile's routes, relative to its base, behind `gate` where they need a credential.
+    pub fn router(self, state: AppState, gate: &Gate, settings: &Settings) -> Router {
         match self {
-            Profile::Baponi => baponi::router(baponi::BaponiState::new(state, settings.baponi_volumes.clone()), auth),
-            Profile::Codegen => codegen::router(state, auth),
-            Profile::OpenSandbox => open_sandbox::router(state, auth),
+            Profile::Baponi => baponi::router(baponi::BaponiState::new(state, settings.baponi_volumes.clone()), gate),
+            Profile::Codegen => codegen::router(state, gate),
+            Profile::OpenSandbox => open_sandbox::router(state, gate),
         }
     }
 }

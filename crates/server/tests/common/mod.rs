@@ -46,10 +46,15 @@ pub fn state(secret: &str, ttl: Option<std::time::Duration>) -> (tempfile::TempD
 
 /// A stateless `POST /mcp` of `body`, with the test token, Host and both Accept types.
 pub fn post_mcp(body: &str) -> axum::http::Request<axum::body::Body> {
+    post_mcp_as("tok", body)
+}
+
+/// A stateless `POST /mcp` of `body` with `token`, Host and both Accept types.
+pub fn post_mcp_as(token: &str, body: &str) -> axum::http::Request<axum::body::Body> {
     use axum::http::header;
     axum::http::Request::post("/mcp")
         .header(header::HOST, "localhost")
-        .header(header::AUTHORIZATION, "Bearer tok")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
         .header(header::CONTENT_TYPE, "application/json")
         .header(header::ACCEPT, "application/json, text/event-stream")
         .body(axum::body::Body::from(body.to_owned()))

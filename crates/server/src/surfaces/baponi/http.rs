@@ -28,7 +28,7 @@ use super::BaponiState;
 use super::mcp::BaponiMcp;
 use crate::kit::jsonrpc::{error_response, read_message};
 use crate::kit::transport::streamable_http::{accepts, forward};
-use crate::kit::{Authenticator, FailureRendering};
+use crate::kit::{FailureRendering, Gate, Opens};
 
 /// Baponi's 401 message and its failure limit.
 pub const AUTH: FailureRendering = FailureRendering { message: "Invalid or revoked API key.", failures_per_minute: 3 };
@@ -50,9 +50,10 @@ const VERSIONS: [ProtocolVersion; 4] = [
     ProtocolVersion::V_2025_11_25,
 ];
 
-/// `<base>/mcp` (and `<base>/mcp/`), behind `auth`: Baponi's flavour of sandlot's bearer check
-/// (`Authenticator::for_profile(AUTH)`, made once by `baponi::router` for the MCP and REST routes together).
-pub fn router(state: BaponiState, auth: &Authenticator) -> Router {
+/// `<base>/mcp` (and `<base>/mcp/`), behind `gate`: Baponi's flavour of the kit's gate (`Gate::for_profile(AUTH)`,
+/// made once by `baponi::router` for the MCP and REST routes together); its `GET` stream is capped per caller and
+/// ends at the credential's expiry.
+pub fn router(state: BaponiState, gate: &Gate) -> Router {
     let handler = BaponiMcp::new(state.clone());
     let service = |json_response: bool| {
         let handler = handler.clone();
@@ -64,11 +65,9 @@ pub fn router(state: BaponiState, auth: &Authenticator) -> Router {
         StreamableHttpService::new(move || Ok(handler.clone()), Default::default(), config)
     };
     let services = Services { json: service(true), sse: service(false), shutdown: state.app.shutdown.clone() };
-    Router::new()
-        .route("/mcp", any(endpoint))
-        .route("/mcp/", any(endpoint))
-        .with_state(services)
-        .route_layer(axum::middleware::from_fn_with_state(auth.clone(), crate::kit::require_bearer))
+    Router::new().route("/mcp", any(endpoint)).route("/mcp/", any(endpoint)).with_state(services).route_layer(
+        axum::middleware::from_fn_with_state(gate.opening(Opens::stream_on_get), crate::kit::require_bearer),
+    )
 }
 
 async fn endpoint(State(services): State<Services>, request: Request) -> Response {

@@ -37,7 +37,7 @@ use axum::Router;
 use axum::routing::{get, post};
 
 use crate::AppState;
-use crate::kit::Authenticator;
+use crate::kit::Gate;
 pub use execute::{BaponiLanguage, ExecuteArgs, ExecuteError, execute, parse, validate};
 pub use trace_ids::{run_id_of, trace_id};
 pub use volumes::{Volume, Volumes};
@@ -74,10 +74,11 @@ impl BaponiState {
     }
 }
 
-/// Baponi's routes, relative to the profile's base (`<base>/mcp`, `<base>/v1/...`).
-pub fn router(state: BaponiState, auth: Authenticator) -> Router {
+/// Baponi's routes, relative to the profile's base (`<base>/mcp`, `<base>/v1/...`), behind `gate` but for the
+/// signed volume URLs.
+pub fn router(state: BaponiState, gate: &Gate) -> Router {
     // One count of wrong keys per address for the whole profile (MCP and REST), with Baponi's 401 body.
-    let auth = auth.for_profile(http::AUTH);
+    let gate = gate.for_profile(http::AUTH);
     let rest = Router::new()
         .route("/v1/sandbox/execute", post(rest_execute::execute))
         .route("/v1/executions/{trace_id}", get(executions::get))
@@ -87,10 +88,10 @@ pub fn router(state: BaponiState, auth: Authenticator) -> Router {
         .route("/v1/files/download_url", post(files_api::download_url))
         .route("/v1/files/upload_url", post(files_api::upload_url))
         .with_state(rest::RestState::new(state.clone()))
-        .route_layer(axum::middleware::from_fn_with_state(auth.clone(), crate::kit::require_bearer));
+        .route_layer(axum::middleware::from_fn_with_state(gate.opening(rest::opens), crate::kit::require_bearer));
     // Signed URLs: the signature is the authority, no key.
     let signed = Router::new()
         .route(volume_files::ROUTE, get(volume_files::download).put(volume_files::upload))
         .with_state(state.clone());
-    http::router(state, &auth).merge(rest).merge(signed)
+    http::router(state, &gate).merge(rest).merge(signed)
 }

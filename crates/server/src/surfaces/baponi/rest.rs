@@ -1,18 +1,19 @@
 //! What Baponi's REST routes share: their state (the profile's, and the executions this face can cancel), the
-//! tenant of a request, and the shape of their refusals (`{"error": kind, "message": message}`, 400
-//! `validation_error` naming the field).
+//! tenant of a request, which requests open a stream, and the shape of their refusals (`{"error": kind,
+//! "message": message}`, 400 `validation_error` naming the field).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use axum::Extension;
 use axum::body::Bytes;
-use axum::http::StatusCode;
+use axum::extract::Request;
+use axum::http::{StatusCode, header};
 use axum::response::Response;
 use tokio_util::sync::CancellationToken;
 
 use super::BaponiState;
-use crate::kit::{Caller, rest_error};
+use crate::kit::{Caller, Opens, rest_error};
 
 /// The REST face's state: the profile's, and the cancellation of each execution it runs, by conversation.
 #[derive(Clone)]
@@ -57,6 +58,17 @@ impl Drop for Registered {
 /// The tenant of a request: its caller's (sandlot's auth puts it there), else the ordinary tenant `anonymous`.
 pub(super) fn tenant_of(caller: Option<Extension<Caller>>) -> sandlot_core::Tenant {
     caller.map_or_else(|| Caller::anonymous().tenant(), |Extension(caller)| caller.tenant())
+}
+
+/// What a REST request opens: a stream for an execution's output and for an execute that asks for NDJSON
+/// (`Accept: application/x-ndjson`), an exchange otherwise.
+pub(super) fn opens(request: &Request) -> Opens {
+    let ndjson = request
+        .headers()
+        .get_all(header::ACCEPT)
+        .iter()
+        .any(|accept| accept.to_str().is_ok_and(|accept| accept.contains("application/x-ndjson")));
+    if ndjson || request.uri().path().ends_with("/output") { Opens::Stream } else { Opens::Exchange }
 }
 
 /// A Baponi REST error: `{"error": kind, "message": message}`.

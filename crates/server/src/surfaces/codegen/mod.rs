@@ -8,7 +8,7 @@
 //! - `crate::kit::workspace_paths`: the agent's paths (`/workspace/...` or workspace-relative) made workspace-relative.
 //! - [`ReadTracker`]: which files were Read or Written, so `Write` and `Edit` refuse to clobber unseen files.
 //!
-//! The transport is the kit's legacy SSE (`kit::transport::legacy_sse`) in mcp-go's style, behind sandlot's bearer auth.
+//! The transport is the kit's legacy SSE (`kit::transport::legacy_sse`) in mcp-go's style, behind the kit's gate.
 
 pub mod mcp;
 pub mod tenant;
@@ -26,8 +26,8 @@ use axum::routing::{any, get};
 use sandlot_core::ConversationId;
 
 use crate::AppState;
-use crate::kit::Authenticator;
 use crate::kit::transport::legacy_sse::{self, LegacySessions, Style};
+use crate::kit::{Gate, Opens};
 pub use mcp::CodegenMcp;
 pub use tenant::Tenant;
 
@@ -76,8 +76,8 @@ impl CodegenState {
 }
 
 /// codegen-sandbox's routes, relative to the profile's base: `GET <base>/sse` opens a session whose endpoint
-/// event names `<base>/message?sessionId=`; both need sandlot's bearer credential.
-pub fn router(state: AppState, auth: Authenticator) -> Router {
+/// event names `<base>/message?sessionId=`; both are behind `gate` (sandlot's bearer credential).
+pub fn router(state: AppState, gate: &Gate) -> Router {
     let shutdown = state.shutdown.clone();
     let factory = mcp::SessionMaker::new(CodegenState::new(state));
     let sessions = LegacySessions::new(factory, shutdown, MAX_SESSIONS).with_style(Style::McpGo);
@@ -85,5 +85,9 @@ pub fn router(state: AppState, auth: Authenticator) -> Router {
         .route("/sse", get(legacy_sse::open::<mcp::SessionMaker>))
         .route("/message", any(legacy_sse::post::<mcp::SessionMaker>))
         .with_state(sessions)
-        .route_layer(axum::middleware::from_fn_with_state(auth, crate::kit::require_bearer))
+        // The SSE stream is capped per caller and ends at the credential's expiry.
+        .route_layer(axum::middleware::from_fn_with_state(
+            gate.opening(Opens::stream_on_get),
+            crate::kit::require_bearer,
+        ))
 }

@@ -6,8 +6,12 @@
 //! - `POST /mcp/stream`: NDJSON (`application/x-ndjson`, `application/jsonl`, ...) in and out, one answer line per
 //!   request line, each written as soon as it is ready; another content type is one request answered as JSON.
 //!
-//! Every request presents sandlot's bearer credential (the static token, or a JWT in JWT mode); a refusal is not an
-//! HTTP 401 but, as the product's clients expect, HTTP 200 with a -32001 unified error for each request.
+//! Every request presents sandlot's bearer credential (a static token, or a JWT in JWT mode), checked by the kit's
+//! gate from the headers before the body is read. A refusal is not an HTTP 401 but, as the product's clients
+//! expect, HTTP 200 with a -32001 unified error ([`refuse`]): one answer with id `null` (the body, and so the
+//! request's id, is never read) in the shape the transport answers in (JSON, an SSE frame, one NDJSON line), and
+//! the connection closes. The NDJSON stream is a stream for the gate: capped per caller, its body exempt from the
+//! body pace, and ended when the credential expires.
 
 use std::collections::HashMap;
 
@@ -24,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use super::dispatch::{Identity, Session, dispatch_text};
 use super::errors::{Kind, RpcError, new_trace_id};
 use crate::AppState;
-use crate::kit::{Authenticator, Refusal};
+use crate::kit::{Caller, Denial, Gate, Opens, Refusal};
 
 /// The largest request (a body, or one NDJSON line).
 const MAX_REQUEST_BYTES: usize = crate::kit::jsonrpc::MAX_BODY_BYTES;
@@ -32,30 +36,61 @@ const MAX_REQUEST_BYTES: usize = crate::kit::jsonrpc::MAX_BODY_BYTES;
 #[derive(Clone)]
 struct Served {
     app: AppState,
-    auth: Authenticator,
 }
 
-/// The routes of the profile's HTTP transports.
-pub fn router(app: AppState, auth: Authenticator) -> Router {
+/// The routes of the profile's HTTP transports, behind `gate` (other methods on `/mcp` get their 405 without it).
+pub fn router(app: AppState, gate: &Gate) -> Router {
+    let gate = gate.rendering(refuse).opening(opens);
     Router::new()
         .route("/mcp", post(post_mcp).fallback(method_not_allowed))
         .route("/mcp/sse", get(one_shot))
         .route("/mcp/stream", post(stream))
-        .with_state(Served { app, auth })
+        .with_state(Served { app })
+        .route_layer(axum::middleware::from_fn_with_state(gate, crate::kit::require_bearer))
+}
+
+/// The NDJSON stream is a stream of requests over time; every other request is one exchange.
+fn opens(request: &Request) -> Opens {
+    if request.uri().path().ends_with("/mcp/stream") && is_ndjson(request.headers()) {
+        Opens::DuplexStream
+    } else {
+        Opens::Exchange
+    }
+}
+
+/// The gate's refusal of a credential as the product's clients expect it: HTTP 200 with one -32001 unified error
+/// (id `null`: the body is unread) in the transport's shape. Too many streams is the kit's 429.
+fn refuse(denial: &Denial, request: &Request) -> Response {
+    let message = match denial {
+        Denial::Credential(Refusal::Unauthorized(message)) => message.clone(),
+        Denial::Credential(Refusal::TooMany(retry)) => {
+            format!("too many wrong credentials from this address; retry in {retry} s")
+        }
+        Denial::TooManyStreams { .. } => return crate::kit::render_denial(denial, request),
+    };
+    let answer = RpcError::new(Kind::Unauthorized, message).response(Value::Null);
+    let path = request.uri().path();
+    if path.ends_with("/mcp/stream") {
+        if is_ndjson(request.headers()) {
+            let line = format!("{answer}\n");
+            return ([(header::CONTENT_TYPE, "application/x-ndjson")], line).into_response();
+        }
+        return json_response(&answer);
+    }
+    if path.ends_with("/mcp/sse") || accepts_sse(request.headers()) {
+        sse_frame(&answer)
+    } else {
+        json_response(&answer)
+    }
 }
 
 impl Served {
-    /// The session of one HTTP request; its token is cancelled when the request's future is dropped.
+    /// The session of one HTTP request (its caller, whom the gate let in); its token is cancelled when the request's
+    /// future is dropped.
     fn session(&self, request: &axum::http::request::Parts) -> (Session, tokio_util::sync::DropGuard) {
-        let identity = match self.auth.authenticate(&request.headers, &request.extensions) {
-            Ok(caller) => {
-                crate::kit::InFlightSlot::of(&request.extensions).admit();
-                Identity::of(caller.tenant())
-            }
-            Err(Refusal::Unauthorized(message)) => Err(message),
-            Err(Refusal::TooMany(retry)) => {
-                Err(format!("too many wrong credentials from this address; retry in {retry} s"))
-            }
+        let identity = match request.extensions.get::<Caller>() {
+            Some(caller) => Identity::of(caller.tenant()),
+            None => Err("missing credential".to_owned()),
         };
         let cancel = self.app.shutdown.child_token();
         let guard = cancel.clone().drop_guard();
@@ -152,14 +187,23 @@ async fn stream(State(served): State<Served>, request: Request) -> Response {
     }
     let (parts, body) = request.into_parts();
     let (session, guard) = served.session(&parts);
-    if let (Ok(_), Some(pace)) = (&session.identity, crate::kit::BodyPace::of(&parts.extensions)) {
-        pace.exempt(); // a stream of requests over time: it may idle between them
-    }
+    // The credential's expiry ends the stream: no request is read after it, and the runs of those in progress are
+    // cancelled (the gate ends the response then too).
+    let expiry = parts.extensions.get::<Caller>().and_then(crate::kit::expiry_of);
+    let cancel: CancellationToken = session.cancel.clone();
+    tokio::spawn({
+        let cancel = cancel.clone();
+        async move {
+            tokio::select! {
+                () = crate::kit::expired(expiry) => cancel.cancel(),
+                () = cancel.cancelled() => {}
+            }
+        }
+    });
     let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     tokio::spawn(async move {
         // Lives as long as the answers are wanted: a client that goes away cancels the runs of its requests.
         let _guard = guard;
-        let cancel: CancellationToken = session.cancel.clone();
         let mut body = body.into_data_stream();
         let mut pending: Vec<u8> = Vec::new();
         let mut finished = false;
@@ -175,15 +219,18 @@ async fn stream(State(served): State<Served>, request: Request) -> Response {
                     let _ = sender.send(Ok(Bytes::from(format!("{}\n", error.response(Value::Null))))).await;
                     break;
                 }
-                None => match tokio::select! { chunk = body.next() => chunk, () = cancel.cancelled() => None } {
-                    Some(Ok(chunk)) => {
+                None => match tokio::select! { chunk = body.next() => Some(chunk), () = cancel.cancelled() => None } {
+                    Some(Some(Ok(chunk))) => {
                         pending.extend_from_slice(&chunk);
                         continue;
                     }
-                    Some(Err(_)) | None => {
+                    // The end of the body: its last line may lack its newline.
+                    Some(Some(Err(_)) | None) => {
                         finished = true;
                         std::mem::take(&mut pending)
                     }
+                    // Shutdown, or the credential expired: nothing more is read or answered.
+                    None => break,
                 },
             };
             let text = String::from_utf8_lossy(&line);

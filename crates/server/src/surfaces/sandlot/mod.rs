@@ -24,7 +24,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use crate::AppState;
 use crate::kit::transport::legacy_sse::{self, LegacySessions, SessionFactory};
 use crate::kit::transport::streamable_http::{self, McpServices};
-use crate::kit::{AllowedHosts, Authenticator, Caller, require_bearer};
+use crate::kit::{AllowedHosts, Caller, Gate, Opens, require_bearer};
 
 pub use file_resources::DEFAULT_RESOURCE_READ_BYTES;
 pub use handler::SandlotMcp;
@@ -42,9 +42,11 @@ pub struct Sessions {
     pub max: usize,
 }
 
-/// The surface's routes that need a credential, relative to its base: `/mcp` (Streamable HTTP), the legacy SSE pair
-/// at `/sse` + `/message` and `/mcp/sse` + `/mcp/message`, `/mcp/events`, `/v1/runs...` and `/v1/conversations...`.
-pub fn router(state: AppState, auth: Authenticator, sessions: &Sessions) -> Router {
+/// The surface's routes, all behind `gate`, relative to its base: `/mcp` (Streamable HTTP), the legacy SSE pair at
+/// `/sse` + `/message` and `/mcp/sse` + `/mcp/message`, `/mcp/events`, `/v1/runs...` and `/v1/conversations...`.
+/// Every `GET` of the MCP routes opens a stream (the Streamable HTTP GET stream, a legacy SSE session, the event
+/// stream), capped per caller and ended at the credential's expiry.
+pub fn router(state: AppState, gate: &Gate, sessions: &Sessions) -> Router {
     let handler = SandlotMcp::new(state.clone(), Caller::anonymous());
     let session_manager = |idle: Duration| {
         let mut manager = LocalSessionManager::default();
@@ -93,13 +95,13 @@ pub fn router(state: AppState, auth: Authenticator, sessions: &Sessions) -> Rout
         .route("/v1/conversations/{conversation_id}", delete(rest::conversations::delete))
         .route("/v1/conversations/{conversation_id}/uploads", post(rest::conversations::upload_url))
         .with_state(state);
-    streamable
+    // Route layers: only the routes above need the credential; an unknown path falls through to the app's 404,
+    // with or without a credential, and is never counted as a failed authentication.
+    let mcp = streamable
         .merge(legacy)
         .merge(run_events)
-        .merge(rest)
-        // A route layer: only the routes above need the credential; an unknown path falls through to the app's 404,
-        // with or without a credential, and is never counted as a failed authentication.
-        .route_layer(axum::middleware::from_fn_with_state(auth, require_bearer))
+        .route_layer(axum::middleware::from_fn_with_state(gate.opening(Opens::stream_on_get), require_bearer));
+    mcp.merge(rest.route_layer(axum::middleware::from_fn_with_state(gate.clone(), require_bearer)))
 }
 
 /// Serves the tools on this process's stdin and stdout (caller `stdio`) until the client closes stdin.
