@@ -188,8 +188,9 @@ pub enum Refusal {
 impl Authenticator {
     /// Checks the bearer credential of a request (its headers, and its extensions for the peer address), counting
     /// wrong ones per client address: the caller, or why it was refused. Refusals are logged and counted in the
-    /// metrics; how they are answered is the face's.
-    pub fn authenticate(
+    /// metrics; how they are answered is the face's. Only the kit calls it: every surface goes through the gate, which
+    /// calls it from the headers before any body is read.
+    pub(super) fn authenticate(
         &self,
         headers: &axum::http::HeaderMap,
         extensions: &axum::http::Extensions,

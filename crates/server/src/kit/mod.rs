@@ -39,4 +39,4 @@ pub use request_log::{REQUEST_ID, RequestSpan, around as log_requests};
 pub use rest_error::rest_error;
 pub use signed_files::{MAX_UPLOAD_BYTES, UPLOAD_URL_TTL, download, serve_file, upload, upload_unread};
 pub use stream_cap::{StreamCap, StreamPermit};
-pub use stream_lease::{Lease, expired, expiry_of};
+pub use stream_lease::{expired, expiry_of};
