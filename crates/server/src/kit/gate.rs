@@ -17,6 +17,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use sandlot_core::Escaped;
 
 use super::auth::{Authenticator, Caller, FailureRendering, Refusal};
 use super::body_pace::BodyPace;
@@ -143,7 +144,7 @@ pub async fn require_bearer(State(gate): State<Gate>, mut request: Request, next
             Some(permit) => Some(permit),
             None => {
                 let max = gate.streams.max_per_caller();
-                tracing::info!(caller = caller.name, max, "stream refused: the caller holds the most it may");
+                tracing::info!(caller = %Escaped(&caller.name), max, "stream refused: the caller holds the most it may");
                 return closing((gate.render)(&Denial::TooManyStreams { max }, &request));
             }
         },
