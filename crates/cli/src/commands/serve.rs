@@ -4,8 +4,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use sandlot_server::kit::{
-    AllowedHosts, AuthLimits, Authenticator, ConnectionLimits, Credentials, JwtSettings, ops_app, parse_named_tokens,
-    raise_nofile_limit, serve as serve_http,
+    AllowedHosts, AuthLimits, Authenticator, ConnectionLimits, Credentials, DEFAULT_TOKEN_TENANT, JwtSettings, ops_app,
+    parse_named_tokens, raise_nofile_limit, serve as serve_http,
 };
 use sandlot_server::{HttpOptions, app};
 
@@ -202,11 +202,17 @@ fn credentials(args: &ServeArgs) -> Result<(Authenticator, Option<String>), Stri
             }
         }
     };
+    // One token and nothing else (the default) is one user, the operator: it sees everything, as before tenants
+    // (the runs of `sandlot stdio` on the same root included).
+    let single_token = !args.auth_enabled && named.is_none();
     let credentials = match named {
         Some(named) => credentials.with_tokens(named).map_err(|e| format!("MCP_API_TOKENS: {e}"))?,
         None => credentials,
     };
-    let admins = args.admins.iter().map(|a| a.trim().to_owned()).filter(|a| !a.is_empty());
+    let mut admins: Vec<String> = args.admins.iter().map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()).collect();
+    if single_token {
+        admins.push(DEFAULT_TOKEN_TENANT.to_owned());
+    }
     Ok((Authenticator::new(credentials).with_admins(admins), generated))
 }
 

@@ -139,9 +139,10 @@ pub struct FailureRendering {
 }
 
 impl Authenticator {
-    /// Requests must present this static token (default limits).
+    /// Requests must present this static token (default limits). Its tenant, the only one, is an administrator:
+    /// one token is one user, who sees everything.
     pub fn token(token: impl Into<String>) -> Self {
-        Self::new(Credentials::token(token))
+        Self::new(Credentials::token(token)).with_admins([super::DEFAULT_TOKEN_TENANT.to_owned()])
     }
 
     /// Requests must present a credential these accept (default limits).
