@@ -26,6 +26,7 @@ import queue
 import threading
 import time
 import urllib.parse
+import uuid
 
 import httpx
 import pytest
@@ -301,14 +302,13 @@ def files_list(world, tenant, thread):
     return rest(world, tenant, "POST", "/p/baponi/v1/files/list", json={"source": "thread", "id": thread})
 
 
-class CodegenSession:
-    """A legacy HTTP+SSE session at `/p/codegen/sse` (mcp-go's transport), driven with plain HTTP: the stream in a
-    thread, requests POSTed to the endpoint it names, answers read from the stream."""
+class LegacySession:
+    """A legacy HTTP+SSE session (sandlot's `/sse`, codegen's `/p/codegen/sse`), driven with plain HTTP: the stream
+    in a thread, requests POSTed to the endpoint it names, answers read from the stream."""
 
-    def __init__(self, world, tenant, workspace=None):
+    def __init__(self, world, tenant, path="/sse"):
         self.world, self.headers = world, auth(tenant)
-        query = f"?workspace={workspace}" if workspace else ""
-        self.url = f"{world.base}/p/codegen/sse{query}"
+        self.url = world.base + path
         self.endpoint, self.messages = queue.Queue(), queue.Queue()
         self.response = None
         self.next_id = 1
@@ -337,6 +337,7 @@ class CodegenSession:
         state, endpoint = self.endpoint.get(timeout=30)
         assert state == "ok", f"the SSE stream was refused: {endpoint}"
         self.post_url = urllib.parse.urljoin(self.world.base, endpoint)
+        self.session_id = urllib.parse.parse_qs(urllib.parse.urlsplit(self.post_url).query)["sessionId"][0]
         self.request("initialize", {"protocolVersion": "2025-03-26", "capabilities": {},
                                     "clientInfo": {"name": "tenancy-e2e", "version": "1"}})
         httpx.post(self.post_url, headers=self.headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
@@ -357,6 +358,20 @@ class CodegenSession:
             message = self.messages.get(timeout=120)
             if message.get("id") == request_id:
                 return message
+
+    def unanswered(self):
+        """What reached the stream without being asked for by this session."""
+        found = []
+        while not self.messages.empty():
+            found.append(self.messages.get())
+        return found
+
+
+class CodegenSession(LegacySession):
+    """A session of codegen-sandbox's tools at `/p/codegen/sse`, in the tenant's default or named workspace."""
+
+    def __init__(self, world, tenant, workspace=None):
+        super().__init__(world, tenant, "/p/codegen/sse" + (f"?workspace={workspace}" if workspace else ""))
 
     def tool(self, name, arguments):
         """(the one text, isError)."""
@@ -831,6 +846,77 @@ def test_open_sandbox_tools_see_only_the_attackers_own_workspace(native, attacke
         {"stdout": mine.secret, "stderr": "", "exit_code": 0}, None)
     structured, error = result("file.read", {"path": f"/workspace/../{made.osb}/files/secret.txt"})
     assert structured is None and error["code"] == -32602, error
+
+
+# --- sessions ----------------------------------------------------------------------------------------------------
+
+
+def post_raw(world, tenant, url, body, headers=None, method="POST"):
+    """(status, JSON body or text) of one request to `url` with the tenant's credential."""
+    response = httpx.request(method, url, json=body, timeout=60,
+                             headers={**auth(tenant), "Accept": ACCEPT, **(headers or {})})
+    try:
+        return response.status_code, response.json()
+    except ValueError:
+        return response.status_code, response.text
+
+
+def run_into(conversation, request_id=7):
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {
+        "name": "sandbox_run_code", "arguments": {"conversationId": conversation, "language": "bash",
+                                                   "code": "cat secret.txt; echo planted > planted.txt"}}}
+
+
+@pairs
+def test_sandlot_mcp_streamable_session_of_the_victim_reads_as_unknown(native, attacker, victim):
+    made = native.victim(victim)
+    headers = {"MCP-Protocol-Version": "2025-03-26"}
+    opened = httpx.post(f"{native.base}/mcp", timeout=60, headers={**auth(victim), "Accept": ACCEPT, **headers},
+                        json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                            "protocolVersion": "2025-03-26", "capabilities": {},
+                            "clientInfo": {"name": "tenancy-e2e", "version": "1"}}})
+    session = opened.headers["mcp-session-id"]
+    own = {**headers, "Mcp-Session-Id": session}
+    assert post_raw(native, victim, f"{native.base}/mcp", {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                    own)[0] == 202
+    try:
+        # A request in the victim's session (a run in its conversation), then the end of the session.
+        for body, method in [(run_into(made.conversation), "POST"), (None, "DELETE")]:
+            assert_reads_as_missing(lambda id: post_raw(native, attacker, f"{native.base}/mcp", body,
+                                                        {**headers, "Mcp-Session-Id": id}, method),
+                                    session, str(uuid.uuid4()))
+        # The session is the victim's still, and nothing ran in its conversation.
+        listed = httpx.post(f"{native.base}/mcp", timeout=60, headers={**auth(victim), "Accept": ACCEPT, **own},
+                            json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+        assert listed.status_code == 200 and "sandbox_run_code" in listed.text, listed.text
+        status, listing = files_list(native, victim, made.conversation)
+        assert (status, [f["path"] for f in listing["files"]]) == (200, made.files(made.conversation))
+    finally:
+        httpx.delete(f"{native.base}/mcp", headers={**auth(victim), **own})
+        made.restore(native, made.conversation)
+
+
+@pytest.mark.parametrize("path", ["/sse", "/p/codegen/sse"], ids=["sandlot-legacy-sse", "codegen-sse"])
+@pairs
+def test_legacy_sse_session_of_the_victim_reads_as_unknown(native, attacker, victim, path):
+    made = native.victim(victim)
+    write = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+             "params": {"name": "Write", "arguments": {"file_path": "planted.txt", "content": "planted"}}}
+    body = run_into(made.conversation) if path == "/sse" else write
+    with LegacySession(native, victim, path) as session:
+        base = session.post_url.split("?")[0]
+        try:
+            assert_reads_as_missing(lambda id: post_raw(native, attacker, f"{base}?sessionId={id}", body),
+                                    session.session_id, str(uuid.uuid4()))
+            time.sleep(0.3)
+            # Nothing was done in the victim's session: no answer came on its stream, no file was planted.
+            assert session.unanswered() == []
+            workspace = made.conversation if path == "/sse" else made.codegen
+            status, listing = files_list(native, victim, workspace)
+            assert (status, [f["path"] for f in listing["files"]]) == (200, made.files(workspace))
+        finally:
+            made.restore(native, made.conversation)
+            made.restore(native, made.codegen)
 
 
 # --- signed URLs -------------------------------------------------------------------------------------------------
