@@ -427,6 +427,11 @@ def taken(conversation):
             "data": {"kind": "invalid_argument", "field": "conversationId"}}
 
 
+def rest_taken(conversation):
+    """The same refusal over sandlot's REST: an invalid argument."""
+    return [400, {"error": "invalid_argument", "message": taken(conversation)["message"]}]
+
+
 @pytest.mark.parametrize("path", ["/mcp", "/p/sandlot/mcp"])
 @pairs
 def test_sandlot_mcp_run_code_into_the_victims_conversation_is_refused(world, attacker, victim, path):
@@ -563,9 +568,9 @@ def put_if_given(body):
 def test_rest_upload_url_into_the_victims_conversation_is_refused(native, attacker, victim):
     conversation, secret = native.spare(victim, attacker)
     for path in ["planted.txt", "secret.txt"]:
-        status, body = rest(native, attacker, "POST", f"/v1/conversations/{conversation}/uploads", json={"path": path})
-        put_if_given(body)
-        assert_refused(status, body)
+        answer = rest(native, attacker, "POST", f"/v1/conversations/{conversation}/uploads", json={"path": path})
+        put_if_given(answer[1])
+        assert without_trace_ids(answer) == rest_taken(conversation), path
     assert_victims_spare_is_untouched(native, victim, conversation, secret)
 
 
@@ -767,6 +772,8 @@ def derived_probes():
             "conversationId": id, "language": "bash", "code": "cat secret.txt; echo planted > planted.txt"}),
         "sandlot-upload_file": lambda w, a, id: tool(w, a, "/mcp", "sandbox_upload_file", {
             "conversationId": id, "path": "planted.txt", "content": "planted"}),
+        "rest-upload_url": lambda w, a, id: rest(w, a, "POST", f"/v1/conversations/{id}/uploads",
+                                                 json={"path": "planted.txt"}),
         "sandlot-resources_read": lambda w, a, id: read_resource(w, a, f"sandlot://conversations/{id}/files/secret.txt"),
         "sandlot-conversation_runs": lambda w, a, id: read_resource(w, a, f"sandlot://conversations/{id}/runs"),
         "rest-runs": lambda w, a, id: rest(w, a, "GET", "/v1/runs", params={"conversationId": id}),
@@ -777,11 +784,33 @@ def derived_probes():
                                                      json={"source": "thread", "id": id, "path": "secret.txt"}),
         "baponi-files_download": lambda w, a, id: tool(w, a, "/p/baponi/mcp", "files_download",
                                                        {"source": "thread", "id": id, "path": "secret.txt"}),
+        "baponi-upload_url": lambda w, a, id: rest(w, a, "POST", "/p/baponi/v1/files/upload_url", json={
+            "source": "thread", "id": id, "path": "planted.txt", "content_length": 7}),
+        "baponi-execute": lambda w, a, id: tool(w, a, "/p/baponi/mcp", "sandbox_execute", {
+            "code": "cat /home/baponi/secret.txt; echo planted > /home/baponi/planted.txt", "language": "bash",
+            "thread_id": id}),
     }
 
 
-# Faces that would make a missing id: refused outright for another's derived workspace (`refuse_derived_for_another`).
-MAKING = {"sandlot-run_code", "sandlot-upload_file"}
+# Faces that would make a missing id, and their refusal for another's derived workspace (`refuse_derived_for_another`)
+# whether or not its subject used it yet; None: refused in the profile's own form (no run, no URL).
+MAKING = {
+    "sandlot-run_code": lambda id: {"jsonrpc": "2.0", "id": 1, "error": taken(id)},
+    "sandlot-upload_file": lambda id: {"jsonrpc": "2.0", "id": 1, "error": taken(id)},
+    "rest-upload_url": rest_taken,
+    "baponi-upload_url": None,
+    "baponi-execute": None,
+}
+
+
+def assert_made_nothing(answer):
+    """A refusal in a profile's own form: a REST 4xx error, a JSON-RPC error or an isError result; no URL, no run."""
+    if isinstance(answer, tuple):
+        put_if_given(answer[1])
+        assert_refused(*answer)
+    else:
+        assert "error" in answer or answer["result"]["isError"] is True, answer
+        assert "Exit code" not in json.dumps(answer), answer
 
 
 @pytest.mark.parametrize("face", list(derived_probes()))
@@ -793,12 +822,14 @@ def test_the_victims_derived_workspace_is_out_of_reach(native, attacker, victim,
     probe = derived_probes()[face]
     try:
         if face in MAKING:
-            reply = probe(native, attacker, workspace)
-            assert without_trace_ids(reply) == {"jsonrpc": "2.0", "id": 1, "error": taken(workspace)}
             # A derived id of a subject that never used it is reserved as well: no one may plant files for it.
-            nobody = derived(profile, made_up("nobody"))
-            assert without_trace_ids(probe(native, attacker, nobody)) == {"jsonrpc": "2.0", "id": 1,
-                                                                          "error": taken(nobody)}
+            for id in (workspace, derived(profile, made_up("nobody"))):
+                answer = probe(native, attacker, id)
+                if MAKING[face]:
+                    assert without_trace_ids(answer) == MAKING[face](id), id
+                else:
+                    assert_made_nothing(answer)
+                assert made.secret not in json.dumps(answer)
         else:
             # Compared with the derived id of a subject that never used it.
             answer = assert_reads_as_missing(lambda id: probe(native, attacker, id), workspace,
