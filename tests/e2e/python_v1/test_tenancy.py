@@ -13,8 +13,11 @@ cannot pass by everything failing.
 
 Each face is one test function (or a parametrized case), named after the face and the action; the pair and the
 backend are in the case id. Conversation and thread ids carry the victim's name (`v-conv-bob`), since one server
-holds every tenant; things an attack could change if it got through (uploads, deletions, cancellations) are made
-for each pair apart (`v-spare-bob-alice`), so one face that lets the attacker through does not spoil another's case.
+holds every tenant. So that one face that lets the attacker through does not spoil another's case, what uploads,
+deletions and cancellations aim at is made for each pair apart (`v-spare-bob-alice`), and a case whose attack
+changed one of the victim's shared conversations (a planted file, a deleted workspace) has the victim put it back.
+Sessions are faces too: a request naming the victim's Streamable HTTP or legacy SSE session is answered as for an
+unknown session.
 """
 
 import base64
@@ -110,33 +113,29 @@ class World:
         self._server = start_server(root, env)
         self.server = next(self._server)
         self.base = self.server.base_url
-        self.root = root
         self.victims = {}
         self.spares = {}
         self.owned = {tenant: set() for tenant in [*TENANTS, ADMIN]}
-        self.lock = threading.Lock()
 
     def stop(self):
         next(self._server, None)
 
     def victim(self, tenant):
-        with self.lock:
-            if tenant not in self.victims:
-                self.victims[tenant] = Victim(self, tenant)
-            return self.victims[tenant]
+        if tenant not in self.victims:
+            self.victims[tenant] = Victim(self, tenant)
+        return self.victims[tenant]
 
     def spare(self, victim, attacker):
         """A conversation of `victim` made for this pair alone, holding `secret.txt`: for the attacks that would
         change it if they got through."""
-        with self.lock:
-            key = (victim, attacker)
-            if key not in self.spares:
-                conversation = f"v-spare-{victim}-{attacker}"
-                secret = f"spare-of-{victim}-{os.urandom(4).hex()}"
-                result = run_code(self, victim, conversation, f"printf %s '{secret}' > secret.txt")
-                assert result["success"] is True, result
-                self.spares[key] = (conversation, secret)
-            return self.spares[key]
+        key = (victim, attacker)
+        if key not in self.spares:
+            conversation = f"v-spare-{victim}-{attacker}"
+            secret = f"spare-of-{victim}-{os.urandom(4).hex()}"
+            result = run_code(self, victim, conversation, f"printf %s '{secret}' > secret.txt")
+            assert result["success"] is True, result
+            self.spares[key] = (conversation, secret)
+        return self.spares[key]
 
 
 class Victim:
@@ -587,8 +586,8 @@ def test_events_stream_shows_nothing_of_the_victims_runs(world, attacker, victim
     elsewhere = Events(world, attacker, made_up())
     try:
         # Subscribing to the victim's conversation is answered as for one nobody used.
-        assert (filtered.status, filtered.content_type) == (elsewhere.status, elsewhere.content_type) == (
-            200, "text/event-stream")
+        for listener in (filtered, on_thread, elsewhere):
+            assert (listener.status, listener.content_type) == (200, "text/event-stream"), listener.url
         ran = run_code(world, victim, made.conversation, "echo meanwhile")
         status, lines = baponi_stream(world, victim, {"code": "echo meanwhile", "language": "bash",
                                                       "thread_id": made.thread})
@@ -774,7 +773,8 @@ def derived_probes():
             "conversationId": id, "path": "planted.txt", "content": "planted"}),
         "rest-upload_url": lambda w, a, id: rest(w, a, "POST", f"/v1/conversations/{id}/uploads",
                                                  json={"path": "planted.txt"}),
-        "sandlot-resources_read": lambda w, a, id: read_resource(w, a, f"sandlot://conversations/{id}/files/secret.txt"),
+        "sandlot-resources_read": lambda w, a, id: read_resource(
+            w, a, f"sandlot://conversations/{id}/files/secret.txt"),
         "sandlot-conversation_runs": lambda w, a, id: read_resource(w, a, f"sandlot://conversations/{id}/runs"),
         "rest-runs": lambda w, a, id: rest(w, a, "GET", "/v1/runs", params={"conversationId": id}),
         "rest-delete": lambda w, a, id: rest(w, a, "DELETE", f"/v1/conversations/{id}"),
@@ -1018,7 +1018,8 @@ def test_each_tenant_sees_its_own_things(world, tenant):
     read = read_resource(world, tenant, f"sandlot://conversations/{made.conversation}/files/secret.txt")
     assert read["result"]["contents"][0]["text"] == made.secret
     big = read_resource(world, tenant, f"sandlot://conversations/{made.conversation}/files/big.txt")
-    assert big["error"]["data"]["kind"] == "too_large" and f"/files/{made.conversation}/big.txt" in big["error"]["data"]["url"]
+    data = big["error"]["data"]
+    assert data["kind"] == "too_large" and f"/files/{made.conversation}/big.txt" in data["url"], big
     runs = read_resource(world, tenant, f"sandlot://conversations/{made.conversation}/runs")
     assert json.loads(runs["result"]["contents"][0]["text"])["runs"] == listed
     # resources/list shows the newest runs and the files of the newest conversations: a run made now is there.
