@@ -4,6 +4,7 @@ The binary is $SANDLOT_BIN, or the newest debug build under target/. These tests
 jail's own tests; scripts/test.sh runs them as root after the Rust tests (which build the binary).
 """
 
+import collections
 import json
 import os
 import pathlib
@@ -70,6 +71,11 @@ class Server:
         self.root = root
         self.process = process
 
+    def drain_stderr(self):
+        self.stderr_tail = collections.deque(maxlen=200)
+        for line in self.process.stderr:
+            self.stderr_tail.append(line.decode(errors="replace"))
+
     @property
     def mcp_url(self):
         return f"{self.base_url}/mcp"
@@ -131,7 +137,11 @@ def start_server(root, extra_env):
         if process.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"sandlot serve did not start: {process.stderr.read().decode()}")
         time.sleep(0.05)
-    yield Server(base, token, secret, root, process)
+    # Drained for the server's life: a pipe nobody reads fills at 64 KiB, and then every thread of the server that
+    # logs (rmcp logs each error it answers as a warning) blocks writing to it. The last lines are kept for a look.
+    server = Server(base, token, secret, root, process)
+    threading.Thread(target=server.drain_stderr, daemon=True).start()
+    yield server
     process.terminate()
     # The grace period for runs still going (10 s), then the removal of containers (within 40 s).
     process.wait(timeout=60)
