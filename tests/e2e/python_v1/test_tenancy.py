@@ -58,7 +58,8 @@ def hs256(subject):
     return f"{header}.{claims}.{b64(signature)}"
 
 
-CREDENTIALS = {"alice": hs256("alice"), "bob": hs256("bob"), ADMIN: hs256(ADMIN), **TOKENS}
+# dave and erin: subjects whose workspaces the admin makes before they come (dave's) or nobody does (erin's).
+CREDENTIALS = {name: hs256(name) for name in ["alice", "bob", ADMIN, "dave", "erin"]} | TOKENS
 
 
 def auth(tenant):
@@ -115,7 +116,7 @@ class World:
         self.base = self.server.base_url
         self.victims = {}
         self.spares = {}
-        self.owned = {tenant: set() for tenant in [*TENANTS, ADMIN]}
+        self.owned = {tenant: set() for tenant in CREDENTIALS}
 
     def stop(self):
         next(self._server, None)
@@ -134,6 +135,7 @@ class World:
             secret = f"spare-of-{victim}-{os.urandom(4).hex()}"
             result = run_code(self, victim, conversation, f"printf %s '{secret}' > secret.txt")
             assert result["success"] is True, result
+            self.owned[victim].add(conversation)
             self.spares[key] = (conversation, secret)
         return self.spares[key]
 
@@ -266,13 +268,14 @@ def read_resource(world, tenant, uri):
 def list_resources(world, tenant):
     """Every page of resources/list."""
     resources, cursor = [], None
-    while True:
+    for _ in range(100):
         reply = rpc(world, tenant, "resources/list", {"cursor": cursor} if cursor else {})
         assert "result" in reply, reply
         resources += reply["result"]["resources"]
         cursor = reply["result"].get("nextCursor")
         if not cursor:
             return resources
+    raise AssertionError(f"resources/list gave a next page 100 times: {cursor}")
 
 
 def rest(world, tenant, method, path, **kwargs):
@@ -552,11 +555,6 @@ def test_rest_delete_of_the_victims_conversation_reads_as_missing(native, attack
     assert rest(native, victim, "GET", "/v1/runs", params={"conversationId": conversation}) == runs_before
 
 
-def assert_refused(status, body):
-    """A REST refusal: a 4xx with an error body, no URL in it."""
-    assert 400 <= status < 500 and isinstance(body, dict) and set(body) == {"error", "message"}, (status, body)
-
-
 def put_if_given(body):
     """An attack that got a URL uses it."""
     if isinstance(body, dict) and "url" in body:
@@ -621,14 +619,43 @@ def assert_thread_untouched(world, made):
 ATTACK_CODE = "cat /home/baponi/secret.txt; ls -la /home/baponi; echo planted > /home/baponi/planted.txt"
 
 
+def thread_taken_mcp(thread):
+    """Baponi's MCP refusal of a run in another tenant's thread: an invalid `thread_id` (docs/profiles.md, "Baponi:
+    tenants"), trace id aside."""
+    message = f'thread "{thread}" is not available to this caller; use another thread_id'
+    return {"jsonrpc": "2.0", "id": 1, "error": {"code": -32602, "message": f"invalid thread_id: {message}",
+                                                 "data": {"kind": "invalid_argument", "field": "thread_id"}}}
+
+
+def thread_taken_rest(thread):
+    """The same over Baponi's REST: 400 `validation_error`."""
+    return [400, {"error": "validation_error",
+                  "message": f'thread_id: thread "{thread}" is not available to this caller; use another thread_id'}]
+
+
+def upload_taken_rest(thread):
+    """Baponi's `upload_url` for another tenant's thread: 400 `validation_error` naming `id`."""
+    return [400, {"error": "validation_error",
+                  "message": f'id: thread "{thread}" is not available to this caller; use another id'}]
+
+
+def baponi_execute_rest(world, tenant, thread, accept="application/json"):
+    response = httpx.post(f"{world.base}/p/baponi/v1/sandbox/execute", timeout=120,
+                          headers={**auth(tenant), "Accept": accept},
+                          json={"code": ATTACK_CODE, "language": "bash", "thread_id": thread})
+    try:
+        return response.status_code, response.json()
+    except ValueError:
+        return response.status_code, response.text
+
+
 @pairs
 def test_baponi_mcp_execute_in_the_victims_thread_is_refused(world, attacker, victim):
     made = world.victim(victim)
     try:
         reply = tool(world, attacker, "/p/baponi/mcp", "sandbox_execute",
                      {"code": ATTACK_CODE, "language": "bash", "thread_id": made.thread})
-        assert "error" in reply or reply["result"]["isError"] is True, reply
-        assert made.secret not in json.dumps(reply) and "Exit code" not in json.dumps(reply), reply
+        assert without_trace_ids(reply) == thread_taken_mcp(made.thread)
         assert_thread_untouched(world, made)
     finally:
         made.restore(world, made.thread)
@@ -639,11 +666,8 @@ def test_baponi_rest_execute_in_the_victims_thread_is_refused(world, attacker, v
     made = world.victim(victim)
     try:
         for accept in ["application/json", "application/x-ndjson"]:
-            response = httpx.post(f"{world.base}/p/baponi/v1/sandbox/execute", timeout=120,
-                                  headers={**auth(attacker), "Accept": accept},
-                                  json={"code": ATTACK_CODE, "language": "bash", "thread_id": made.thread})
-            assert made.secret not in response.text, (accept, response.text)
-            assert_refused(response.status_code, response.json())
+            answer = baponi_execute_rest(world, attacker, made.thread, accept)
+            assert without_trace_ids(answer) == thread_taken_rest(made.thread), accept
         assert_thread_untouched(world, made)
     finally:
         made.restore(world, made.thread)
@@ -676,10 +700,10 @@ def test_baponi_files_api_on_the_victims_thread_reads_as_missing(native, attacke
 def test_baponi_files_api_upload_url_into_the_victims_thread_is_refused(native, attacker, victim):
     conversation, secret = native.spare(victim, attacker)
     for path in ["planted.txt", "secret.txt"]:
-        status, body = rest(native, attacker, "POST", "/p/baponi/v1/files/upload_url",
-                            json={"source": "thread", "id": conversation, "path": path, "content_length": 7})
-        put_if_given(body)
-        assert_refused(status, body)
+        answer = rest(native, attacker, "POST", "/p/baponi/v1/files/upload_url",
+                      json={"source": "thread", "id": conversation, "path": path, "content_length": 7})
+        put_if_given(answer[1])
+        assert without_trace_ids(answer) == upload_taken_rest(conversation), path
     assert_victims_spare_is_untouched(native, victim, conversation, secret)
 
 
@@ -693,11 +717,6 @@ def executions_probe(world, attacker, action):
     return probe
 
 
-def attackers_runs(world, attacker):
-    return [run["id"] for run in rest(world, ADMIN, "GET", "/v1/runs", params={"limit": "500"})[1]["runs"]
-            if run["caller"] == attacker]
-
-
 @pytest.mark.parametrize("action", ["get", "output", "cancel"])
 @pairs
 def test_baponi_execution_of_the_victim_by_trace_id_reads_as_missing(native, attacker, victim, action):
@@ -706,8 +725,9 @@ def test_baponi_execution_of_the_victim_by_trace_id_reads_as_missing(native, att
     fake = "trc_" + os.urandom(10).hex()
     answer = assert_reads_as_missing(probe, made.trace_id, fake)
     assert answer[0] == 404 and made.secret not in json.dumps(answer)
-    # The whole run id as a trace id, too.
-    assert_reads_as_missing(probe, "trc_" + made.thread_run_ids[0], fake)
+    # The run ids of the victim's executions written as trace ids, too.
+    for run_id in made.thread_run_ids:
+        assert_reads_as_missing(probe, "trc_" + run_id, fake)
 
 
 @pytest.mark.parametrize("action", ["get", "output", "cancel"])
@@ -718,22 +738,16 @@ def test_baponi_execution_of_the_victim_by_a_prefix_of_its_trace_id_reads_as_mis
     native.victim(attacker)
     probe = executions_probe(native, attacker, action)
     digits = made.trace_id.removeprefix("trc_")
-    own = attackers_runs(native, attacker)
     fake = "trc_" + os.urandom(10).hex()
-    checked = []
+    # Only a whole trace id names a run (docs/profiles.md), so every shortened one is answered as an unknown id, even
+    # where it would also start the trace id of a run of the attacker's own.
     for length in range(1, len(digits)):
         prefix = "trc_" + digits[:length]
-        answer = probe(prefix)
-        assert made.secret not in json.dumps(answer), (prefix, answer)
-        if any(run.startswith(digits[:length]) for run in own):
-            continue  # the attacker's own run may answer to it: nothing to compare with
-        assert without_trace_ids(answer) == swapped(without_trace_ids(probe(fake)), fake, prefix), prefix
-        checked.append(length)
-    assert len(checked) >= len(digits) - 3, checked
+        assert without_trace_ids(probe(prefix)) == swapped(without_trace_ids(probe(fake)), fake, prefix), prefix
 
 
 @pairs
-def test_baponi_cancel_of_the_victims_running_execution_reads_as_missing(native, attacker, victim):
+def test_baponi_cancel_of_and_execute_beside_the_victims_running_execution_are_refused(native, attacker, victim):
     made = native.victim(victim)
     conversation, _ = native.spare(victim, attacker)
     started, lines = queue.Queue(), []
@@ -741,7 +755,7 @@ def test_baponi_cancel_of_the_victims_running_execution_reads_as_missing(native,
     def execute():
         with httpx.stream("POST", f"{native.base}/p/baponi/v1/sandbox/execute", timeout=120,
                           headers={**auth(victim), "Accept": "application/x-ndjson"},
-                          json={"code": "sleep 2; echo survived", "language": "bash",
+                          json={"code": "sleep 3; echo survived", "language": "bash",
                                 "thread_id": conversation}) as response:
             for line in response.iter_lines():
                 if line.strip():
@@ -755,6 +769,12 @@ def test_baponi_cancel_of_the_victims_running_execution_reads_as_missing(native,
     answer = assert_reads_as_missing(executions_probe(native, attacker, "cancel"), trace_id,
                                      "trc_" + os.urandom(10).hex())
     assert answer[0] == 404
+    # While it runs, an execution of the attacker's in that thread is refused as for any thread of another tenant's:
+    # never as busy, which would tell that the thread exists and works.
+    reply = tool(native, attacker, "/p/baponi/mcp", "sandbox_execute",
+                 {"code": ATTACK_CODE, "language": "bash", "thread_id": conversation})
+    assert without_trace_ids(reply) == thread_taken_mcp(conversation)
+    assert without_trace_ids(baponi_execute_rest(native, attacker, conversation)) == thread_taken_rest(conversation)
     thread.join(60)
     assert (lines[-1]["status"], lines[-1]["result"]["stdout"]) == ("success", "survived\n"), lines
     assert made.secret not in json.dumps(answer)
@@ -793,24 +813,14 @@ def derived_probes():
 
 
 # Faces that would make a missing id, and their refusal for another's derived workspace (`refuse_derived_for_another`)
-# whether or not its subject used it yet; None: refused in the profile's own form (no run, no URL).
+# whether or not its subject used it yet.
 MAKING = {
     "sandlot-run_code": lambda id: {"jsonrpc": "2.0", "id": 1, "error": taken(id)},
     "sandlot-upload_file": lambda id: {"jsonrpc": "2.0", "id": 1, "error": taken(id)},
     "rest-upload_url": rest_taken,
-    "baponi-upload_url": None,
-    "baponi-execute": None,
+    "baponi-upload_url": upload_taken_rest,
+    "baponi-execute": thread_taken_mcp,
 }
-
-
-def assert_made_nothing(answer):
-    """A refusal in a profile's own form: a REST 4xx error, a JSON-RPC error or an isError result; no URL, no run."""
-    if isinstance(answer, tuple):
-        put_if_given(answer[1])
-        assert_refused(*answer)
-    else:
-        assert "error" in answer or answer["result"]["isError"] is True, answer
-        assert "Exit code" not in json.dumps(answer), answer
 
 
 @pytest.mark.parametrize("face", list(derived_probes()))
@@ -825,11 +835,9 @@ def test_the_victims_derived_workspace_is_out_of_reach(native, attacker, victim,
             # A derived id of a subject that never used it is reserved as well: no one may plant files for it.
             for id in (workspace, derived(profile, made_up("nobody"))):
                 answer = probe(native, attacker, id)
-                if MAKING[face]:
-                    assert without_trace_ids(answer) == MAKING[face](id), id
-                else:
-                    assert_made_nothing(answer)
-                assert made.secret not in json.dumps(answer)
+                if isinstance(answer, tuple):
+                    put_if_given(answer[1])
+                assert without_trace_ids(answer) == MAKING[face](id), id
         else:
             # Compared with the derived id of a subject that never used it.
             answer = assert_reads_as_missing(lambda id: probe(native, attacker, id), workspace,
@@ -877,6 +885,56 @@ def test_open_sandbox_tools_see_only_the_attackers_own_workspace(native, attacke
         {"stdout": mine.secret, "stderr": "", "exit_code": 0}, None)
     structured, error = result("file.read", {"path": f"/workspace/../{made.osb}/files/secret.txt"})
     assert structured is None and error["code"] == -32602, error
+
+
+@pairs
+def test_codegen_background_shell_of_the_victim_reads_as_unknown(native, attacker, victim):
+    native.victim(victim)
+    with CodegenSession(native, victim) as own, CodegenSession(native, attacker) as other:
+        text, is_error = own.tool("Bash", {"command": "sleep 30", "description": "wait", "run_in_background": True})
+        assert not is_error and text.startswith("shell_id: "), text
+        shell = text.split("\n")[0].removeprefix("shell_id: ")
+        try:
+            for name in ["BashOutput", "KillShell"]:
+                assert_reads_as_missing(lambda id: other.tool(name, {"shell_id": id}), shell, str(uuid.uuid4()))
+            text, is_error = own.tool("BashOutput", {"shell_id": shell})
+            assert (text.split("\n")[:2], is_error) == (["command: sleep 30", "status: running"], False), text
+        finally:
+            assert own.tool("KillShell", {"shell_id": shell}) == (f"killed: {shell}\n", False)
+
+
+def test_a_workspace_the_admin_made_first_is_out_of_reach_through_the_profiles_own_tools(native):
+    """A subject's derived workspaces that another tenant (here the admin, whom the reservation does not stop) made
+    before the subject came: its own tools read them as workspaces that do not exist and refuse to write or run."""
+    codegen, osb = derived("codegen", "dave"), derived("osb", "dave")
+    for workspace in (codegen, osb):
+        made = run_code(native, ADMIN, workspace, "printf %s admin-made > secret.txt")
+        assert made["success"] is True, made
+    with CodegenSession(native, "dave") as session:
+        assert session.tool("Read", {"file_path": "secret.txt"}) == (
+            "stat: stat /workspace/secret.txt: no such file or directory", True)
+        assert session.tool("Glob", {"pattern": "**/*"}) == ("", False)
+        assert session.tool("Grep", {"pattern": "admin"}) == ("", False)
+        refused = (f"invalid workspace: {codegen} is not available to this caller; use another workspace", True)
+        assert session.tool("Write", {"file_path": "mine.txt", "content": "x"}) == refused
+        assert session.tool("Bash", {"command": "cat secret.txt", "description": "look"}) == refused
+    # open-sandbox: reads answered as in a workspace nobody made (erin's), writes and runs refused.
+    nobody = derived("osb", "erin")
+    for name, arguments in [("file.read", {"path": "secret.txt"}), ("file.list", {}),
+                            ("file.search", {"path": "secret.txt", "query": "admin"})]:
+        dave = without_trace_ids(osb_tool(native, "dave", name, arguments))
+        erin = without_trace_ids(osb_tool(native, "erin", name, arguments))
+        assert dave == swapped(erin, nobody, osb), name
+        assert "admin-made" not in json.dumps(dave)
+    for name, arguments in [("file.write", {"path": "mine.txt", "content": "x"}),
+                            ("shell.exec", {"command": "cat", "args": ["secret.txt"]})]:
+        reply = without_trace_ids(osb_tool(native, "dave", name, arguments))
+        assert reply == {"jsonrpc": "2.0", "id": 1, "error": {
+            "code": -32602, "message": "invalid params",
+            "data": {"code": "invalid_params", "kind": "invalid_params",
+                     "message": f"workspace {osb} is not available to this caller"}}}, name
+    status, listing = files_list(native, ADMIN, osb)
+    assert (status, [f["path"] for f in listing["files"]]) == (200, ["secret.txt"])
 
 
 # --- sessions ----------------------------------------------------------------------------------------------------
