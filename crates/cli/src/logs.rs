@@ -56,7 +56,13 @@ pub fn init(default_filter: &str) -> Result<(), String> {
         },
     };
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    let logs = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).with_ansi(ansi);
+    // A line that cannot be written (stderr closed, or a pipe nobody reads) is dropped: reporting the failure would
+    // `eprint!` to the same stderr, which panics the thread that logged, and a server must keep serving.
+    let logs = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .log_internal_errors(false);
     if json {
         logs.json().init();
         // A panic's message as a JSON line too (the default hook prints text).

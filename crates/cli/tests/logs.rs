@@ -581,3 +581,35 @@ fn a_failed_start_in_json_mode_is_one_json_error_line() {
         assert_eq!((out.status.code(), got), (Some(2), vec![("ERROR", message.as_str())]), "{name}={value:?}");
     }
 }
+
+/// A server whose stderr nobody reads any more (its pipe closed: a supervisor gone, a shell exited) keeps serving:
+/// the log lines it cannot write are dropped, never a panic of the thread that logged.
+#[test]
+fn a_closed_stderr_never_stops_the_server() {
+    assert!(nix::unistd::geteuid().is_root(), "these tests start sandboxes and need root");
+    let root = tempfile::tempdir().unwrap();
+    let addr = common::free_addr();
+    let child = common::serve_command(&root.path().join("data"), addr, 950_000 + std::process::id() % 40_000)
+        .env("MCP_API_TOKEN", "tok")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start sandlot serve");
+    let mut server = Server { child, addr, root, log: Default::default() };
+    let healthz = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while http(addr, healthz).is_err() {
+        assert!(Instant::now() < deadline, "sandlot serve did not answer /healthz within 60 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(server.child.stderr.take()); // nobody reads stderr from now on: every line fails to write
+    let list = serde_json::json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" });
+    for _ in 0..20 {
+        let (head, _) = http(addr, healthz).unwrap();
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        let (head, body) = server.post_mcp("tok", &list, None);
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(body.contains("sandbox_run_code"), "{body}");
+        let (head, _) = server.post_mcp("wrong", &list, None);
+        assert!(head.starts_with("HTTP/1.1 401") || head.starts_with("HTTP/1.1 429"), "{head}");
+    }
+}
