@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use sandlot_core::{ConversationId, Error};
 
 use crate::AppState;
-use crate::kit::tenant_workspaces::refuse_derived_for_another;
+use crate::kit::conversation_access;
 use crate::kit::{Caller, rest_error};
 
 /// `DELETE /v1/conversations/{conversationId}`.
@@ -81,9 +81,7 @@ pub async fn upload_url(
     }
     // The URL is signed only for the conversation's owner (the caller, who becomes it if the id is new).
     let tenant = caller.tenant();
-    let claimed = refuse_derived_for_another(&conversation, &tenant)
-        .and_then(|()| state.engine.claim_conversation(&tenant, &conversation));
-    if let Err(error) = claimed {
+    if let Err(error) = conversation_access::claim(&state.engine, &tenant, &conversation) {
         return rest_error(StatusCode::BAD_REQUEST, "invalid_argument", &error.to_string());
     }
     let expires = crate::state::unix_now().saturating_add(crate::kit::UPLOAD_URL_TTL.as_secs());

@@ -17,8 +17,8 @@ use serde_json::Value;
 
 use crate::AppState;
 use crate::kit::Caller;
+use crate::kit::conversation_access;
 use crate::kit::rpc_errors::{self as errors, invalid_argument};
-use crate::kit::tenant_workspaces::refuse_derived_for_another;
 
 pub const NAME: &str = "sandbox.upload_file";
 
@@ -98,8 +98,7 @@ pub async fn call(state: &AppState, arguments: JsonObject, caller: &Caller) -> R
     let conversation =
         sandlot_core::ConversationId::parse(&args.conversation_id).map_err(|e| errors::from_engine(&e))?;
     let tenant = caller.tenant();
-    refuse_derived_for_another(&conversation, &tenant).map_err(|e| errors::from_engine(&e))?;
-    state.engine.claim_conversation(&tenant, &conversation).map_err(|e| errors::from_engine(&e))?;
+    conversation_access::claim(&state.engine, &tenant, &conversation).map_err(|e| errors::from_engine(&e))?;
     let written =
         state.engine.upload_file(&conversation, &args.path, bytes).await.map_err(|e| errors::from_engine(&e))?;
     let url = state.files.url(conversation.as_str(), &written.path);
