@@ -49,6 +49,11 @@ impl Caller {
         Self { name: "anonymous".to_owned(), admin: false, expires_at: None }
     }
 
+    /// The caller a request was authenticated as (its extensions), [`Caller::anonymous`] when none was checked.
+    pub fn of(extensions: &axum::http::Extensions) -> Self {
+        extensions.get::<Caller>().cloned().unwrap_or_else(Caller::anonymous)
+    }
+
     /// The tenant the engine checks conversations and runs against.
     pub fn tenant(&self) -> sandlot_core::Tenant {
         if self.admin { sandlot_core::Tenant::admin(&self.name) } else { sandlot_core::Tenant::new(&self.name) }

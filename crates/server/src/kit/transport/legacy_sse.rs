@@ -123,7 +123,7 @@ pub async fn open<F: SessionFactory>(State(sessions): State<LegacySessions<F>>, 
     let id = uuid::Uuid::new_v4().to_string();
     let (to_server, from_client) = mpsc::channel::<ClientJsonRpcMessage>(CHANNEL_CAPACITY);
     let (to_client, from_server) = mpsc::channel::<ServerJsonRpcMessage>(CHANNEL_CAPACITY);
-    sessions.senders().insert(id.clone(), (to_server, tenant_of(request.extensions())));
+    sessions.senders().insert(id.clone(), (to_server, crate::kit::Caller::of(request.extensions()).name));
     let session = id.clone();
     tokio::spawn(async move {
         let transport = SinkStreamTransport::new(PollSender::new(to_client), ReceiverStream::new(from_client));
@@ -162,11 +162,6 @@ pub async fn open<F: SessionFactory>(State(sessions): State<LegacySessions<F>>, 
     }
 }
 
-/// The tenant a request was authenticated as (`anonymous` without a credential check).
-fn tenant_of(extensions: &axum::http::Extensions) -> String {
-    extensions.get::<crate::kit::Caller>().map_or_else(|| "anonymous".to_owned(), |caller| caller.name.clone())
-}
-
 /// `POST /message?sessionId=` (or `session_id`): hands the message to the session; the reply goes on its stream.
 /// The message carries this POST's request parts, as rmcp's Streamable HTTP service does: the handler finds the
 /// caller and the request's span (with its request id) there.
@@ -191,7 +186,7 @@ pub async fn post<F: SessionFactory>(
         return refuse(StatusCode::BAD_REQUEST, -32602, "Missing sessionId", "missing sessionId");
     };
     // Another tenant's session is answered exactly as one that does not exist.
-    let tenant = tenant_of(&parts.extensions);
+    let tenant = crate::kit::Caller::of(&parts.extensions).name;
     let Some(sender) =
         sessions.senders().get(id).filter(|(_, owner)| *owner == tenant).map(|(sender, _)| sender.clone())
     else {

@@ -49,16 +49,12 @@ impl SessionOwners {
     }
 }
 
-/// The tenant a request was authenticated as (`anonymous` without a credential check).
-fn tenant_of(parts: &axum::http::request::Parts) -> String {
-    parts.extensions.get::<crate::kit::Caller>().map_or_else(|| "anonymous".to_owned(), |caller| caller.name.clone())
-}
-
 /// Makes a request that names another tenant's session name one that does not exist instead, so that rmcp answers
 /// it exactly as it answers an unknown session.
 fn hide_other_tenants_session(parts: &mut axum::http::request::Parts, owners: &SessionOwners) {
     let Some(session) = parts.headers.get("mcp-session-id").and_then(|v| v.to_str().ok()) else { return };
-    let owned_by_another = owners.table().get(session).is_some_and(|owner| *owner != tenant_of(parts));
+    let owned_by_another =
+        owners.table().get(session).is_some_and(|owner| *owner != crate::kit::Caller::of(&parts.extensions).name);
     if owned_by_another {
         let unknown = uuid::Uuid::new_v4().to_string();
         if let Ok(value) = HeaderValue::from_str(&unknown) {
@@ -155,7 +151,7 @@ pub async fn endpoint<H: rmcp::ServerHandler + Send + 'static>(
         return error_response(StatusCode::SERVICE_UNAVAILABLE, id, -32000, &message);
     }
     let initialize = method == Some("initialize");
-    let tenant = tenant_of(&parts);
+    let tenant = crate::kit::Caller::of(&parts.extensions).name;
     let request = Request::from_parts(parts, Body::from(bytes));
     let service = match (stateful, accepts.json) {
         (true, _) => services.sessions.clone(),

@@ -73,7 +73,7 @@ impl SessionFactory for SessionMaker {
     type Handler = CodegenMcp;
 
     fn for_session(&self, request: &Request, closed: CancellationToken) -> Result<CodegenMcp, Box<Response>> {
-        let caller = request.extensions().get::<Caller>().map_or_else(|| Caller::anonymous().tenant(), Caller::tenant);
+        let caller = Caller::of(request.extensions()).tenant();
         let query = request.uri().query().unwrap_or("");
         let named = url_query(query, "workspace");
         let tenant = Tenant::new(caller, named.as_deref()).map_err(|message| {

@@ -120,7 +120,7 @@ impl SessionFactory for SandlotMcp {
         request: &Request,
         closed: tokio_util::sync::CancellationToken,
     ) -> Result<SandlotMcp, Box<Response>> {
-        let caller = request.extensions().get::<Caller>().cloned().unwrap_or_else(Caller::anonymous);
+        let caller = Caller::of(request.extensions());
         Ok(self.for_caller(caller).ending_with(closed))
     }
 }
