@@ -310,6 +310,7 @@ impl Engine {
         crate::marks::mark("c.workspace");
         tracing::info!(run_id, conversation = %conversation, %language, "run started");
         entry.start();
+        let files_dir = workspace.clone();
         let job = Job {
             run_id: run_id.clone(),
             language,
@@ -327,7 +328,7 @@ impl Engine {
         }
         let started_at = std::time::SystemTime::now();
         let result = self.backend.run(job, &entry.sink(sink)).await;
-        let outcome = match result {
+        let mut outcome = match result {
             Ok(outcome) => outcome,
             Err(error) => {
                 tracing::error!(run_id, %error, "run failed");
@@ -337,6 +338,12 @@ impl Engine {
             }
         };
         crate::marks::mark("c.backend_done");
+        // A program that ended on its own past the quota (the kernel's `ENOSPC` came before the watchdog's look).
+        if matches!(outcome.termination, Termination::Exited { .. } | Termination::Signaled { .. })
+            && crate::over_quota(&files_dir, &limits)
+        {
+            outcome.termination = Termination::DiskQuotaExceeded;
+        }
         self.admission.record_duration(outcome.duration);
         entry.finish(&outcome);
         let files = self.list_files(&conversation)?;

@@ -1,17 +1,20 @@
 //! The disk quota of a conversation's `/data`, as every backend enforces it: a watchdog that measures the
-//! directory while a run goes on, and a check of whether it is full (to tell a file stopped at the size limit).
+//! directory while a run goes on, and checks of whether it is full (to tell a file stopped at the size limit) or
+//! over its quota (a run that ends so is reported as over it).
 //!
-//! The watchdog counts what the host's disk holds (allocated blocks of every inode, and inodes; see
-//! [`directory_usage`]), not file sizes, so sparse or preallocated files, directories and symlinks cannot hide
-//! space. It measures at most every [`DISK_CHECK_INTERVAL`], and waits [`WALK_COST_FACTOR`] times as long as the
-//! last walk took before the next, so a tree that is costly to walk costs the server at most about 1/20 of a core
-//! per run (the walk is the server's work, outside any cgroup). What a run writes between two measurements is the
-//! watchdog's slack; `docs/security.md` says how large it can be, and what the kernel's project quota adds.
+//! Where `/data` is a disk image (`disk_image.rs`) the kernel bounds it, and a measurement is one `statvfs` of its
+//! filesystem's counters: no walk, whatever the tree, every [`DISK_CHECK_INTERVAL`]. Elsewhere (not root, no loop
+//! devices, a conversation an older version made) the watchdog walks the tree: it counts what the host's disk
+//! holds (allocated blocks of every inode, and every entry; see [`directory_usage`]), not file sizes, so sparse or
+//! preallocated files, directories, symlinks and links cannot hide space; the walk stops at the inode limit, and
+//! the next waits [`WALK_COST_FACTOR`] times as long as the last took, so a tree costly to walk costs the server at
+//! most about 1/20 of a core per run (the walk is the server's work, outside any cgroup). What a run writes between
+//! two walks is that watchdog's slack; `docs/security.md` says how large it can be.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::{Job, directory_usage};
+use crate::{DiskUsage, Job, directory_usage};
 
 /// The shortest time between two measurements of `/data` while a run goes on.
 pub const DISK_CHECK_INTERVAL: Duration = Duration::from_millis(250);
@@ -34,11 +37,11 @@ pub async fn quota_exceeded(job: &Job) {
         let max_inodes = job.limits.disk_inodes;
         let measured = tokio::task::spawn_blocking(move || {
             let started = Instant::now();
-            (directory_usage(&dir, max_inodes), started.elapsed())
+            (measure_conversation(&dir, max_inodes), started.elapsed())
         })
         .await;
         match measured {
-            Ok((Ok(usage), _)) if usage.bytes > quota => return,
+            Ok((Ok(usage), _)) if usage.bytes > quota || usage.inodes > max_inodes => return,
             Ok((Err(e), _)) => {
                 tracing::warn!(workspace = %job.workspace.display(), "/data is over its quota or cannot be measured, stopping the run: {e}");
                 return;
@@ -54,13 +57,34 @@ fn next_wait(took: Duration) -> Duration {
     (took * WALK_COST_FACTOR).clamp(DISK_CHECK_INTERVAL, MAX_DISK_CHECK_INTERVAL)
 }
 
+/// What a conversation's `/data` holds: its image's counters when it is one (one `statvfs`), else a walk of the
+/// tree (an error past `max_inodes` entries).
+pub fn measure_conversation(files: &Path, max_inodes: u64) -> std::io::Result<DiskUsage> {
+    match crate::disk_image::is_mounted(files)? {
+        true => crate::disk_image::image_usage(files),
+        false => directory_usage(files, max_inodes),
+    }
+}
+
 /// Whether the job's `/data` is at (or over) its quota.
 pub fn at_quota(job: &Job) -> bool {
     at_quota_path(&job.workspace, job.limits.disk_mb * 1024 * 1024, job.limits.disk_inodes)
 }
 
 fn at_quota_path(workspace: &Path, quota: u64, max_inodes: u64) -> bool {
-    directory_usage(workspace, max_inodes).map_or(true, |usage| usage.bytes >= quota)
+    measure_conversation(workspace, max_inodes).map_or(true, |usage| usage.bytes >= quota)
+}
+
+/// Whether a conversation on a disk image holds more than its quota (bytes or inodes), when a run of it ended: the
+/// kernel let it go a little past ([`crate::OVER_QUOTA_ROOM`]) and the program may have ended on `ENOSPC` before the
+/// watchdog looked. Always `false` for a directory that is not an image (a walk at the end would cost what the
+/// watchdog's bound avoids).
+pub fn over_quota(files: &Path, limits: &crate::Limits) -> bool {
+    match crate::disk_image::is_mounted(files) {
+        Ok(true) => crate::disk_image::image_usage(files)
+            .is_ok_and(|usage| usage.bytes > limits.disk_mb * 1024 * 1024 || usage.inodes > limits.disk_inodes),
+        _ => false,
+    }
 }
 
 #[cfg(test)]

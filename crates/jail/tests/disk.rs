@@ -1,13 +1,13 @@
 //! Attacks on the host through a conversation's `/data`: space hidden from the quota in what a size does not show
-//! (directories, symlink targets), inodes, the server's own cost of measuring a tree, and a setuid program left
-//! for the host's other users.
+//! (directories, symlink targets, files unlinked while open), inodes and links, the server's own cost of measuring
+//! a tree, and a setuid program left for the host's other users.
 //! See docs/security.md, "Disk quota".
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::{Sandbox, check, check_eq, describe};
 use libtest_mimic::Failed;
@@ -20,7 +20,16 @@ fn main() {
             symlink_targets_and_directories_count_towards_the_quota,
         ),
         ("empty_files_count_towards_the_inode_limit", empty_files_count_towards_the_inode_limit),
-        ("measuring_a_huge_tree_costs_the_server_little_cpu", measuring_a_huge_tree_costs_the_server_little_cpu),
+        ("unlinked_open_files_count_towards_the_quota", unlinked_open_files_count_towards_the_quota),
+        ("an_image_holds_the_quota_and_little_more", an_image_holds_the_quota_and_little_more),
+        (
+            "a_conversation_on_its_image_is_measured_without_a_walk",
+            a_conversation_on_its_image_is_measured_without_a_walk,
+        ),
+        (
+            "links_count_towards_the_inode_limit_of_a_plain_directory",
+            links_count_towards_the_inode_limit_of_a_plain_directory,
+        ),
         ("a_setuid_file_in_data_is_out_of_other_users_reach", a_setuid_file_in_data_is_out_of_other_users_reach),
     ]);
 }
@@ -61,38 +70,104 @@ fn empty_files_count_towards_the_inode_limit() -> Result<(), Failed> {
     check(inodes < 200_000, || format!("the run made {inodes} files under a limit of 1000"))
 }
 
-/// CPU time this process has used (user + system), from `/proc/self/stat`.
-fn own_cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
-    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    Duration::from_millis(ticks * 1000 / 100) // USER_HZ is 100 on Linux
-}
-
-/// 200,000 files in `/data` (they take a 65 ms walk here): a run that sleeps 8 s used to cost the server (this test
-/// process, which hosts the engine) two thirds of a core in walks every 250 ms; now the walk's interval grows with
-/// its cost.
-fn measuring_a_huge_tree_costs_the_server_little_cpu() -> Result<(), Failed> {
+/// Files unlinked while open are in no directory, so a walk of `/data` never sees their blocks: thirty of them, each
+/// just under `RLIMIT_FSIZE`, held 210 MiB under an 8 MiB quota for as long as the run went on. On its disk image
+/// the kernel counts them: writing stops with `ENOSPC` a little past the quota.
+fn unlinked_open_files_count_towards_the_quota() -> Result<(), Failed> {
     let sandbox = Sandbox::new(|limits| {
-        limits.disk_inodes = 300_000;
+        limits.disk_mb = 8;
         limits.timeout = Duration::from_secs(60);
     });
-    let warm = sandbox.run("attack", Language::Bash, "true");
-    check_eq(warm.outcome.termination.clone(), Termination::Exited { code: 0 }, &describe(&warm))?;
-    let data = sandbox.data_dir("attack");
-    for d in 0..200 {
-        let dir = data.join(format!("d{d}"));
-        std::fs::create_dir(&dir)?;
-        for f in 0..1000 {
-            std::fs::File::create(dir.join(f.to_string()))?;
-        }
+    let code = r#"
+import os, time
+held, written, chunk = [], 0, b"x" * (1 << 20)
+try:
+    for i in range(30):
+        fd = os.open(f"/data/f{i}", os.O_WRONLY | os.O_CREAT, 0o600)
+        os.unlink(f"/data/f{i}")
+        held.append(fd)
+        for _ in range(7):
+            written += os.write(fd, chunk)
+except OSError as e:
+    print("stopped:", e.strerror, flush=True)
+print("written", written, flush=True)
+time.sleep(2)
+"#;
+    let report = sandbox.run("attack", Language::Python, code);
+    let written: u64 = report
+        .outcome
+        .stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("written "))
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| format!("no count\n{}", describe(&report)))?;
+    // Before: 220,200,960 bytes (30 files of 7 MiB). The quota and the image's room past it: 9 MiB.
+    check(written <= 9 << 20, || {
+        format!("unlinked files held {written} bytes under an 8 MiB quota\n{}", describe(&report))
+    })?;
+    check_eq(report.outcome.termination.clone(), Termination::DiskQuotaExceeded, &describe(&report))
+}
+
+/// A conversation's image lets its users write the quota and [`sandlot_core::OVER_QUOTA_ROOM`] past it, little
+/// more (ext4's own blocks are outside what they may write); it has inodes for the limit and a few more; and it costs
+/// the host's disk what is written in it, not its size (sparse, no inode table zeroed).
+fn an_image_holds_the_quota_and_little_more() -> Result<(), Failed> {
+    const MIB: u64 = 1 << 20;
+    for (disk_mb, inodes) in [(8, 1000), (100, 100_000), (1024, 100_000), (5000, 10_000)] {
+        let root = tempfile::tempdir()?;
+        let images = sandlot_core::DiskImages::detect(disk_mb, inodes)?;
+        let workspaces = sandlot_core::Workspaces::new(root.path()).with_images(images);
+        let id = sandlot_core::ConversationId::parse("c").unwrap();
+        let files = workspaces.prepare(&id)?;
+        let stat = nix::sys::statvfs::statvfs(&files)?;
+        let writable = stat.blocks_available() * stat.fragment_size();
+        let free_inodes = stat.files_available();
+        let image = std::fs::metadata(root.path().join("c").join(sandlot_core::IMAGE_NAME))?;
+        let listed: Vec<_> = std::fs::read_dir(&files)?.collect();
+        workspaces.unmount_images();
+        let what = format!("{disk_mb} MiB, {inodes} inodes: {writable} bytes writable, {free_inodes} inodes free");
+        // Little more: here 1.4 MiB past the quota at 8 MiB, 2.4 at 1 GiB, 4 at 5000 MiB (ext4 gives what rounds up).
+        check(writable >= (disk_mb + 1) * MIB && writable < (disk_mb + 3) * MIB + disk_mb * MIB / 500, || {
+            what.clone()
+        })?;
+        check(free_inodes > inodes && free_inodes < inodes + 1000, || what.clone())?;
+        use std::os::unix::fs::MetadataExt;
+        check(image.mode() & 0o777 == 0o600, || format!("the image's mode is {:o}", image.mode()))?;
+        check(image.blocks() * 512 < 16 * MIB, || {
+            format!("{what}: an empty image holds {} bytes", image.blocks() * 512)
+        })?;
+        check(listed.is_empty(), || format!("{what}: a new /data lists {listed:?}"))?;
     }
-    let (cpu, wall) = (own_cpu_time(), Instant::now());
-    let report = sandbox.run("attack", Language::Bash, "sleep 8");
-    let (cpu, wall) = (own_cpu_time() - cpu, wall.elapsed());
+    Ok(())
+}
+
+/// The server's cost of measuring `/data` is bounded by design: a conversation on its own image is measured from its
+/// filesystem's counters, never walked. Shown by a tree a walk cannot measure (nested deeper than the walk goes, which
+/// stops a run whose `/data` is walked, as over its quota): on an image the run goes on to its end.
+fn a_conversation_on_its_image_is_measured_without_a_walk() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|limits| limits.timeout = Duration::from_secs(60));
+    let code = "import os, time\nos.makedirs('/data/' + '/'.join(['d'] * 200))\ntime.sleep(2)\nprint('done')";
+    let report = sandbox.run("attack", Language::Python, code);
     check_eq(report.outcome.termination.clone(), Termination::Exited { code: 0 }, &describe(&report))?;
-    // Before: ~0.66 of a core. The bound (a fifth of a core) leaves room for a slow, loaded machine.
-    check(cpu < wall / 5, || format!("the server used {cpu:?} of CPU during a {wall:?} idle run"))
+    check_eq(report.outcome.stdout.as_str(), "done\n", "stdout")
+}
+
+/// A conversation an older version made (a plain directory with files in it) keeps the watchdog, which now counts
+/// every link against the inode limit: a file linked 200,000 times under a limit of 1,000 is stopped. Before, the
+/// links were counted once, as one inode, and the run made them all (and every walk of them cost the server).
+fn links_count_towards_the_inode_limit_of_a_plain_directory() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|limits| {
+        limits.disk_inodes = 1000;
+        limits.timeout = Duration::from_secs(60);
+    });
+    let files = sandbox.data_dir("attack");
+    std::fs::create_dir_all(&files)?;
+    std::fs::write(files.join("old.txt"), "made by an older version")?;
+    let code = "import os\nopen('/data/f', 'w').close()\nfor i in range(200000):\n    os.link('/data/f', f'/data/l{i}')\nprint('done')";
+    let report = sandbox.run("attack", Language::Python, code);
+    check_eq(report.outcome.termination.clone(), Termination::DiskQuotaExceeded, &describe(&report))?;
+    let entries = std::fs::read_dir(&files)?.count();
+    check(entries < 200_000, || format!("the run made {entries} links under a limit of 1000"))
 }
 
 /// Runs `command` on the host as an unprivileged user (uid and gid 65534, no groups); its exit code and output.

@@ -143,14 +143,21 @@ impl HostTrees {
     /// Clones the trees of `spec`'s workspace (never through a symlink; idmapped from the storage uid to the run's
     /// when the spec names both, see [`crate::sys::idmap`]), the cached `skeleton` that fits it if any, its extra
     /// binds (its runner's prefixes, bound on the skeleton's mount points) and its volumes, with their attributes.
-    pub fn capture(spec: &JailSpec, skeleton: Option<&Path>) -> Result<Self, SetupError> {
-        let directory = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&spec.workspace)
-            .step(|| format!("open {}", spec.workspace.display()))?;
-        let workspace =
-            clone_tree_at(directory.as_raw_fd()).step(|| format!("open_tree {}", spec.workspace.display()))?;
+    ///
+    /// `workspace`: the tree the supervisor cloned in its own mount namespace (see `JailSpec::workspace_tree`), used
+    /// as it is; else the workspace is opened here by path.
+    pub fn capture(spec: &JailSpec, workspace: Option<OwnedFd>, skeleton: Option<&Path>) -> Result<Self, SetupError> {
+        let workspace = match workspace {
+            Some(tree) => tree,
+            None => {
+                let directory = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                    .open(&spec.workspace)
+                    .step(|| format!("open {}", spec.workspace.display()))?;
+                clone_tree_at(directory.as_raw_fd()).step(|| format!("open_tree {}", spec.workspace.display()))?
+            }
+        };
         set_tree_attributes(&workspace, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV).step(|| "mount_setattr /data".into())?;
         // A filesystem without idmapped mounts leaves `idmapped` false: the init then runs the program as the
         // storage uid (see `init::build_and_wait`).
@@ -298,7 +305,7 @@ pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError
     // 1. The host trees of this run, before the new root covers anything (the workspace may be under /tmp).
     let HostTrees { workspace: data, extra_ro_binds, skeleton, volumes, .. } = match trees {
         Some(trees) => trees,
-        None => HostTrees::capture(spec, None)?,
+        None => HostTrees::capture(spec, None, None)?,
     };
     sandlot_core::marks::mark("p.private");
 

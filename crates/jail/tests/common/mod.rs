@@ -160,7 +160,7 @@ impl Sandbox {
         let mut engine_config = EngineConfig::default();
         engine_config.limits.timeout = Duration::from_secs(10);
         adjust(&mut engine_config.limits);
-        let engine = Engine::new(backend, Workspaces::new(root.path()), engine_config);
+        let engine = Engine::new(backend, workspaces(root.path(), &engine_config.limits), engine_config);
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
         Self { root, engine, runtime, path }
     }
@@ -227,6 +227,22 @@ impl Sandbox {
     /// The host directory of a conversation's `/data`.
     pub fn data_dir(&self, conversation: &str) -> PathBuf {
         self.engine.workspaces().files_dir(&ConversationId::parse(conversation).expect("id"))
+    }
+}
+
+impl Drop for Sandbox {
+    /// The conversations' images are unmounted (as a server does at shutdown), so the temporary root can go.
+    fn drop(&mut self) {
+        self.engine.workspaces().unmount_images();
+    }
+}
+
+/// The conversation directories under `root` as a server makes them by default: each on a disk image of its own
+/// when the host allows (as root), else plain directories.
+pub fn workspaces(root: &std::path::Path, limits: &Limits) -> Workspaces {
+    match sandlot_core::DiskImages::detect(limits.disk_mb, limits.disk_inodes) {
+        Ok(images) => Workspaces::new(root).with_images(images),
+        Err(_) => Workspaces::new(root),
     }
 }
 
