@@ -390,9 +390,11 @@ impl Backend for DockerBackend {
             .map_err(|e| Error::Io { action: format!("hand over {}", job.workspace.display()), source: e })?;
         sandlot_core::hand_over_writable(&job.mounts, owner)
             .map_err(|e| Error::Io { action: format!("hand over the volumes of run {}", job.run_id), source: e })?;
-        // `<root>/<id>/files`: the root's mount gives the bind its flags (only root may mount; see nosuid_root.rs).
+        // `<root>/<id>/files`: the root's mount gives the bind its flags (only root may mount; see nosuid_root.rs),
+        // unless it is a disk image's mount, which has them.
         if let Some(root) = job.workspace.parent().and_then(std::path::Path::parent)
             && owner.is_some()
+            && !crate::nosuid_root::is_nosuid_nodev(&job.workspace)
         {
             crate::ensure_nosuid_nodev(root)
                 .map_err(|e| Error::Io { action: format!("mount {} nosuid,nodev", root.display()), source: e })?;

@@ -16,8 +16,10 @@ struct Sandbox {
 }
 
 impl Drop for Sandbox {
-    /// The backend made the root a mount of its own (nosuid,nodev); undo it so the directory can be removed.
+    /// The conversations' images are unmounted (as a server does at shutdown), and the root, if the backend made it
+    /// a mount of its own (nosuid,nodev, for a plain conversation directory), so the directory can be removed.
     fn drop(&mut self) {
+        self.engine.workspaces().unmount_images();
         nix::mount::umount2(self._root.path(), nix::mount::MntFlags::MNT_DETACH).ok();
     }
 }
@@ -37,7 +39,12 @@ async fn sandbox(adjust: impl FnOnce(&mut Limits)) -> Sandbox {
     let mut config = EngineConfig::default();
     config.limits.timeout = Duration::from_secs(20);
     adjust(&mut config.limits);
-    Sandbox { engine: Engine::new(Arc::new(backend), Workspaces::new(root.path()), config), _root: root }
+    // As a server makes them by default: each conversation on a disk image of its own (as root).
+    let workspaces = match sandlot_core::DiskImages::detect(config.limits.disk_mb, config.limits.disk_inodes) {
+        Ok(images) => Workspaces::new(root.path()).with_images(images),
+        Err(_) => Workspaces::new(root.path()),
+    };
+    Sandbox { engine: Engine::new(Arc::new(backend), workspaces, config), _root: root }
 }
 
 async fn run(sandbox: &Sandbox, conversation: &str, language: &str, code: &str) -> RunReport {
@@ -316,6 +323,36 @@ async fn symlink_targets_and_directories_count_towards_the_quota() {
     let data = sandbox.engine.workspaces().files_dir(&sandlot_core::ConversationId::parse("links").unwrap());
     let held = sandlot_core::directory_usage(&data, u64::MAX).unwrap().bytes;
     assert!(held < 48 << 20, "/data holds {held} bytes under an 8 MiB quota");
+}
+
+/// Files unlinked while open are in no directory, where no walk finds them; the container's bind of `/data` is the
+/// conversation's disk image, whose kernel counts them: thirty files of 7 MiB stop a little past an 8 MiB quota
+/// (220,200,960 bytes before). And the bind names no host path: its root in `mountinfo` is the image's `/`.
+#[tokio::test]
+async fn unlinked_open_files_count_towards_the_quota() {
+    let sandbox = sandbox(|limits| limits.disk_mb = 8).await;
+    let code = r#"
+import os, time
+print([l.split()[3] for l in open("/proc/self/mountinfo") if l.split()[4] == "/data"], flush=True)
+held, written, chunk = [], 0, b"x" * (1 << 20)
+try:
+    for i in range(30):
+        fd = os.open(f"/data/f{i}", os.O_WRONLY | os.O_CREAT, 0o600)
+        os.unlink(f"/data/f{i}")
+        held.append(fd)
+        for _ in range(7):
+            written += os.write(fd, chunk)
+except OSError as e:
+    print("stopped:", e.strerror, flush=True)
+print("written", written, flush=True)
+time.sleep(2)
+"#;
+    let report = run(&sandbox, "unlinked", "python", code).await;
+    let stdout = &report.outcome.stdout;
+    assert!(stdout.starts_with("['/']\n"), "/data's mount root names a host path: {report:?}");
+    let written: u64 = stdout.lines().find_map(|l| l.strip_prefix("written ")).and_then(|n| n.parse().ok()).unwrap();
+    assert!(written <= 9 << 20, "unlinked files held {written} bytes under an 8 MiB quota: {report:?}");
+    assert_eq!(report.outcome.termination, Termination::DiskQuotaExceeded, "{report:?}");
 }
 
 const HOME: Layout = Layout::Home { path: "/home/baponi" };
