@@ -31,6 +31,7 @@ fn main() {
             links_count_towards_the_inode_limit_of_a_plain_directory,
         ),
         ("a_setuid_file_in_data_is_out_of_other_users_reach", a_setuid_file_in_data_is_out_of_other_users_reach),
+        ("the_mount_table_names_no_host_path_of_the_root", the_mount_table_names_no_host_path_of_the_root),
     ]);
 }
 
@@ -202,4 +203,18 @@ fn a_setuid_file_in_data_is_out_of_other_users_reach() -> Result<(), Failed> {
         })?;
     }
     Ok(())
+}
+
+/// `/proc/self/mountinfo` names each mount's root within its filesystem (field 4): a bind of the conversation's
+/// directory named its host path, and so `SANDBOX_ROOT` and the conversation's id. On its image `/data`'s root is
+/// the image's `/`; nothing in the table names the root (the other binds are the host's system paths and runner
+/// prefixes, mounted at the same paths they name).
+fn the_mount_table_names_no_host_path_of_the_root() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let report = sandbox.run("attack", Language::Bash, "cat /proc/self/mountinfo /proc/self/mounts");
+    check_eq(report.outcome.termination.clone(), Termination::Exited { code: 0 }, &describe(&report))?;
+    let root = sandbox.root.path().to_string_lossy().into_owned();
+    let data = report.outcome.stdout.lines().find(|line| line.split(' ').nth(4) == Some("/data")).unwrap_or_default();
+    check_eq(data.split(' ').nth(3), Some("/"), &describe(&report))?;
+    check(!report.outcome.stdout.contains(&root), || format!("the mount table names {root}\n{}", describe(&report)))
 }
