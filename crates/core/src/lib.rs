@@ -51,7 +51,10 @@ pub use log_text::Escaped;
 pub use mount::{MAX_MOUNTS, Mount, hand_over_writable};
 pub use outcome::{RunOutcome, Termination};
 pub use output::{CapturedStream, Excerpt, OutputChunk, OutputSink, Stream, head_and_tail, json_prefix, json_suffix};
-pub use quota::{DISK_CHECK_INTERVAL, WALK_COST_FACTOR, at_quota, measure_conversation, over_quota, quota_exceeded};
+pub use quota::{
+    DISK_CHECK_INTERVAL, WALK_COST_FACTOR, at_quota, measure_conversation, over_quota, quota_exceeded,
+    volumes_over_quota,
+};
 pub use readiness::{READINESS_TIMEOUT, READINESS_TTL, Readiness, ReadinessCheck};
 pub use request::RunRequest;
 pub use retention::{Retention, keep_tidy};

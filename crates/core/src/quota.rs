@@ -25,31 +25,52 @@ pub const WALK_COST_FACTOR: u32 = 20;
 /// The longest wait between two measurements, however costly the walk.
 const MAX_DISK_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 
-/// Resolves when the job's `/data` holds more than its quota (bytes or inodes), or can no longer be measured (a
-/// directory the program made unreadable, a tree nested deeper than the walk goes): a quota that cannot be checked
-/// is treated as exceeded.
+/// Resolves when the job's `/data` or one of its writable volumes holds more than its quota (bytes or inodes), or can
+/// no longer be measured (a directory the program made unreadable, a tree nested deeper than the walk goes): a
+/// quota that cannot be checked is treated as exceeded.
 pub async fn quota_exceeded(job: &Job) {
-    let quota = job.limits.disk_mb * 1024 * 1024;
     let mut wait = DISK_CHECK_INTERVAL;
     loop {
         tokio::time::sleep(wait).await;
-        let dir = job.workspace.clone();
-        let max_inodes = job.limits.disk_inodes;
+        let (dir, mounts, limits) = (job.workspace.clone(), job.mounts.clone(), job.limits.clone());
         let measured = tokio::task::spawn_blocking(move || {
             let started = Instant::now();
-            (measure_conversation(&dir, max_inodes), started.elapsed())
+            let over = conversation_over_quota(&dir, &limits).and_then(|over| match over {
+                true => Ok(true),
+                false => volumes_over_quota(&mounts, &limits),
+            });
+            (over, started.elapsed())
         })
         .await;
         match measured {
-            Ok((Ok(usage), _)) if usage.bytes > quota || usage.inodes > max_inodes => return,
+            Ok((Ok(true), _)) => return,
             Ok((Err(e), _)) => {
-                tracing::warn!(workspace = %job.workspace.display(), "/data is over its quota or cannot be measured, stopping the run: {e}");
+                tracing::warn!(workspace = %job.workspace.display(), "/data or a writable volume is over its quota or cannot be measured, stopping the run: {e}");
                 return;
             }
-            Ok((Ok(_), took)) => wait = next_wait(took),
+            Ok((Ok(false), took)) => wait = next_wait(took),
             Err(_) => {} // the blocking pool is shutting down
         }
     }
+}
+
+/// Whether a conversation's `/data` holds more than the quota of `limits`, bytes or entries.
+fn conversation_over_quota(files: &Path, limits: &crate::Limits) -> std::io::Result<bool> {
+    let usage = measure_conversation(files, limits.disk_inodes)?;
+    Ok(usage.bytes > limits.disk_mb * 1024 * 1024 || usage.inodes > limits.disk_inodes)
+}
+
+/// Whether a writable mount (a volume) holds more than its quota (see [`crate::Mount::quota_bytes`]): a walk of
+/// its tree, bounded by the inode limit like a conversation's; one it cannot measure is over.
+pub fn volumes_over_quota(mounts: &[crate::Mount], limits: &crate::Limits) -> std::io::Result<bool> {
+    for mount in mounts {
+        if let Some(quota) = mount.quota_bytes(limits)
+            && directory_usage(&mount.host, limits.disk_inodes)?.bytes > quota
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// The wait before the next measurement, when the last one took `took`.
@@ -81,8 +102,7 @@ fn at_quota_path(workspace: &Path, quota: u64, max_inodes: u64) -> bool {
 /// watchdog's bound avoids).
 pub fn over_quota(files: &Path, limits: &crate::Limits) -> bool {
     match crate::disk_image::is_mounted(files) {
-        Ok(true) => crate::disk_image::image_usage(files)
-            .is_ok_and(|usage| usage.bytes > limits.disk_mb * 1024 * 1024 || usage.inodes > limits.disk_inodes),
+        Ok(true) => conversation_over_quota(files, limits).unwrap_or(true),
         _ => false,
     }
 }

@@ -443,6 +443,36 @@ async fn home_layout_scratch_data_stops_at_its_size() {
     assert_eq!(next.outcome.stdout, "done\n", "{next:?}");
 }
 
+/// A writable volume's directory is root's and the runner's group's, mode 0770: the container writes in it, but
+/// cannot `chmod` it open for the host's other users (it could before: it owned it), who can neither list it nor
+/// plant a file in it. And a volume over its quota stops the run.
+#[tokio::test]
+async fn a_writable_volume_stays_out_of_other_users_reach_and_within_its_quota() {
+    let sandbox = sandbox(|_| {}).await;
+    let work = tempfile::tempdir().unwrap();
+    let mounts = |quota_mb| {
+        vec![sandlot_core::Mount { host: work.path().into(), path: "/data/work".into(), read_only: false, quota_mb }]
+    };
+    let request = |code: &str, quota_mb| RunRequest {
+        conversation_id: "volumes".into(),
+        language: "bash".into(),
+        code: code.into(),
+        layout: HOME,
+        mounts: mounts(quota_mb),
+        ..RunRequest::default()
+    };
+    let code = "echo mine > /data/work/mine.txt && cat /data/work/mine.txt; chmod 0777 /data/work 2>/dev/null || echo chmod refused";
+    let report = sandbox.engine.run(request(code, None), &()).await.expect("run");
+    assert_eq!(report.outcome.stdout, "mine\nchmod refused\n", "{report:?}");
+    for command in [format!("ls {}", work.path().display()), format!("touch {}/planted", work.path().display())] {
+        let (code, output) = as_other_user(&command);
+        assert!(code != 0 && output.contains("Permission denied"), "another user ran `{command}`: {code} {output}");
+    }
+    let fill = "head -c 42M /dev/zero > /data/work/big; echo done";
+    let report = sandbox.engine.run(request(fill, Some(8)), &()).await.expect("run");
+    assert_eq!(report.outcome.termination, Termination::DiskQuotaExceeded, "{report:?}");
+}
+
 /// Volumes: binds beneath the scratch `/data`, read-only unless writable; a symlink planted in a writable one leads
 /// the next run into its own container.
 #[tokio::test]
@@ -454,8 +484,8 @@ async fn volumes_are_bound_read_only_unless_writable() {
     std::fs::write(docs.path().join("readme.md"), "# docs\n").unwrap();
     std::fs::set_permissions(docs.path().join("readme.md"), std::fs::Permissions::from_mode(0o666)).unwrap();
     let mounts = vec![
-        sandlot_core::Mount { host: docs.path().into(), path: "/data/docs".into(), read_only: true },
-        sandlot_core::Mount { host: work.path().into(), path: "/data/work".into(), read_only: false },
+        sandlot_core::Mount { host: docs.path().into(), path: "/data/docs".into(), read_only: true, quota_mb: None },
+        sandlot_core::Mount { host: work.path().into(), path: "/data/work".into(), read_only: false, quota_mb: None },
     ];
     let request = |code: &str| RunRequest {
         conversation_id: "volumes".into(),

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Sandbox, check, check_eq, describe};
+use common::{Sandbox, as_other_user, check, check_eq, describe};
 use libtest_mimic::Failed;
 use sandlot_core::{Language, Termination};
 
@@ -169,18 +169,6 @@ fn links_count_towards_the_inode_limit_of_a_plain_directory() -> Result<(), Fail
     check_eq(report.outcome.termination.clone(), Termination::DiskQuotaExceeded, &describe(&report))?;
     let entries = std::fs::read_dir(&files)?.count();
     check(entries < 200_000, || format!("the run made {entries} links under a limit of 1000"))
-}
-
-/// Runs `command` on the host as an unprivileged user (uid and gid 65534, no groups); its exit code and output.
-pub fn as_other_user(command: &str) -> (i32, String) {
-    let out = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", command])
-        .output()
-        .expect("setpriv");
-    (
-        out.status.code().unwrap_or(-1),
-        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
-    )
 }
 
 /// A run copies bash into `/data` and tries to make it setuid and setgid (a backdoor for the host's local users,

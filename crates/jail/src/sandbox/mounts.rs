@@ -187,7 +187,10 @@ fn capture_volumes(spec: &JailSpec, idmapped: bool) -> Result<Vec<(PathBuf, Owne
         let attributes = if volume.read_only { READ_ONLY } else { MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV };
         set_tree_attributes(&tree, attributes).step(|| format!("mount_setattr {}", volume.host.display()))?;
         if let (true, Some(storage), Some((run, _))) = (idmapped, spec.storage_id, spec.switch_to) {
-            let _ = crate::sys::idmap::map_tree(&tree, storage, run);
+            let _ = match volume.read_only {
+                true => crate::sys::idmap::map_tree(&tree, storage, run),
+                false => crate::sys::idmap::map_volume_tree(&tree, storage, run),
+            };
         }
         trees.push((volume.path.clone(), tree));
     }

@@ -246,6 +246,18 @@ pub fn workspaces(root: &std::path::Path, limits: &Limits) -> Workspaces {
     }
 }
 
+/// Runs `command` on the host as an unprivileged user (uid and gid 65534, no groups); its exit code and output.
+pub fn as_other_user(command: &str) -> (i32, String) {
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", command])
+        .output()
+        .expect("setpriv");
+    (
+        out.status.code().unwrap_or(-1),
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+    )
+}
+
 /// Pids of this process's children whose command line contains `needle`.
 pub fn children_running(needle: &str) -> Vec<i32> {
     let me = std::process::id().to_string();
