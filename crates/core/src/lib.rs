@@ -35,6 +35,7 @@ mod signer;
 mod state_dir;
 mod stop;
 mod tenant;
+mod unlinked_files;
 mod workspaces;
 
 pub use backend::{Backend, Job, RunnerInfo};

@@ -28,14 +28,18 @@ const MAX_DISK_CHECK_INTERVAL: Duration = Duration::from_secs(5);
 /// Resolves when the job's `/data` or one of its writable volumes holds more than its quota (bytes or inodes), or can
 /// no longer be measured (a directory the program made unreadable, a tree nested deeper than the walk goes): a
 /// quota that cannot be checked is treated as exceeded.
-pub async fn quota_exceeded(job: &Job) {
+///
+/// `processes` lists the run's processes (host pids), whose files unlinked while open count towards a `/data` that is
+/// not a disk image (see `unlinked_files.rs`); empty where the backend cannot tell.
+pub async fn quota_exceeded(job: &Job, processes: &(dyn Fn() -> Vec<i32> + Sync)) {
     let mut wait = DISK_CHECK_INTERVAL;
     loop {
         tokio::time::sleep(wait).await;
         let (dir, mounts, limits) = (job.workspace.clone(), job.mounts.clone(), job.limits.clone());
+        let pids = processes();
         let measured = tokio::task::spawn_blocking(move || {
             let started = Instant::now();
-            let over = conversation_over_quota(&dir, &limits).and_then(|over| match over {
+            let over = walked_over_quota(&dir, &limits, &pids).and_then(|over| match over {
                 true => Ok(true),
                 false => volumes_over_quota(&mounts, &limits),
             });
@@ -52,6 +56,17 @@ pub async fn quota_exceeded(job: &Job) {
             Err(_) => {} // the blocking pool is shutting down
         }
     }
+}
+
+/// [`conversation_over_quota`], where a `/data` that is not a disk image also counts the files `pids` hold open
+/// after unlinking them.
+fn walked_over_quota(files: &Path, limits: &crate::Limits, pids: &[i32]) -> std::io::Result<bool> {
+    if crate::disk_image::is_mounted(files)? {
+        return conversation_over_quota(files, limits);
+    }
+    let usage = directory_usage(files, limits.disk_inodes)?;
+    let held = crate::unlinked_files::unlinked_open_bytes(pids, crate::unlinked_files::device_of(files));
+    Ok(usage.bytes + held > limits.disk_mb * 1024 * 1024 || usage.inodes > limits.disk_inodes)
 }
 
 /// Whether a conversation's `/data` holds more than the quota of `limits`, bytes or entries.

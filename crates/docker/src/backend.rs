@@ -496,7 +496,9 @@ impl DockerBackend {
                     Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Ending::Exited(code),
                     _ => Ending::Exited(-1),
                 },
-                stop = stop_reason(job, deadline) => Ending::Stopped(stop),
+                // The container's processes are the engine's to list: a /data that is not an image (the server is
+                // not root) misses what they hold unlinked (docs/security.md).
+                stop = stop_reason(job, deadline, &Vec::new) => Ending::Stopped(stop),
             }
         };
         let ((), (stdout, stderr), ending) = tokio::join!(feed, read, async {

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Sandbox, as_other_user, check, check_eq, describe};
+use common::{LaunchPath, Sandbox, as_other_user, check, check_eq, describe};
 use libtest_mimic::Failed;
 use sandlot_core::{Language, Termination};
 
@@ -22,6 +22,10 @@ fn main() {
         ("empty_files_count_towards_the_inode_limit", empty_files_count_towards_the_inode_limit),
         ("unlinked_open_files_count_towards_the_quota", unlinked_open_files_count_towards_the_quota),
         ("an_image_holds_the_quota_and_little_more", an_image_holds_the_quota_and_little_more),
+        (
+            "unlinked_open_files_count_towards_the_quota_of_a_plain_directory",
+            unlinked_open_files_count_towards_the_quota_of_a_plain_directory,
+        ),
         (
             "a_conversation_on_its_image_is_measured_without_a_walk",
             a_conversation_on_its_image_is_measured_without_a_walk,
@@ -79,7 +83,24 @@ fn unlinked_open_files_count_towards_the_quota() -> Result<(), Failed> {
         limits.disk_mb = 8;
         limits.timeout = Duration::from_secs(60);
     });
-    let code = r#"
+    let report = sandbox.run("attack", Language::Python, UNLINKED_WRITER);
+    let written: u64 = report
+        .outcome
+        .stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("written "))
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| format!("no count\n{}", describe(&report)))?;
+    // Before: 220,200,960 bytes (30 files of 7 MiB). The quota and the image's room past it: 9 MiB.
+    check(written <= 9 << 20, || {
+        format!("unlinked files held {written} bytes under an 8 MiB quota\n{}", describe(&report))
+    })?;
+    check_eq(report.outcome.termination.clone(), Termination::DiskQuotaExceeded, &describe(&report))
+}
+
+/// Opens thirty files in `/data`, unlinks each, writes 7 MiB to each (just under `RLIMIT_FSIZE` at an 8 MiB quota)
+/// while holding them all, says how much it wrote, and holds them for two seconds more.
+const UNLINKED_WRITER: &str = r#"
 import os, time
 held, written, chunk = [], 0, b"x" * (1 << 20)
 try:
@@ -94,19 +115,28 @@ except OSError as e:
 print("written", written, flush=True)
 time.sleep(2)
 "#;
-    let report = sandbox.run("attack", Language::Python, code);
-    let written: u64 = report
-        .outcome
-        .stdout
-        .lines()
-        .find_map(|line| line.strip_prefix("written "))
-        .and_then(|n| n.parse().ok())
-        .ok_or_else(|| format!("no count\n{}", describe(&report)))?;
-    // Before: 220,200,960 bytes (30 files of 7 MiB). The quota and the image's room past it: 9 MiB.
-    check(written <= 9 << 20, || {
-        format!("unlinked files held {written} bytes under an 8 MiB quota\n{}", describe(&report))
-    })?;
-    check_eq(report.outcome.termination.clone(), Termination::DiskQuotaExceeded, &describe(&report))
+
+/// Where `/data` is a plain directory (an older version's conversation; or not root, no loop devices), the watchdog
+/// counts what the run's processes hold open after unlinking it: the run is stopped as over its quota. Before, it
+/// held 210 MiB under 8 for as long as it ran, and ended `ok`.
+/// As root the run's processes are its cgroup's; without root (no cgroups, no images) those of its pid namespace.
+fn unlinked_open_files_count_towards_the_quota_of_a_plain_directory() -> Result<(), Failed> {
+    for path in [LaunchPath::ServerRoot, LaunchPath::ServerUnprivileged] {
+        let sandbox = Sandbox::on(path, |limits| {
+            limits.disk_mb = 8;
+            limits.timeout = Duration::from_secs(60);
+        });
+        let files = sandbox.data_dir("attack");
+        std::fs::create_dir_all(&files)?;
+        std::fs::write(files.join("old.txt"), "made by an older version")?;
+        let report = sandbox.run("attack", Language::Python, UNLINKED_WRITER);
+        check_eq(
+            report.outcome.termination.clone(),
+            Termination::DiskQuotaExceeded,
+            &format!("{path:?}: {}", describe(&report)),
+        )?;
+    }
+    Ok(())
 }
 
 /// A conversation's image lets its users write the quota and [`sandlot_core::OVER_QUOTA_ROOM`] past it, little

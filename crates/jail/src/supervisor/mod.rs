@@ -12,6 +12,7 @@ mod error;
 mod init_process;
 mod launch;
 mod netns_pool;
+mod processes;
 mod run;
 mod runners;
 mod spec;
