@@ -111,13 +111,28 @@ pub async fn upload(
     };
     let owner = state.app.engine.storage_owner();
     let dir = volume.path.clone();
-    match tokio::task::spawn_blocking(move || sandlot_core::write_in_dir(&dir, &path, &bytes, owner)).await {
+    let limits = state.app.engine.config().limits.clone();
+    let quota = volume.quota_mb.unwrap_or(limits.disk_mb) * 1024 * 1024;
+    let write = move || {
+        // The volume's quota, as runs are held to it (a walk; one past the inode limit is over).
+        let held = sandlot_core::directory_usage(&dir, limits.disk_inodes).map_or(u64::MAX, |usage| usage.bytes);
+        if held.saturating_add(bytes.len() as u64) > quota {
+            return Err(Error::QuotaExceeded { path: path.clone(), used: held, size: bytes.len() as u64, quota });
+        }
+        sandlot_core::write_in_dir(&dir, &path, &bytes, owner)
+    };
+    match tokio::task::spawn_blocking(write).await {
         Ok(Ok(written)) => {
             let body = serde_json::json!({ "path": written.path, "size": written.size });
             (StatusCode::CREATED, axum::Json(body)).into_response()
         }
         Ok(Err(error @ Error::InvalidPath { .. })) => {
             refuse(StatusCode::BAD_REQUEST, "validation_error", &error.to_string())
+        }
+        Ok(Err(Error::QuotaExceeded { path, used, size, quota })) => {
+            let message =
+                format!("{path}: {size} bytes would take the volume over its quota ({used} of {quota} bytes used)");
+            refuse(StatusCode::PAYLOAD_TOO_LARGE, "quota_exceeded", &message)
         }
         Ok(Err(error)) => {
             tracing::error!(%error, "volume upload failed");
