@@ -62,14 +62,29 @@ impl DiskImages {
         if !Path::new("/dev/loop-control").exists() {
             return Err("no loop devices (/dev/loop-control is missing)".into());
         }
-        Ok(Self {
+        let images = Self {
             quota: disk_mb * MIB,
             inodes,
             mkfs: find_tool("mkfs.ext4")?,
             e2fsck: find_tool("e2fsck")?,
             resize2fs: find_tool("resize2fs")?,
             mount: find_tool("mount")?,
-        })
+        };
+        images.probe().map_err(|e| format!("no loop mount works here ({e})"))?;
+        Ok(images)
+    }
+
+    /// Makes, mounts and removes a small image in a temporary directory: loop devices may be listed and still
+    /// refused (a container's device rules). About 30 ms.
+    fn probe(&self) -> std::io::Result<()> {
+        let dir = std::env::temp_dir().join(format!("sandlot-image-probe-{}", std::process::id()));
+        let files = dir.join("files");
+        std::fs::create_dir_all(&files)?;
+        let small = Self { quota: MIB, inodes: 64, ..self.clone() };
+        let made = small.make(&dir.join(IMAGE_NAME), &files);
+        let unmounted = unmount(&files);
+        let _ = std::fs::remove_dir_all(&dir);
+        made.and(unmounted)
     }
 
     /// Mounts the conversation's image on `files` unless something is mounted there already: made on first use
