@@ -49,7 +49,7 @@ mod tests {
         assert_eq!(unlinked_open_bytes(&me, dev), 0, "still linked");
         std::fs::remove_file(&path).unwrap();
         let held = unlinked_open_bytes(&me, dev);
-        assert!(held >= 1 << 20 && held < 2 << 20, "{held}");
+        assert!((1 << 20..2 << 20).contains(&held), "{held}");
         assert_eq!(unlinked_open_bytes(&me, dev + 1), 0, "another device");
         drop((file, again));
         assert_eq!(unlinked_open_bytes(&me, dev), 0, "closed");
