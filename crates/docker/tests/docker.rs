@@ -331,23 +331,10 @@ async fn symlink_targets_and_directories_count_towards_the_quota() {
 #[tokio::test]
 async fn unlinked_open_files_count_towards_the_quota() {
     let sandbox = sandbox(|limits| limits.disk_mb = 8).await;
-    let code = r#"
-import os, time
-print([l.split()[3] for l in open("/proc/self/mountinfo") if l.split()[4] == "/data"], flush=True)
-held, written, chunk = [], 0, b"x" * (1 << 20)
-try:
-    for i in range(30):
-        fd = os.open(f"/data/f{i}", os.O_WRONLY | os.O_CREAT, 0o600)
-        os.unlink(f"/data/f{i}")
-        held.append(fd)
-        for _ in range(7):
-            written += os.write(fd, chunk)
-except OSError as e:
-    print("stopped:", e.strerror, flush=True)
-print("written", written, flush=True)
-time.sleep(2)
-"#;
-    let report = run(&sandbox, "unlinked", "python", code).await;
+    let mount_root =
+        "print([l.split()[3] for l in open('/proc/self/mountinfo') if l.split()[4] == '/data'], flush=True)";
+    let code = format!("{mount_root}\n{}", include_str!("../../jail/tests/common/unlinked_writer.py"));
+    let report = run(&sandbox, "unlinked", "python", &code).await;
     let stdout = &report.outcome.stdout;
     assert!(stdout.starts_with("['/']\n"), "/data's mount root names a host path: {report:?}");
     let written: u64 = stdout.lines().find_map(|l| l.strip_prefix("written ")).and_then(|n| n.parse().ok()).unwrap();

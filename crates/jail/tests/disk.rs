@@ -100,21 +100,7 @@ fn unlinked_open_files_count_towards_the_quota() -> Result<(), Failed> {
 
 /// Opens thirty files in `/data`, unlinks each, writes 7 MiB to each (just under `RLIMIT_FSIZE` at an 8 MiB quota)
 /// while holding them all, says how much it wrote, and holds them for two seconds more.
-const UNLINKED_WRITER: &str = r#"
-import os, time
-held, written, chunk = [], 0, b"x" * (1 << 20)
-try:
-    for i in range(30):
-        fd = os.open(f"/data/f{i}", os.O_WRONLY | os.O_CREAT, 0o600)
-        os.unlink(f"/data/f{i}")
-        held.append(fd)
-        for _ in range(7):
-            written += os.write(fd, chunk)
-except OSError as e:
-    print("stopped:", e.strerror, flush=True)
-print("written", written, flush=True)
-time.sleep(2)
-"#;
+const UNLINKED_WRITER: &str = include_str!("common/unlinked_writer.py");
 
 /// Where `/data` is a plain directory (an older version's conversation; or not root, no loop devices), the watchdog
 /// counts what the run's processes hold open after unlinking it: the run is stopped as over its quota. Before, it
