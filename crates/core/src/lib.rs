@@ -34,6 +34,7 @@ mod signer;
 mod state_dir;
 mod stop;
 mod tenant;
+mod timestamp;
 mod workspaces;
 
 pub use backend::{Backend, Job, RunnerInfo};
@@ -58,6 +59,7 @@ pub use signer::Signer;
 pub use state_dir::{STATE_DIR_NAME, StateDir};
 pub use stop::{Stop, stop_reason};
 pub use tenant::Tenant;
+pub use timestamp::{rfc3339_millis, rfc3339_seconds};
 pub use workspaces::{
     Claim, DiskUsage, FileEntry, FileListing, Workspaces, directory_usage, hand_over, list_in_dir, open_in_dir,
     validate_relative_path, validate_upload_path, write_in_dir,
