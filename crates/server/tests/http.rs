@@ -567,3 +567,56 @@ async fn an_expired_url_cannot_be_replayed_for_a_path_with_a_newline() {
     let signed = state.files.signer.url("http://test", "c", &forged_name, None);
     assert_eq!(send(&router, get(path_of(&signed))).await.0, StatusCode::FORBIDDEN);
 }
+
+/// JSON that rmcp cannot type as a JSON-RPC message: an id of 1.5, a key given twice.
+const UNTYPABLE: [&str; 2] = [
+    r#"{"jsonrpc":"2.0","id":1.5,"method":"tools/list"}"#,
+    r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/list"}"#,
+];
+
+/// A body that is JSON but no message rmcp can type got rmcp's HTTP 415 on `/mcp` (and was queued on a legacy
+/// session's `/message`), where the docs promise -32600 (Invalid Request). Both endpoints answer 400 with -32600,
+/// and the server keeps serving.
+#[tokio::test]
+async fn json_that_is_no_typable_jsonrpc_message_gets_32600_on_mcp_and_message() {
+    let (_root, _state, router) = setup(None);
+    for body in UNTYPABLE {
+        let (status, value) = rpc(&router, body).await;
+        assert_eq!(
+            (status, value["error"]["code"].as_i64()),
+            (StatusCode::BAD_REQUEST, Some(-32600)),
+            "{body}: {value}"
+        );
+    }
+    let open = Request::get("/sse")
+        .header(header::HOST, "localhost")
+        .header(header::AUTHORIZATION, "Bearer tok")
+        .body(Body::empty())
+        .unwrap();
+    let mut stream = router.clone().oneshot(open).await.unwrap().into_body();
+    let mut seen = String::new();
+    let endpoint = loop {
+        let frame = stream.frame().await.unwrap().unwrap();
+        seen.push_str(&String::from_utf8_lossy(frame.data_ref().unwrap()));
+        if let Some(line) = seen.lines().find_map(|line| line.strip_prefix("data: ")) {
+            break line.to_owned();
+        }
+    };
+    for body in UNTYPABLE {
+        let request = Request::post(endpoint.as_str())
+            .header(header::HOST, "localhost")
+            .header(header::AUTHORIZATION, "Bearer tok")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body))
+            .unwrap();
+        let (status, _, bytes) = send(&router, request).await;
+        let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        assert_eq!(
+            (status, value["error"]["code"].as_i64()),
+            (StatusCode::BAD_REQUEST, Some(-32600)),
+            "{body}: {value}"
+        );
+    }
+    let (status, value) = rpc(&router, r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#).await;
+    assert_eq!((status, value["result"]["tools"].as_array().map(Vec::len)), (StatusCode::OK, Some(3)));
+}

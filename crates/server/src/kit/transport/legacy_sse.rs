@@ -26,7 +26,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::PollSender;
 
-use crate::kit::jsonrpc::{error_response, read_message};
+use crate::kit::jsonrpc::{error_response, read_message, typed};
 
 /// Makes the rmcp handler of one legacy session from the request that opened it (its caller is in the request's
 /// extensions), ending the session's work when `closed` is cancelled. An `Err` is answered instead of a stream.
@@ -192,16 +192,13 @@ pub async fn post<F: SessionFactory>(
     else {
         return refuse(StatusCode::NOT_FOUND, -32602, "Invalid session ID", "unknown or closed session");
     };
-    let (_bytes, object) = match read_message(body).await {
+    let (bytes, object) = match read_message(body).await {
         Ok(read) => read,
         Err(response) => return response,
     };
-    let id_value = object.get("id").cloned().unwrap_or(Value::Null);
-    let mut message: ClientJsonRpcMessage = match serde_json::from_value(Value::Object(object)) {
+    let mut message = match typed(&bytes, &object) {
         Ok(message) => message,
-        Err(e) => {
-            return error_response(StatusCode::BAD_REQUEST, id_value, -32600, &format!("invalid request: {e}"));
-        }
+        Err(response) => return response,
     };
     message.insert_extension(parts);
     if sender.send(message).await.is_err() {
