@@ -46,16 +46,17 @@ pub async fn read_message(body: Body) -> Result<(Bytes, Map<String, Value>), Res
         let id = object.get("id").cloned().unwrap_or(Value::Null);
         return Err(error_response(StatusCode::BAD_REQUEST, id, -32600, "invalid request: not a JSON-RPC 2.0 message"));
     }
-    typed(&bytes, &object)?;
+    typed(&bytes, &object).map_err(|response| *response)?;
     Ok((bytes, object))
 }
 
 /// `bytes` as rmcp reads a POSTed body (`serde_json::from_slice` into a `ClientJsonRpcMessage`, which refuses a
 /// fractional id and a key given twice), or -32600 saying why; the error's id is the request's when it is one a
 /// JSON-RPC id can be (a string or an integer), else null.
-pub fn typed(bytes: &[u8], object: &Map<String, Value>) -> Result<ClientJsonRpcMessage, Response> {
+pub fn typed(bytes: &[u8], object: &Map<String, Value>) -> Result<ClientJsonRpcMessage, Box<Response>> {
     serde_json::from_slice(bytes).map_err(|error| {
         let id = object.get("id").filter(|id| id.is_string() || id.is_i64() || id.is_u64()).cloned();
-        error_response(StatusCode::BAD_REQUEST, id.unwrap_or(Value::Null), -32600, &format!("invalid request: {error}"))
+        let message = format!("invalid request: {error}");
+        Box::new(error_response(StatusCode::BAD_REQUEST, id.unwrap_or(Value::Null), -32600, &message))
     })
 }

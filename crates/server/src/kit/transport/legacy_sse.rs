@@ -198,7 +198,7 @@ pub async fn post<F: SessionFactory>(
     };
     let mut message = match typed(&bytes, &object) {
         Ok(message) => message,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     message.insert_extension(parts);
     if sender.send(message).await.is_err() {
