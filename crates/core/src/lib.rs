@@ -61,6 +61,6 @@ pub use stop::{Stop, stop_reason};
 pub use tenant::Tenant;
 pub use timestamp::{rfc3339_millis, rfc3339_seconds};
 pub use workspaces::{
-    Claim, DiskUsage, FileEntry, FileListing, Workspaces, directory_usage, hand_over, list_in_dir, open_in_dir,
-    validate_relative_path, validate_upload_path, write_in_dir,
+    Claim, DiskUsage, FileEntry, FileListing, MAX_VISITED_ENTRIES, Workspaces, directory_usage, hand_over, list_in_dir,
+    open_in_dir, validate_relative_path, validate_upload_path, write_in_dir,
 };
