@@ -243,12 +243,8 @@ fn the_last_line_of_a_long_output_reaches_the_model_over_mcp() {
 
     let printed = (0..50_000).map(|i| format!("line {i:06} {}\n", "x".repeat(51))).collect::<String>() + "LAST-LINE\n";
     let half = 512 * 1024;
-    let kept = format!(
-        "{}[... {} bytes cut here: each stream keeps its first {half} and last {half} bytes (SANDLOT_MAX_OUTPUT_BYTES) ...]\n{}",
-        &printed[..half],
-        printed.len() - 2 * half,
-        &printed[printed.len() - half..]
-    );
+    let cut = sandlot_core::cut_marker((printed.len() - 2 * half) as u64, half, half);
+    let kept = format!("{}{cut}{}", &printed[..half], &printed[printed.len() - half..]);
     let run_id = result["runId"].as_str().unwrap();
     let request = format!(
         "GET /v1/runs/{run_id}/output HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n\

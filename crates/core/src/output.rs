@@ -89,10 +89,7 @@ impl CapturedStream {
 
     /// The line between head and tail when bytes were dropped.
     fn marker(&self) -> String {
-        format!(
-            "[... {} bytes cut here: each stream keeps its first {} and last {} bytes (SANDLOT_MAX_OUTPUT_BYTES) ...]\n",
-            self.dropped, self.head_cap, self.tail_cap
-        )
+        cut_marker(self.dropped, self.head_cap, self.tail_cap)
     }
 
     /// The kept text: the head, then [`CapturedStream::rest`] (invalid UTF-8 replaced).
@@ -101,6 +98,14 @@ impl CapturedStream {
         bytes.splice(0..0, self.head);
         String::from_utf8_lossy(&bytes).into_owned()
     }
+}
+
+/// The line a [`CapturedStream`] puts between its head (`head` bytes) and its tail (`tail` bytes) when `cut` bytes
+/// between them were dropped.
+pub fn cut_marker(cut: u64, head: usize, tail: usize) -> String {
+    format!(
+        "[... {cut} bytes cut here: each stream keeps its first {head} and last {tail} bytes (SANDLOT_MAX_OUTPUT_BYTES) ...]\n"
+    )
 }
 
 /// The longest prefix of `text` (ending on a character boundary) that takes at most `budget` bytes inside a JSON
