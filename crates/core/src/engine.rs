@@ -178,9 +178,14 @@ impl Engine {
         self.backend.storage_owner()
     }
 
-    /// The files a result lists: bounded in number and in bytes of paths.
-    fn list_files(&self, conversation: &ConversationId) -> Result<FileListing> {
-        self.workspaces.list_within(conversation, self.config.max_files_listed, self.config.max_listed_path_bytes)
+    /// The files a result lists: bounded in number and in bytes of paths. The walk blocks, so it runs on the
+    /// blocking pool, never on the runtime's workers (a tree of many directories would stall every other request).
+    async fn list_files(&self, conversation: &ConversationId) -> Result<FileListing> {
+        let (workspaces, id) = (self.workspaces.clone(), conversation.clone());
+        let (max_files, max_bytes) = (self.config.max_files_listed, self.config.max_listed_path_bytes);
+        tokio::task::spawn_blocking(move || workspaces.list_within(&id, max_files, max_bytes))
+            .await
+            .map_err(|e| Error::io("list conversation directory", self.workspaces.files_dir(conversation), e.into()))?
     }
 
     /// Validates a request into a job's parts without running anything.
@@ -283,7 +288,7 @@ impl Engine {
             Err(Refusal::Cancelled) => {
                 drop(entry); // recorded as cancelled
                 let outcome = RunOutcome::empty(Termination::Cancelled, Duration::ZERO);
-                let files = self.list_files(&conversation)?;
+                let files = self.list_files(&conversation).await?;
                 let started_at = std::time::SystemTime::now();
                 return Ok(RunReport {
                     run_id,
@@ -339,7 +344,7 @@ impl Engine {
         crate::marks::mark("c.backend_done");
         self.admission.record_duration(outcome.duration);
         entry.finish(&outcome);
-        let files = self.list_files(&conversation)?;
+        let files = self.list_files(&conversation).await?;
         tracing::info!(
             run_id,
             exit_code = outcome.exit_code(),
@@ -577,6 +582,43 @@ mod tests {
 
     fn id(name: &str) -> ConversationId {
         ConversationId::parse(name).unwrap()
+    }
+
+    /// The file listing after every run walked the conversation on the runtime's worker thread: a tree of many
+    /// directories held every other task of the server for the walk's whole time. On this single-threaded runtime a
+    /// task ticking every millisecond measures it: now the walk is on the blocking pool and the ticker is never held
+    /// for half the run's time (before, it was held for nearly all of it).
+    #[tokio::test]
+    async fn the_listing_after_a_run_does_not_hold_the_runtime() {
+        let root = tempfile::tempdir_in("/dev/shm").unwrap();
+        let engine = engine(root.path());
+        let files = engine.workspaces().files_dir(&id("c"));
+        std::fs::create_dir_all(&files).unwrap();
+        for i in 0..crate::MAX_VISITED_ENTRIES {
+            std::fs::create_dir(files.join(format!("d{i}"))).unwrap();
+        }
+        let longest = Arc::new(std::sync::Mutex::new(Duration::ZERO));
+        let ticker = tokio::spawn({
+            let longest = longest.clone();
+            async move {
+                let mut last = std::time::Instant::now();
+                loop {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    let mut longest = longest.lock().unwrap();
+                    *longest = (*longest).max(last.elapsed());
+                    last = std::time::Instant::now();
+                }
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await; // the ticker is running
+        let started = std::time::Instant::now();
+        let report = engine.run(request("c", "1"), &()).await.unwrap();
+        let took = started.elapsed();
+        tokio::time::sleep(Duration::from_millis(50)).await; // the ticker sees the last gap too
+        ticker.abort();
+        let longest = *longest.lock().unwrap();
+        assert!(report.files.truncated, "the walk stops at MAX_VISITED_ENTRIES");
+        assert!(longest < took / 2, "the runtime was held {longest:?} of the run's {took:?}");
     }
 
     #[tokio::test]

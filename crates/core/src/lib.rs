@@ -34,6 +34,7 @@ mod signer;
 mod state_dir;
 mod stop;
 mod tenant;
+mod timestamp;
 mod workspaces;
 
 pub use backend::{Backend, Job, RunnerInfo};
@@ -48,7 +49,9 @@ pub use limits::{Limits, MIN_TIMEOUT, timeout_from_secs};
 pub use log_text::Escaped;
 pub use mount::{MAX_MOUNTS, Mount, hand_over_writable};
 pub use outcome::{RunOutcome, Termination};
-pub use output::{CapturedStream, Excerpt, OutputChunk, OutputSink, Stream, head_and_tail, json_prefix, json_suffix};
+pub use output::{
+    CapturedStream, Excerpt, OutputChunk, OutputSink, Stream, cut_marker, head_and_tail, json_prefix, json_suffix,
+};
 pub use quota::{DISK_CHECK_INTERVAL, WALK_COST_FACTOR, at_quota, quota_exceeded};
 pub use readiness::{READINESS_TIMEOUT, READINESS_TTL, Readiness, ReadinessCheck};
 pub use request::RunRequest;
@@ -58,7 +61,8 @@ pub use signer::Signer;
 pub use state_dir::{STATE_DIR_NAME, StateDir};
 pub use stop::{Stop, stop_reason};
 pub use tenant::Tenant;
+pub use timestamp::{rfc3339_millis, rfc3339_seconds};
 pub use workspaces::{
-    Claim, DiskUsage, FileEntry, FileListing, Workspaces, directory_usage, hand_over, list_in_dir, open_in_dir,
-    validate_relative_path, validate_upload_path, write_in_dir,
+    Claim, DiskUsage, FileEntry, FileListing, MAX_VISITED_ENTRIES, Workspaces, directory_usage, hand_over, list_in_dir,
+    open_in_dir, validate_relative_path, validate_upload_path, write_in_dir,
 };
