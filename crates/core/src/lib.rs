@@ -34,6 +34,7 @@ mod signer;
 mod state_dir;
 mod stop;
 mod tenant;
+mod uploads;
 mod workspaces;
 
 pub use backend::{Backend, Job, RunnerInfo};
@@ -58,7 +59,9 @@ pub use signer::Signer;
 pub use state_dir::{STATE_DIR_NAME, StateDir};
 pub use stop::{Stop, stop_reason};
 pub use tenant::Tenant;
+pub use uploads::{MAX_UPLOADS_PER_CONVERSATION, Upload, UploadSize};
 pub use workspaces::{
-    Claim, DiskUsage, FileEntry, FileListing, Workspaces, directory_usage, hand_over, list_in_dir, open_in_dir,
-    validate_relative_path, validate_upload_path, write_in_dir,
+    Claim, ConversationBounds, DEFAULT_FREE_SPACE_PERCENT, DEFAULT_MAX_CONVERSATIONS, DEFAULT_TENANT_MAX_CONVERSATIONS,
+    DiskUsage, FileEntry, FileListing, PendingFile, Spent, Workspaces, create_in_dir, directory_usage, hand_over,
+    list_in_dir, open_in_dir, validate_relative_path, validate_upload_path, write_in_dir,
 };

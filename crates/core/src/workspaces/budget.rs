@@ -1,0 +1,269 @@
+//! The conversations' budget: how many conversations there are and how many bytes of disk they hold, per tenant
+//! (the owner named in `<root>/<id>/owner`; `""` for none) and in all, kept in memory so that a check costs no walk.
+//!
+//! Invariants: a conversation directory is made only through [`Workspaces::create_conversation`], which refuses a
+//! new one that would take its tenant or the server past a bound ([`Error::ConversationLimit`]) and records it; a
+//! removal forgets it; bytes are what [`Workspaces::conversation_bytes`] measured last (after an upload, at a run's
+//! end, at start-up). The ledger is built from the root on first use (the engine does it at start-up), so it
+//! survives a restart. A conversation another process on the same root makes is counted when this one first uses it;
+//! one it removes stays counted until a restart (over-counted: the bound errs on the safe side).
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use super::Workspaces;
+use crate::private_dir::create_private_dir;
+use crate::{ConversationId, Error, Result, Tenant};
+
+/// The default of [`ConversationBounds::max_conversations`].
+pub const DEFAULT_MAX_CONVERSATIONS: u64 = 10_000;
+
+/// The default of [`ConversationBounds::tenant_max_conversations`].
+pub const DEFAULT_TENANT_MAX_CONVERSATIONS: u64 = 1_000;
+
+/// The share of the root filesystem's free space (at start-up) that conversations may hold by default, in percent.
+pub const DEFAULT_FREE_SPACE_PERCENT: u64 = 90;
+
+/// How many conversations, and bytes of disk in them, the server and each tenant may have. A new conversation is
+/// refused when its tenant or the server is at a bound; existing ones keep working (each within its own quota).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConversationBounds {
+    /// Conversations on the root, every tenant's (`SANDLOT_MAX_CONVERSATIONS`).
+    pub max_conversations: u64,
+    /// Conversations one tenant owns (`SANDLOT_TENANT_MAX_CONVERSATIONS`).
+    pub tenant_max_conversations: u64,
+    /// Bytes of disk all conversations may hold (`SANDLOT_CONVERSATIONS_MAX_MB`); `None`: what they held at
+    /// start-up plus [`DEFAULT_FREE_SPACE_PERCENT`] of the root filesystem's free space then.
+    pub max_bytes: Option<u64>,
+    /// Bytes of disk one tenant's conversations may hold (`SANDLOT_TENANT_CONVERSATIONS_MAX_MB`); `None`: half of
+    /// `max_bytes`.
+    pub tenant_max_bytes: Option<u64>,
+}
+
+impl Default for ConversationBounds {
+    fn default() -> Self {
+        Self {
+            max_conversations: DEFAULT_MAX_CONVERSATIONS,
+            tenant_max_conversations: DEFAULT_TENANT_MAX_CONVERSATIONS,
+            max_bytes: None,
+            tenant_max_bytes: None,
+        }
+    }
+}
+
+/// Conversations and bytes of one tenant, or of all.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Spent {
+    pub conversations: u64,
+    pub bytes: u64,
+}
+
+/// The ledger, once built.
+#[derive(Debug, Default)]
+struct Ledger {
+    /// Each conversation's owner and bytes.
+    conversations: HashMap<ConversationId, (String, u64)>,
+    /// Per owner.
+    tenants: HashMap<String, Spent>,
+    total: Spent,
+    /// The byte bounds in force (derived at build when not configured).
+    max_bytes: u64,
+    tenant_max_bytes: u64,
+}
+
+impl Ledger {
+    fn add(&mut self, id: ConversationId, owner: String, bytes: u64) {
+        self.forget(&id);
+        let tenant = self.tenants.entry(owner.clone()).or_default();
+        tenant.conversations += 1;
+        tenant.bytes += bytes;
+        self.total.conversations += 1;
+        self.total.bytes += bytes;
+        self.conversations.insert(id, (owner, bytes));
+    }
+
+    fn forget(&mut self, id: &ConversationId) {
+        let Some((owner, bytes)) = self.conversations.remove(id) else { return };
+        if let Some(tenant) = self.tenants.get_mut(&owner) {
+            tenant.conversations -= 1;
+            tenant.bytes -= bytes;
+            if tenant.conversations == 0 {
+                self.tenants.remove(&owner);
+            }
+        }
+        self.total.conversations -= 1;
+        self.total.bytes -= bytes;
+    }
+
+    /// Refuses a new conversation of `owner` that would pass a bound, naming the bound and its setting.
+    fn admit(&self, owner: &str, bounds: &ConversationBounds) -> Result<()> {
+        let tenant = self.tenants.get(owner).copied().unwrap_or_default();
+        let refuse = |what: &'static str, setting: &'static str, spent: u64, limit: u64| Error::ConversationLimit {
+            what,
+            setting,
+            spent,
+            limit,
+        };
+        if self.total.conversations >= bounds.max_conversations {
+            return Err(refuse(
+                "conversations on this server",
+                "SANDLOT_MAX_CONVERSATIONS",
+                self.total.conversations,
+                bounds.max_conversations,
+            ));
+        }
+        if tenant.conversations >= bounds.tenant_max_conversations {
+            return Err(refuse(
+                "conversations of this tenant",
+                "SANDLOT_TENANT_MAX_CONVERSATIONS",
+                tenant.conversations,
+                bounds.tenant_max_conversations,
+            ));
+        }
+        if self.total.bytes >= self.max_bytes {
+            return Err(refuse(
+                "bytes of disk in this server's conversations",
+                "SANDLOT_CONVERSATIONS_MAX_MB",
+                self.total.bytes,
+                self.max_bytes,
+            ));
+        }
+        if tenant.bytes >= self.tenant_max_bytes {
+            return Err(refuse(
+                "bytes of disk in this tenant's conversations",
+                "SANDLOT_TENANT_CONVERSATIONS_MAX_MB",
+                tenant.bytes,
+                self.tenant_max_bytes,
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The budget of one root: its bounds and its ledger, built on first use.
+#[derive(Debug, Default)]
+pub(super) struct Budget {
+    bounds: ConversationBounds,
+    ledger: std::sync::Mutex<Option<Ledger>>,
+}
+
+impl Budget {
+    pub(super) fn new(bounds: ConversationBounds) -> Self {
+        Self { bounds, ledger: Default::default() }
+    }
+}
+
+impl Workspaces {
+    /// Makes `<root>/<id>` (private to the server, mode 0700) for `tenant` (`None`: a run without one) unless it
+    /// exists; the one place a conversation directory is made. A new one that would take the tenant or the server
+    /// past a bound of [`ConversationBounds`] is refused with [`Error::ConversationLimit`]; one that exists is
+    /// always allowed (made private again, as an older version may have left it).
+    pub fn create_conversation(&self, id: &ConversationId, tenant: Option<&Tenant>) -> Result<()> {
+        let conversation = self.root.join(id.as_str());
+        let exists = conversation.symlink_metadata().is_ok();
+        self.with_ledger(|ledger, bounds| {
+            if !exists && !ledger.conversations.contains_key(id) {
+                ledger.admit(tenant.map_or("", Tenant::name), bounds)?;
+            }
+            create_private_dir(&conversation, "create conversation directory", "make conversation directory private")?;
+            if !ledger.conversations.contains_key(id) {
+                let owner = match exists {
+                    true => self.owner(id).ok().flatten().unwrap_or_default(),
+                    false => tenant.map_or("", Tenant::name).to_owned(),
+                };
+                ledger.add(id.clone(), owner, 0);
+            }
+            Ok(())
+        })
+    }
+
+    /// Records that `tenant` became the owner of the conversation (its bytes move to the tenant's account).
+    pub(super) fn budget_owner(&self, id: &ConversationId, tenant: &Tenant) {
+        let _ = self.with_ledger(|ledger, _| {
+            let bytes = ledger.conversations.get(id).map_or(0, |(_, bytes)| *bytes);
+            ledger.add(id.clone(), tenant.name().to_owned(), bytes);
+            Ok(())
+        });
+    }
+
+    /// Records that the conversation is gone.
+    pub(super) fn budget_forget(&self, id: &ConversationId) {
+        let _ = self.with_ledger(|ledger, _| {
+            ledger.forget(id);
+            Ok(())
+        });
+    }
+
+    /// Measures the conversation again ([`Workspaces::conversation_bytes`]) and records its bytes; after an upload
+    /// and at a run's end. A conversation that is gone is forgotten.
+    pub fn remeasure(&self, id: &ConversationId) {
+        let bytes = self.conversation_bytes(id);
+        let _ = self.with_ledger(|ledger, _| {
+            match (bytes, ledger.conversations.get(id)) {
+                (Some(bytes), Some((owner, _))) => ledger.add(id.clone(), owner.clone(), bytes),
+                (None, _) => ledger.forget(id),
+                (Some(_), None) => {}
+            }
+            Ok(())
+        });
+    }
+
+    /// What every tenant's conversations, and all together, count now: (per owner, total). Builds the ledger if
+    /// needed (a walk of the root: the engine calls this at start-up).
+    pub fn budget(&self) -> Result<(HashMap<String, Spent>, Spent)> {
+        self.with_ledger(|ledger, _| Ok((ledger.tenants.clone(), ledger.total)))
+    }
+
+    /// What the conversation's directory holds on disk, in bytes; `None` when it is gone. The one measurement the
+    /// budget uses: today a walk of `files` (bounded like the quota's); a conversation whose files live in an image
+    /// of their own would measure the image instead.
+    pub fn conversation_bytes(&self, id: &ConversationId) -> Option<u64> {
+        let files = self.files_dir(id);
+        if !self.root.join(id.as_str()).exists() {
+            return None;
+        }
+        // A tree the walk refuses (too deep, too many inodes) counts what the walk saw: the conversation's quota
+        // already stops its runs.
+        Some(super::directory_usage(&files, u64::MAX).map_or(0, |usage| usage.bytes))
+    }
+
+    fn with_ledger<T>(&self, act: impl FnOnce(&mut Ledger, &ConversationBounds) -> Result<T>) -> Result<T> {
+        let mut guard = self.budget.ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if guard.is_none() {
+            *guard = Some(self.build_ledger()?);
+        }
+        match guard.as_mut() {
+            Some(ledger) => act(ledger, &self.budget.bounds),
+            None => Err(Error::io("count conversations", &self.root, std::io::Error::other("no ledger"))),
+        }
+    }
+
+    /// The ledger of what is on the root now: every conversation, its owner and its bytes; and the byte bounds.
+    fn build_ledger(&self) -> Result<Ledger> {
+        let mut ledger = Ledger::default();
+        for (id, _) in self.conversations()? {
+            let owner = self.owner(&id).ok().flatten().unwrap_or_default();
+            let bytes = self.conversation_bytes(&id).unwrap_or(0);
+            ledger.add(id, owner, bytes);
+        }
+        let bounds = &self.budget.bounds;
+        ledger.max_bytes = bounds.max_bytes.unwrap_or_else(|| {
+            ledger.total.bytes.saturating_add(free_bytes(&self.root) / 100 * DEFAULT_FREE_SPACE_PERCENT)
+        });
+        ledger.tenant_max_bytes = bounds.tenant_max_bytes.unwrap_or(ledger.max_bytes / 2);
+        tracing::info!(
+            conversations = ledger.total.conversations,
+            bytes = ledger.total.bytes,
+            max_bytes = ledger.max_bytes,
+            tenant_max_bytes = ledger.tenant_max_bytes,
+            "conversations counted"
+        );
+        Ok(ledger)
+    }
+}
+
+/// Bytes an unprivileged user may still write on the filesystem of `root` (or of its nearest existing ancestor).
+fn free_bytes(root: &Path) -> u64 {
+    let existing = root.ancestors().find(|dir| dir.exists()).unwrap_or(root);
+    rustix::fs::statvfs(existing).map_or(0, |stat| stat.f_bavail.saturating_mul(stat.f_frsize))
+}
