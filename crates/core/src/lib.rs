@@ -61,7 +61,7 @@ pub use stop::{Stop, stop_reason};
 pub use tenant::Tenant;
 pub use uploads::{MAX_UPLOADS_PER_CONVERSATION, Upload, UploadSize};
 pub use workspaces::{
-    Claim, ConversationBounds, DEFAULT_FREE_SPACE_PERCENT, DEFAULT_MAX_CONVERSATIONS, DEFAULT_TENANT_MAX_CONVERSATIONS,
-    DiskUsage, FileEntry, FileListing, PendingFile, Spent, Workspaces, create_in_dir, directory_usage, hand_over,
-    list_in_dir, open_in_dir, validate_relative_path, validate_upload_path, write_in_dir,
+    Budgeted, Claim, ConversationBounds, DEFAULT_FREE_SPACE_PERCENT, DEFAULT_MAX_CONVERSATIONS,
+    DEFAULT_TENANT_MAX_CONVERSATIONS, DiskUsage, FileEntry, FileListing, PendingFile, Spent, Workspaces, create_in_dir,
+    directory_usage, hand_over, list_in_dir, open_in_dir, validate_relative_path, validate_upload_path, write_in_dir,
 };

@@ -58,6 +58,17 @@ pub struct Spent {
     pub bytes: u64,
 }
 
+/// What [`Workspaces::budget`] reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Budgeted {
+    /// Per owner (`""`: conversations without one).
+    pub tenants: HashMap<String, Spent>,
+    pub total: Spent,
+    /// The byte bounds in force, derived at start-up when not configured.
+    pub max_bytes: u64,
+    pub tenant_max_bytes: u64,
+}
+
 /// The ledger, once built.
 #[derive(Debug, Default)]
 struct Ledger {
@@ -208,10 +219,17 @@ impl Workspaces {
         });
     }
 
-    /// What every tenant's conversations, and all together, count now: (per owner, total). Builds the ledger if
-    /// needed (a walk of the root: the engine calls this at start-up).
-    pub fn budget(&self) -> Result<(HashMap<String, Spent>, Spent)> {
-        self.with_ledger(|ledger, _| Ok((ledger.tenants.clone(), ledger.total)))
+    /// What every tenant's conversations, and all together, count now, and the byte bounds in force. Builds the
+    /// ledger if needed (a walk of the root: the engine does it at start-up).
+    pub fn budget(&self) -> Result<Budgeted> {
+        self.with_ledger(|ledger, _| {
+            Ok(Budgeted {
+                tenants: ledger.tenants.clone(),
+                total: ledger.total,
+                max_bytes: ledger.max_bytes,
+                tenant_max_bytes: ledger.tenant_max_bytes,
+            })
+        })
     }
 
     /// What the conversation's directory holds on disk, in bytes; `None` when it is gone. The one measurement the

@@ -20,7 +20,8 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use crate::{ConversationId, Error, Result};
 
 pub use budget::{
-    ConversationBounds, DEFAULT_FREE_SPACE_PERCENT, DEFAULT_MAX_CONVERSATIONS, DEFAULT_TENANT_MAX_CONVERSATIONS, Spent,
+    Budgeted, ConversationBounds, DEFAULT_FREE_SPACE_PERCENT, DEFAULT_MAX_CONVERSATIONS,
+    DEFAULT_TENANT_MAX_CONVERSATIONS, Spent,
 };
 pub use listing::{FileEntry, FileListing, list_in_dir};
 pub use safe_open::{open_in_dir, validate_relative_path};

@@ -182,7 +182,7 @@ pub async fn upload(
     };
     let size = match upload_size(&headers) {
         Ok(size) => size,
-        Err(response) => return response,
+        Err(response) => return *response,
     };
     let written = match state.engine.begin_upload(&id, &path, size).await {
         Ok(upload) => stream_body(upload, body).await,
@@ -200,22 +200,22 @@ pub async fn upload(
 
 /// How large an upload says it is: its `Content-Length` (413 at once past [`MAX_UPLOAD_BYTES`], 400 unreadable),
 /// else at most [`MAX_UPLOAD_BYTES`].
-pub fn upload_size(headers: &HeaderMap) -> Result<UploadSize, Response> {
+fn upload_size(headers: &HeaderMap) -> Result<UploadSize, Box<Response>> {
     let Some(value) = headers.get(header::CONTENT_LENGTH) else {
         return Ok(UploadSize::AtMost(MAX_UPLOAD_BYTES as u64));
     };
     match value.to_str().ok().and_then(|v| v.parse::<u64>().ok()) {
-        Some(length) if length > MAX_UPLOAD_BYTES as u64 => Err(super::rest_error::rest_error(
+        Some(length) if length > MAX_UPLOAD_BYTES as u64 => Err(Box::new(super::rest_error::rest_error(
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload_too_large",
             &format!("an upload is at most {MAX_UPLOAD_BYTES} bytes; Content-Length says {length}"),
-        )),
+        ))),
         Some(length) => Ok(UploadSize::Exactly(length)),
-        None => Err(super::rest_error::rest_error(
+        None => Err(Box::new(super::rest_error::rest_error(
             StatusCode::BAD_REQUEST,
             "bad_request",
             "Content-Length is not a number of bytes",
-        )),
+        ))),
     }
 }
 

@@ -29,19 +29,22 @@ impl Backend for NoRunners {
 /// State over a temporary root, file URLs signed with `secret` on `http://test`.
 pub fn state(secret: &str, ttl: Option<std::time::Duration>) -> (tempfile::TempDir, AppState) {
     let root = tempfile::tempdir().unwrap();
-    let engine = Engine::new(Arc::new(NoRunners), Workspaces::new(root.path()), EngineConfig::default());
+    let state = state_over(Workspaces::new(root.path()), secret, ttl);
+    (root, state)
+}
+
+/// [`state`] over `workspaces`.
+pub fn state_over(workspaces: Workspaces, secret: &str, ttl: Option<std::time::Duration>) -> AppState {
+    let engine = Engine::new(Arc::new(NoRunners), workspaces, EngineConfig::default());
     let files = FileUrls { signer: Signer::new(secret), public_base_url: "http://test".into(), ttl };
-    (
-        root,
-        AppState {
-            engine: Arc::new(engine),
-            files,
-            shutdown: Default::default(),
-            tool_names: Default::default(),
-            resource_read_bytes: sandlot_server::DEFAULT_RESOURCE_READ_BYTES,
-            scrub_secrets: false,
-        },
-    )
+    AppState {
+        engine: Arc::new(engine),
+        files,
+        shutdown: Default::default(),
+        tool_names: Default::default(),
+        resource_read_bytes: sandlot_server::DEFAULT_RESOURCE_READ_BYTES,
+        scrub_secrets: false,
+    }
 }
 
 /// A stateless `POST /mcp` of `body`, with the test token, Host and both Accept types.

@@ -120,11 +120,9 @@ pub async fn upload(
     let flushed = tokio::io::AsyncWriteExt::flush(&mut file).await;
     let size = file.metadata().await.map(|m| m.len());
     match (copied, flushed, size) {
-        (Err(Ok(response)), _, _) => return response,
-        (Err(Err(error)), _, _) => return volume_refused(&error),
-        (Ok(()), Err(error), _) | (Ok(()), Ok(()), Err(error)) => {
-            return volume_refused(&Error::io("write file", name, error));
-        }
+        (Err(Ok(response)), _, _) => response,
+        (Err(Err(error)), _, _) => volume_refused(&error),
+        (Ok(()), Err(error), _) | (Ok(()), Ok(()), Err(error)) => volume_refused(&Error::io("write file", name, error)),
         (Ok(()), Ok(()), Ok(size)) => {
             drop(file.into_std().await);
             match tokio::task::spawn_blocking(move || pending.commit(size)).await {
