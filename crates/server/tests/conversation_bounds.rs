@@ -173,7 +173,10 @@ fn the_default_byte_bounds_come_from_the_root_filesystems_free_space() {
     let after = free();
     let held = budget.total.bytes;
     assert_eq!(budget.total.conversations, 3);
-    assert!((held + after.min(before)..=held + after.max(before)).contains(&budget.max_bytes), "{budget:?}");
+    // Other programs on the machine write and remove files meanwhile: the free space is known to within 4 GiB.
+    let slack = 4 << 30;
+    let expected = (held + before.min(after)).saturating_sub(slack)..=held + before.max(after) + slack;
+    assert!(expected.contains(&budget.max_bytes), "{budget:?}, expected {expected:?}");
     assert_eq!(budget.tenant_max_bytes, budget.max_bytes / 2);
 }
 

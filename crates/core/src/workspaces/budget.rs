@@ -58,8 +58,8 @@ pub struct Spent {
     pub bytes: u64,
 }
 
-/// What [`Workspaces::budget`] reports.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What [`Workspaces::budget`] reports (all zero for [`Workspaces::unbounded`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Budgeted {
     /// Per owner (`""`: conversations without one).
     pub tenants: HashMap<String, Spent>,
@@ -151,15 +151,16 @@ impl Ledger {
     }
 }
 
-/// The budget of one root: its bounds and its ledger, built on first use.
+/// The budget of one root: its bounds and its ledger, built on first use; no bounds and no ledger for
+/// [`Workspaces::unbounded`].
 #[derive(Debug, Default)]
 pub(super) struct Budget {
-    bounds: ConversationBounds,
+    bounds: Option<ConversationBounds>,
     ledger: std::sync::Mutex<Option<Ledger>>,
 }
 
 impl Budget {
-    pub(super) fn new(bounds: ConversationBounds) -> Self {
+    pub(super) fn new(bounds: Option<ConversationBounds>) -> Self {
         Self { bounds, ledger: Default::default() }
     }
 }
@@ -171,12 +172,18 @@ impl Workspaces {
     /// always allowed (made private again, as an older version may have left it).
     pub fn create_conversation(&self, id: &ConversationId, tenant: Option<&Tenant>) -> Result<()> {
         let conversation = self.root.join(id.as_str());
+        let create = || {
+            create_private_dir(&conversation, "create conversation directory", "make conversation directory private")
+        };
+        if self.budget.bounds.is_none() {
+            return create();
+        }
         let exists = conversation.symlink_metadata().is_ok();
         self.with_ledger(|ledger, bounds| {
             if !exists && !ledger.conversations.contains_key(id) {
                 ledger.admit(tenant.map_or("", Tenant::name), bounds)?;
             }
-            create_private_dir(&conversation, "create conversation directory", "make conversation directory private")?;
+            create()?;
             if !ledger.conversations.contains_key(id) {
                 let owner = match exists {
                     true => self.owner(id).ok().flatten().unwrap_or_default(),
@@ -208,6 +215,9 @@ impl Workspaces {
     /// Measures the conversation again ([`Workspaces::conversation_bytes`]) and records its bytes; after an upload
     /// and at a run's end. A conversation that is gone is forgotten.
     pub fn remeasure(&self, id: &ConversationId) {
+        if self.budget.bounds.is_none() {
+            return;
+        }
         let bytes = self.conversation_bytes(id);
         let _ = self.with_ledger(|ledger, _| {
             match (bytes, ledger.conversations.get(id)) {
@@ -245,26 +255,27 @@ impl Workspaces {
         Some(super::directory_usage(&files, u64::MAX).map_or(0, |usage| usage.bytes))
     }
 
-    fn with_ledger<T>(&self, act: impl FnOnce(&mut Ledger, &ConversationBounds) -> Result<T>) -> Result<T> {
+    /// `act` on the ledger (built first if needed) and the bounds; `T::default()` when unbounded.
+    fn with_ledger<T: Default>(&self, act: impl FnOnce(&mut Ledger, &ConversationBounds) -> Result<T>) -> Result<T> {
+        let Some(bounds) = &self.budget.bounds else { return Ok(T::default()) };
         let mut guard = self.budget.ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if guard.is_none() {
-            *guard = Some(self.build_ledger()?);
+            *guard = Some(self.build_ledger(bounds)?);
         }
         match guard.as_mut() {
-            Some(ledger) => act(ledger, &self.budget.bounds),
+            Some(ledger) => act(ledger, bounds),
             None => Err(Error::io("count conversations", &self.root, std::io::Error::other("no ledger"))),
         }
     }
 
     /// The ledger of what is on the root now: every conversation, its owner and its bytes; and the byte bounds.
-    fn build_ledger(&self) -> Result<Ledger> {
+    fn build_ledger(&self, bounds: &ConversationBounds) -> Result<Ledger> {
         let mut ledger = Ledger::default();
         for (id, _) in self.conversations()? {
             let owner = self.owner(&id).ok().flatten().unwrap_or_default();
             let bytes = self.conversation_bytes(&id).unwrap_or(0);
             ledger.add(id, owner, bytes);
         }
-        let bounds = &self.budget.bounds;
         ledger.max_bytes = bounds.max_bytes.unwrap_or_else(|| {
             ledger.total.bytes.saturating_add(free_bytes(&self.root) / 100 * DEFAULT_FREE_SPACE_PERCENT)
         });

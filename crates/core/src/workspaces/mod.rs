@@ -41,7 +41,8 @@ pub struct Workspaces {
 }
 
 impl Workspaces {
-    /// Workspaces under `root` (created on first use). A relative `root` (`--root ./data`) is
+    /// Workspaces under `root` (created on first use), conversations bounded by the default
+    /// [`ConversationBounds`]. A relative `root` (`--root ./data`) is
     /// made absolute against the current directory now, because the sandbox's init and Docker resolve paths from
     /// elsewhere.
     pub fn new(root: impl Into<PathBuf>) -> Self {
@@ -50,6 +51,16 @@ impl Workspaces {
 
     /// [`Workspaces::new`] with conversations bounded by `bounds` (see [`Workspaces::create_conversation`]).
     pub fn with_bounds(root: impl Into<PathBuf>, bounds: ConversationBounds) -> Self {
+        Self::bounded_by(root, Some(bounds))
+    }
+
+    /// Workspaces whose conversations are not counted nor bounded: for `sandlot run`, the operator's one run on
+    /// its own root, which must not walk the root to count it.
+    pub fn unbounded(root: impl Into<PathBuf>) -> Self {
+        Self::bounded_by(root, None)
+    }
+
+    fn bounded_by(root: impl Into<PathBuf>, bounds: Option<ConversationBounds>) -> Self {
         let root = root.into();
         Self {
             root: std::path::absolute(&root).unwrap_or(root),
