@@ -38,15 +38,7 @@ fn server_over(workspaces: sandlot_core::Workspaces) -> (AppState, axum::Router)
 }
 
 fn request(method: &str, uri: &str, who: &Who, body: Value) -> Request<Body> {
-    Request::builder()
-        .method(method)
-        .uri(uri)
-        .header(header::HOST, "localhost")
-        .header(header::AUTHORIZATION, format!("Bearer {}", who.bearer))
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(header::ACCEPT, "application/json, text/event-stream")
-        .body(Body::from(if body.is_null() { String::new() } else { body.to_string() }))
-        .unwrap()
+    common::request(method, uri, &who.bearer, body)
 }
 
 async fn send(router: &axum::Router, request: Request<Body>) -> (StatusCode, Value) {

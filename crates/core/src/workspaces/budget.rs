@@ -109,45 +109,36 @@ impl Ledger {
     /// Refuses a new conversation of `owner` that would pass a bound, naming the bound and its setting.
     fn admit(&self, owner: &str, bounds: &ConversationBounds) -> Result<()> {
         let tenant = self.tenants.get(owner).copied().unwrap_or_default();
-        let refuse = |what: &'static str, setting: &'static str, spent: u64, limit: u64| Error::ConversationLimit {
-            what,
-            setting,
-            spent,
-            limit,
-        };
-        if self.total.conversations >= bounds.max_conversations {
-            return Err(refuse(
-                "conversations on this server",
-                "SANDLOT_MAX_CONVERSATIONS",
+        let bounds = [
+            (
                 self.total.conversations,
                 bounds.max_conversations,
-            ));
-        }
-        if tenant.conversations >= bounds.tenant_max_conversations {
-            return Err(refuse(
-                "conversations of this tenant",
-                "SANDLOT_TENANT_MAX_CONVERSATIONS",
+                "conversations on this server",
+                "SANDLOT_MAX_CONVERSATIONS",
+            ),
+            (
                 tenant.conversations,
                 bounds.tenant_max_conversations,
-            ));
-        }
-        if self.total.bytes >= self.max_bytes {
-            return Err(refuse(
-                "bytes of disk in this server's conversations",
-                "SANDLOT_CONVERSATIONS_MAX_MB",
+                "conversations of this tenant",
+                "SANDLOT_TENANT_MAX_CONVERSATIONS",
+            ),
+            (
                 self.total.bytes,
                 self.max_bytes,
-            ));
-        }
-        if tenant.bytes >= self.tenant_max_bytes {
-            return Err(refuse(
-                "bytes of disk in this tenant's conversations",
-                "SANDLOT_TENANT_CONVERSATIONS_MAX_MB",
+                "bytes of disk in this server's conversations",
+                "SANDLOT_CONVERSATIONS_MAX_MB",
+            ),
+            (
                 tenant.bytes,
                 self.tenant_max_bytes,
-            ));
+                "bytes of disk in this tenant's conversations",
+                "SANDLOT_TENANT_CONVERSATIONS_MAX_MB",
+            ),
+        ];
+        match bounds.into_iter().find(|(spent, limit, ..)| spent >= limit) {
+            Some((spent, limit, what, setting)) => Err(Error::ConversationLimit { what, setting, spent, limit }),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 

@@ -1,5 +1,6 @@
 //! Uploads: writing a file into a conversation's `/data` (or a writable volume) beneath the directory's descriptor,
-//! never through a symlink or hard link a run planted, replaced atomically, within the conversation's disk quota.
+//! never through a symlink or hard link a run planted, replaced atomically ([`PendingFile`]: a temporary file beside
+//! the path, renamed over it), within the conversation's disk quota.
 
 use std::fs::File;
 use std::os::fd::OwnedFd;
@@ -20,7 +21,8 @@ impl Workspaces {
     /// or the new content, never a half. The upload is refused when the directory's usage plus `bytes` (rounded up
     /// to 4 KiB blocks) would exceed `quota_bytes`, or one more inode would exceed `max_inodes`. New directories
     /// (mode 0755) and the file (0644) are given to `owner` when set (the uid the backend's runs own `/data` as;
-    /// see [`hand_over`](super::hand_over)), so a run can read, change and remove them.
+    /// see [`hand_over`](super::hand_over)), so a run can read, change and remove them. The quota check is not
+    /// serialised with other uploads: the engine's go through `Engine::begin_upload` (`uploads.rs`), which is.
     pub fn write(
         &self,
         id: &ConversationId,

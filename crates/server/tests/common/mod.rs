@@ -47,6 +47,20 @@ pub fn state_over(workspaces: Workspaces, secret: &str, ttl: Option<std::time::D
     }
 }
 
+/// A `method` request of `uri` with the bearer `token`, Host, a JSON `body` (none for null) and both Accept types.
+pub fn request(method: &str, uri: &str, token: &str, body: serde_json::Value) -> axum::http::Request<axum::body::Body> {
+    use axum::http::header;
+    axum::http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(header::HOST, "localhost")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "application/json, text/event-stream")
+        .body(axum::body::Body::from(if body.is_null() { String::new() } else { body.to_string() }))
+        .unwrap()
+}
+
 /// A stateless `POST /mcp` of `body`, with the test token, Host and both Accept types.
 pub fn post_mcp(body: &str) -> axum::http::Request<axum::body::Body> {
     post_mcp_as("tok", body)
