@@ -14,6 +14,7 @@ use axum::http::{Request, StatusCode, header};
 use common::tenants::{Who, authenticator, baponi_as, token};
 use http_body_util::BodyExt;
 use sandlot_server::kit::AllowedHosts;
+use sandlot_server::surfaces::open_sandbox;
 use sandlot_server::{AppState, HttpOptions, app};
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -61,8 +62,9 @@ async fn upload_tool(router: &axum::Router, who: &Who, id: &str) -> Value {
     send(router, request("POST", "/mcp", who, body)).await.1
 }
 
-/// Checks that `who`'s new conversation `id` is refused on sandlot's REST, MCP and Baponi's Files API with an error
-/// naming `setting`, and that nothing of it was made.
+/// Checks that `who`'s new conversation `id` is refused on sandlot's REST, MCP and Baponi's Files API, and its new
+/// open-sandbox workspace, with an error naming `setting`, and that nothing of them was made. (codegen's tools
+/// claim their workspace through the same `conversation_access::claim`.)
 async fn refused_everywhere(router: &axum::Router, root: &Path, who: &Who, id: &str, setting: &str) {
     let (status, body) = upload_url(router, who, id).await;
     assert_eq!((status, body["error"].as_str()), (StatusCode::TOO_MANY_REQUESTS, Some("conversation_limit")), "{body}");
@@ -77,6 +79,14 @@ async fn refused_everywhere(router: &axum::Router, root: &Path, who: &Who, id: &
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert!(body.to_string().contains(setting), "{body}");
     assert!(!root.join(id).exists(), "{id} was made");
+    // open-sandbox's first write makes the caller's workspace: refused the same way.
+    let write = json!({ "jsonrpc": "2.0", "id": 1, "method": "file.write", "params": { "path": "x", "content": "x" } });
+    let mut osb = common::request("POST", "/p/open-sandbox/mcp", &who.bearer, write);
+    osb.headers_mut().insert(header::ACCEPT, header::HeaderValue::from_static("application/json"));
+    let (_, answer) = send(router, osb).await;
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    assert!(answer.to_string().contains(setting), "{answer}");
+    assert!(!root.join(open_sandbox::workspace_of(who.name).unwrap().as_str()).exists());
 }
 
 /// ATTACK: a tenant spreads over new conversation ids. Its 1000th conversation (the default
