@@ -193,9 +193,10 @@ impl Upload {
     pub async fn write(&mut self, chunk: &[u8]) -> Result<()> {
         let written = self.written.saturating_add(chunk.len() as u64);
         if written > self.allowed {
+            // What was left of the quota when the upload was admitted is what it was promised.
             return Err(Error::QuotaExceeded {
                 path: self.path.clone(),
-                used: self.promise.bytes,
+                used: self.quota_bytes.saturating_sub(self.promise.bytes),
                 size: written,
                 quota: self.quota_bytes,
             });
