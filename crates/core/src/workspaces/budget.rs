@@ -287,3 +287,65 @@ fn free_bytes(root: &Path) -> u64 {
     let existing = root.ancestors().find(|dir| dir.exists()).unwrap_or(root);
     rustix::fs::statvfs(existing).map_or(0, |stat| stat.f_bavail.saturating_mul(stat.f_frsize))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(name: &str) -> ConversationId {
+        ConversationId::parse(name).unwrap()
+    }
+
+    fn spent(ws: &Workspaces, owner: &str) -> Spent {
+        ws.budget().unwrap().tenants.get(owner).copied().unwrap_or_default()
+    }
+
+    #[test]
+    fn new_conversations_are_counted_refused_past_a_bound_and_forgotten_when_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let bounds = ConversationBounds { max_conversations: 3, tenant_max_conversations: 2, ..Default::default() };
+        let ws = Workspaces::with_bounds(tmp.path(), bounds);
+        let alice = Tenant::new("alice");
+        ws.claim_owner(&id("a1"), &alice).unwrap();
+        ws.claim_owner(&id("a2"), &alice).unwrap();
+        let refused = ws.claim_owner(&id("a3"), &alice).unwrap_err();
+        assert!(matches!(refused, Error::ConversationLimit { setting: "SANDLOT_TENANT_MAX_CONVERSATIONS", .. }));
+        assert!(!tmp.path().join("a3").exists());
+        // Its own conversations are not new: they are always allowed.
+        ws.claim_owner(&id("a1"), &alice).unwrap();
+        ws.prepare(&id("a2")).unwrap();
+        // A run without a tenant makes one of its own, within the server's bound.
+        ws.prepare(&id("anyone")).unwrap();
+        let refused = ws.claim_owner(&id("b1"), &Tenant::new("bob")).unwrap_err();
+        assert!(matches!(refused, Error::ConversationLimit { setting: "SANDLOT_MAX_CONVERSATIONS", .. }));
+        assert_eq!(ws.budget().unwrap().total.conversations, 3);
+        // A removal gives the room back.
+        ws.remove(&id("a1")).unwrap();
+        assert_eq!(spent(&ws, "alice").conversations, 1);
+        ws.claim_owner(&id("a3"), &alice).unwrap();
+        assert_eq!(spent(&ws, "alice").conversations, 2);
+    }
+
+    #[test]
+    fn the_ledger_is_built_from_the_root_and_measures_what_conversations_hold() {
+        let tmp = tempfile::tempdir().unwrap();
+        let before = Workspaces::new(tmp.path());
+        before.claim_owner(&id("a1"), &Tenant::new("alice")).unwrap();
+        std::fs::write(before.prepare(&id("a1")).unwrap().join("data"), vec![1u8; 100_000]).unwrap();
+        before.prepare(&id("loose")).unwrap();
+        // A restart: the new ledger finds both, their owners and their bytes.
+        let ws = Workspaces::new(tmp.path());
+        let alice = spent(&ws, "alice");
+        assert_eq!(alice.conversations, 1);
+        assert!(alice.bytes >= 100_000, "{alice:?}");
+        assert_eq!(spent(&ws, "").conversations, 1);
+        // What a run writes counts once measured; a conversation made meanwhile by another process on the root
+        // counts when first used.
+        std::fs::write(ws.files_dir(&id("loose")).join("more"), vec![1u8; 200_000]).unwrap();
+        ws.remeasure(&id("loose"));
+        assert!(spent(&ws, "").bytes >= 200_000);
+        Workspaces::unbounded(tmp.path()).prepare(&id("elsewhere")).unwrap();
+        ws.prepare(&id("elsewhere")).unwrap();
+        assert_eq!(ws.budget().unwrap().total.conversations, 3);
+    }
+}
