@@ -14,7 +14,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::io::AsyncWriteExt;
 
-use crate::workspaces::directory_usage;
 use crate::{Claim, ConversationId, Error, FileEntry, PendingFile, Result, Workspaces};
 
 /// Uploads in flight at once into one conversation.
@@ -146,9 +145,7 @@ pub(crate) fn admit(admission: Admission<'_>) -> Result<Upload> {
     // From here the promise counts in `state`: dropping it gives this upload's place back.
     state.uploads += 1;
     let mut promise = Promise { uploads: uploads.clone(), id: id.clone(), in_flight: in_flight.clone(), bytes: 0 };
-    let files = workspaces.files_dir(id);
-    let usage = directory_usage(&files, max_inodes).map_err(|e| Error::io("measure conversation directory", &files, e));
-    let usage = match usage {
+    let usage = match workspaces.usage(id, max_inodes) {
         Ok(usage) => usage,
         Err(error) => {
             drop(state);
@@ -220,12 +217,10 @@ impl Upload {
             pending, file, written, promise, quota_bytes, max_inodes, workspaces, path, _claim: claim, ..
         } = self;
         drop(file.into_std().await);
-        let files = workspaces.files_dir(&promise.id);
         tokio::task::spawn_blocking(move || {
             let committed = {
                 let _serial = promise.in_flight.lock().unwrap_or_else(PoisonError::into_inner);
-                let usage = directory_usage(&files, max_inodes)
-                    .map_err(|e| Error::io("measure conversation directory", &files, e))?;
+                let usage = workspaces.usage(&promise.id, max_inodes)?;
                 if usage.bytes > quota_bytes {
                     let used = usage.bytes.saturating_sub(in_blocks(written));
                     return Err(Error::QuotaExceeded { path, used, size: written, quota: quota_bytes });

@@ -233,17 +233,16 @@ impl Workspaces {
         })
     }
 
-    /// What the conversation's directory holds on disk, in bytes; `None` when it is gone. The one measurement the
-    /// budget uses: today a walk of `files` (bounded like the quota's); a conversation whose files live in an image
-    /// of their own would measure the image instead.
+    /// What the conversation's directory holds on disk, in bytes; `None` when it is gone. The budget's one
+    /// measurement, [`Workspaces::usage`] as the quota's (today a walk of `files`; a conversation whose files live
+    /// in an image of their own would measure the image there).
     pub fn conversation_bytes(&self, id: &ConversationId) -> Option<u64> {
-        let files = self.files_dir(id);
         if !self.root.join(id.as_str()).exists() {
             return None;
         }
-        // A tree the walk refuses (too deep, too many inodes) counts what the walk saw: the conversation's quota
-        // already stops its runs.
-        Some(super::directory_usage(&files, u64::MAX).map_or(0, |usage| usage.bytes))
+        // A tree the walk refuses (nested too deep) counts nothing here: the conversation's quota already stops its
+        // runs.
+        Some(self.usage(id, u64::MAX).map_or(0, |usage| usage.bytes))
     }
 
     /// `act` on the ledger (built first if needed) and the bounds; `T::default()` when unbounded.
