@@ -35,6 +35,7 @@ mod state_dir;
 mod stop;
 mod tenant;
 mod timestamp;
+mod uploads;
 mod workspaces;
 
 pub use backend::{Backend, Job, RunnerInfo};
@@ -62,7 +63,10 @@ pub use state_dir::{STATE_DIR_NAME, StateDir};
 pub use stop::{Stop, stop_reason};
 pub use tenant::Tenant;
 pub use timestamp::{rfc3339_millis, rfc3339_seconds};
+pub use uploads::{MAX_UPLOADS_PER_CONVERSATION, Upload, UploadSize};
 pub use workspaces::{
-    Claim, DiskUsage, FileEntry, FileListing, MAX_VISITED_ENTRIES, Workspaces, directory_usage, hand_over, list_in_dir,
-    open_in_dir, validate_relative_path, validate_upload_path, write_in_dir,
+    Budgeted, Claim, ConversationBounds, DEFAULT_FREE_SPACE_PERCENT, DEFAULT_MAX_CONVERSATIONS,
+    DEFAULT_TENANT_MAX_CONVERSATIONS, DiskUsage, FileEntry, FileListing, MAX_VISITED_ENTRIES, PendingFile, Spent,
+    Workspaces, create_in_dir, directory_usage, hand_over, list_in_dir, open_in_dir, validate_relative_path,
+    validate_upload_path, write_in_dir,
 };

@@ -38,6 +38,7 @@ pub use ops::{not_found, ops_app, readyz};
 pub use origin::{AllowedHosts, check as check_origin, cors};
 pub use request_log::{REQUEST_ID, RequestSpan, around as log_requests};
 pub use rest_error::rest_error;
+pub(crate) use signed_files::copy_body;
 pub use signed_files::{MAX_UPLOAD_BYTES, UPLOAD_URL_TTL, download, serve_file, upload, upload_unread};
 pub use stream_cap::{StreamCap, StreamPermit};
 pub use stream_lease::{expired, expiry_of};

@@ -239,6 +239,7 @@ pub async fn upload_url(State(rest): State<RestState>, caller: Option<Extension<
                 let id = &request.location.id;
                 return invalid(&format!("id: thread {id:?} is not available to this caller; use another id"));
             }
+            Err(error @ Error::ConversationLimit { .. }) => return invalid(&format!("id: {error}")),
             Err(error) => return internal(&error),
         }
     }
