@@ -101,7 +101,8 @@ pub async fn app_state(
     warm_inits: usize,
 ) -> anyhow::Result<sandlot_server::AppState> {
     let backend = backend(sandbox, warm_inits).await?;
-    let workspaces = workspaces(sandbox);
+    let workspaces =
+        with_disk_images(sandlot_core::Workspaces::with_bounds(&sandbox.root, service.conversation_bounds()), sandbox);
     std::fs::create_dir_all(&sandbox.root)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", sandbox.root.display()))?;
     // On stderr, for `stdio` too (its stdout is the protocol); in JSON mode as an event (every line is JSON; `serve`'s
@@ -141,10 +142,9 @@ pub async fn app_state(
     Ok(app)
 }
 
-/// The conversation directories under the root, each on a disk image of its own where the host allows (the
-/// kernel's bound on `/data`; see `sandlot_core::DiskImages`), else plain directories the quota's watchdog walks.
-pub fn workspaces(sandbox: &SandboxArgs) -> sandlot_core::Workspaces {
-    let workspaces = sandlot_core::Workspaces::new(&sandbox.root);
+/// `workspaces` with each conversation on a disk image of its own where the host allows (the kernel's bound on
+/// `/data`; see `sandlot_core::DiskImages`), else plain directories the quota's watchdog walks.
+pub fn with_disk_images(workspaces: sandlot_core::Workspaces, sandbox: &SandboxArgs) -> sandlot_core::Workspaces {
     match sandlot_core::DiskImages::detect(sandbox.disk_mb, sandbox.disk_inodes) {
         Ok(images) => workspaces.with_images(images),
         Err(why) => {

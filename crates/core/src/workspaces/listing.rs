@@ -1,6 +1,8 @@
 //! Listing a conversation's files (or a volume's): every regular file beneath the directory, bounded in number and
 //! in bytes of paths, walked by descriptor so that no symlink is followed and nothing deeper than the walk goes is
-//! listed.
+//! listed. A walk also examines at most [`MAX_VISITED_ENTRIES`] entries of any kind (a tree of empty directories
+//! lists nothing yet costs as much as one of files). A walk blocks: callers on an async runtime run it with
+//! `spawn_blocking`.
 
 use std::ffi::CStr;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -50,11 +52,15 @@ impl Workspaces {
     }
 }
 
+/// Most entries (files, directories, anything else) one listing examines; past them it stops, marked truncated.
+pub const MAX_VISITED_ENTRIES: usize = 100_000;
+
 /// The regular files beneath `root` (see [`Workspaces::list_within`]), sorted by path.
 fn list_fd(root: BorrowedFd<'_>, max_entries: usize, max_path_bytes: usize) -> std::io::Result<FileListing> {
     let mut listing = FileListing::default();
     let mut path_bytes = 0usize;
-    walk(root, Some(""), 0, &mut |path, size, modified| {
+    let mut budget = MAX_VISITED_ENTRIES;
+    let complete = walk(root, Some(""), 0, &mut budget, &mut |path, size, modified| {
         // Not UTF-8, or a control character: cannot be named in a URL (see signer.rs).
         let Some(path) = path.filter(|p| !p.chars().any(char::is_control)) else { return true };
         if listing.files.len() == max_entries || path_bytes.saturating_add(path.len()) > max_path_bytes {
@@ -65,6 +71,7 @@ fn list_fd(root: BorrowedFd<'_>, max_entries: usize, max_path_bytes: usize) -> s
         listing.files.push(FileEntry { path: path.to_owned(), size, modified });
         true
     })?;
+    listing.truncated |= !complete;
     listing.files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(listing)
 }
@@ -90,8 +97,14 @@ fn modified(stat: &rustix::fs::Stat) -> Option<std::time::SystemTime> {
 
 /// Visits every regular file under `dir` (see [`Visit`]) without following symlinks, skipping what it
 /// cannot read and what is nested deeper than `MAX_DEPTH`; the path is `None` when a component is not UTF-8. The
-/// visitor returns false to stop.
-fn walk(dir: BorrowedFd<'_>, prefix: Option<&str>, depth: usize, visit: &mut Visit<'_>) -> std::io::Result<bool> {
+/// visitor returns false to stop; the walk also stops (false) when it has examined `budget` entries.
+fn walk(
+    dir: BorrowedFd<'_>,
+    prefix: Option<&str>,
+    depth: usize,
+    budget: &mut usize,
+    visit: &mut Visit<'_>,
+) -> std::io::Result<bool> {
     if depth > MAX_DEPTH {
         return Ok(true);
     }
@@ -101,6 +114,8 @@ fn walk(dir: BorrowedFd<'_>, prefix: Option<&str>, depth: usize, visit: &mut Vis
         if name == c"." || name == c".." {
             continue;
         }
+        let Some(left) = budget.checked_sub(1) else { return Ok(false) };
+        *budget = left;
         let path = match (prefix, name.to_str()) {
             (Some(""), Ok(name)) => Some(name.to_owned()),
             (Some(prefix), Ok(name)) => Some(format!("{prefix}/{name}")),
@@ -122,7 +137,7 @@ fn walk(dir: BorrowedFd<'_>, prefix: Option<&str>, depth: usize, visit: &mut Vis
                     Err(rustix::io::Errno::ACCESS) => continue,
                     Err(e) => return Err(e.into()),
                 };
-                if !walk(sub.as_fd(), path.as_deref(), depth + 1, visit)? {
+                if !walk(sub.as_fd(), path.as_deref(), depth + 1, budget, visit)? {
                     return Ok(false);
                 }
             }
@@ -192,5 +207,18 @@ mod tests {
         assert_eq!((listing.files.len(), listing.truncated), (2, true));
         let listing = ws.list_within(&id, 10, 12).unwrap();
         assert_eq!((listing.files.len(), listing.truncated), (3, false));
+    }
+
+    /// A tree of empty directories lists nothing, yet its walk cost as much as one of files: past
+    /// `MAX_VISITED_ENTRIES` entries of any kind the walk stops, and the listing says it was cut short.
+    #[test]
+    fn a_listing_stops_after_visiting_its_entry_budget() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        for i in 0..MAX_VISITED_ENTRIES {
+            std::fs::create_dir(dir.path().join(format!("d{i}"))).unwrap();
+        }
+        std::fs::write(dir.path().join("file"), b"x").unwrap();
+        let listing = list_in_dir(dir.path(), 10, usize::MAX).unwrap();
+        assert!(listing.truncated && listing.files.len() <= 1, "{listing:?}");
     }
 }

@@ -17,7 +17,7 @@ use sandlot_core::Error;
 
 use super::BaponiState;
 use super::rest::refuse;
-use crate::kit::{InFlightSlot, MAX_UPLOAD_BYTES, serve_file, upload_unread};
+use crate::kit::{InFlightSlot, copy_body, serve_file};
 use crate::state::unix_now;
 
 /// The scope of a volume's download URL.
@@ -88,7 +88,7 @@ pub async fn download(
     }
 }
 
-/// `PUT <profile>/v1/volumes/{slug}/{path}`: writes the body (at most [`MAX_UPLOAD_BYTES`]) to a `:rw` volume;
+/// `PUT <profile>/v1/volumes/{slug}/{path}`: writes the body (at most [`crate::kit::MAX_UPLOAD_BYTES`], streamed) to a `:rw` volume;
 /// 201 `{path, size}`, 403 bad signature or a read-only volume, 400 a bad path (one through a symlink included).
 pub async fn upload(
     State(state): State<BaponiState>,
@@ -105,41 +105,75 @@ pub async fn upload(
     let Some(volume) = state.volumes.get(&slug).filter(|volume| volume.writable) else {
         return refuse(StatusCode::FORBIDDEN, "forbidden", "the volume is not writable");
     };
-    let bytes = match axum::body::to_bytes(body, MAX_UPLOAD_BYTES).await {
-        Ok(bytes) => bytes,
-        Err(error) => return upload_unread(&error),
-    };
     let owner = state.app.engine.storage_owner();
     let dir = volume.path.clone();
-    let limits = state.app.engine.config().limits.clone();
-    let quota = volume.quota_mb.unwrap_or(limits.disk_mb) * 1024 * 1024;
-    let write = move || {
-        // The volume's quota, as runs are held to it (a walk; one past the inode limit is over).
-        let held = sandlot_core::directory_usage(&dir, limits.disk_inodes).map_or(u64::MAX, |usage| usage.bytes);
-        if held.saturating_add(bytes.len() as u64) > quota {
-            return Err(Error::QuotaExceeded { path: path.clone(), used: held, size: bytes.len() as u64, quota });
-        }
-        sandlot_core::write_in_dir(&dir, &path, &bytes, owner)
+    let quota = VolumeQuota::of(volume, &state.app.engine.config().limits);
+    let (name, opened) =
+        (path.clone(), tokio::task::spawn_blocking(move || sandlot_core::create_in_dir(&dir, &path, owner)));
+    let (pending, file) = match opened.await {
+        Ok(Ok(opened)) => opened,
+        Ok(Err(error)) => return volume_refused(&error),
+        Err(error) => return volume_refused(&Error::io("write file", name, std::io::Error::other(error))),
     };
-    match tokio::task::spawn_blocking(write).await {
-        Ok(Ok(written)) => {
-            let body = serde_json::json!({ "path": written.path, "size": written.size });
-            (StatusCode::CREATED, axum::Json(body)).into_response()
+    // Streamed to the file, never whole in memory.
+    let mut file = tokio::fs::File::from_std(file);
+    let copied = copy_body(body, &mut file).await;
+    let flushed = tokio::io::AsyncWriteExt::flush(&mut file).await;
+    let size = file.metadata().await.map(|m| m.len());
+    match (copied, flushed, size) {
+        (Err(Ok(response)), _, _) => response,
+        (Err(Err(error)), _, _) => volume_refused(&error),
+        (Ok(()), Err(error), _) | (Ok(()), Ok(()), Err(error)) => volume_refused(&Error::io("write file", name, error)),
+        (Ok(()), Ok(()), Ok(size)) => {
+            drop(file.into_std().await);
+            // Within the volume's quota, as runs are held to it: the new file is in the directory by now.
+            let checked = name.clone();
+            let commit = move || quota.check(&checked, size).and_then(|()| pending.commit(size));
+            match tokio::task::spawn_blocking(commit).await {
+                Ok(Ok(written)) => {
+                    let body = serde_json::json!({ "path": written.path, "size": written.size });
+                    (StatusCode::CREATED, axum::Json(body)).into_response()
+                }
+                Ok(Err(error)) => volume_refused(&error),
+                Err(error) => volume_refused(&Error::io("write file", name, std::io::Error::other(error))),
+            }
         }
-        Ok(Err(error @ Error::InvalidPath { .. })) => {
-            refuse(StatusCode::BAD_REQUEST, "validation_error", &error.to_string())
+    }
+}
+
+/// A writable volume's quota (`:rw:<MiB>`, else the conversations' `disk_mb`), for uploads as for runs.
+struct VolumeQuota {
+    dir: std::path::PathBuf,
+    bytes: u64,
+    max_inodes: u64,
+}
+
+impl VolumeQuota {
+    fn of(volume: &super::Volume, limits: &sandlot_core::Limits) -> Self {
+        let bytes = volume.quota_mb.unwrap_or(limits.disk_mb) * 1024 * 1024;
+        Self { dir: volume.path.clone(), bytes, max_inodes: limits.disk_inodes }
+    }
+
+    /// Refuses when the volume holds more than its quota (a walk; one past the inode limit is over).
+    fn check(&self, path: &str, size: u64) -> sandlot_core::Result<()> {
+        let used = sandlot_core::directory_usage(&self.dir, self.max_inodes).map_or(u64::MAX, |usage| usage.bytes);
+        match used > self.bytes {
+            true => Err(Error::QuotaExceeded { path: path.to_owned(), used, size, quota: self.bytes }),
+            false => Ok(()),
         }
-        Ok(Err(Error::QuotaExceeded { path, used, size, quota })) => {
-            let message =
-                format!("{path}: {size} bytes would take the volume over its quota ({used} of {quota} bytes used)");
+    }
+}
+
+/// The answer to a volume upload that failed: 400 a bad path, 413 past the volume's quota, else 500 (logged).
+fn volume_refused(error: &Error) -> Response {
+    match error {
+        Error::InvalidPath { .. } => refuse(StatusCode::BAD_REQUEST, "validation_error", &error.to_string()),
+        Error::QuotaExceeded { path, used, quota, .. } => {
+            let message = format!("{path}: the file would take the volume over its quota ({used} of {quota} bytes)");
             refuse(StatusCode::PAYLOAD_TOO_LARGE, "quota_exceeded", &message)
         }
-        Ok(Err(error)) => {
+        error => {
             tracing::error!(%error, "volume upload failed");
-            refuse(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "cannot write the file")
-        }
-        Err(error) => {
-            tracing::error!(%error, "volume upload task failed");
             refuse(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "cannot write the file")
         }
     }
