@@ -142,8 +142,12 @@ impl DiskImages {
 
     /// Mounts an existing image on `files`, grown first (unmounted) if it no longer holds the quota.
     fn mount_sized(&self, image: &Path, files: &Path) -> std::io::Result<()> {
-        for _ in 0..SIZING_ATTEMPTS {
+        for attempt in 0..SIZING_ATTEMPTS {
             self.mount(image, files)?;
+            if attempt > 0 {
+                // e2fsck made a `lost+found` again (the image root lists only what runs make).
+                let _ = std::fs::remove_dir(files.join("lost+found"));
+            }
             let short = self.shortfall(files)?;
             if short == 0 {
                 return Ok(());
@@ -151,7 +155,13 @@ impl DiskImages {
             unmount(files)?;
             let size = std::fs::metadata(image)?.len() + short.div_ceil(MIB) * MIB;
             std::fs::OpenOptions::new().write(true).open(image)?.set_len(size)?;
-            run(Command::new(&self.e2fsck).args(["-f", "-p"]).arg(image), "e2fsck")?;
+            // Exit status 1: it corrected something (the `lost+found` it wants, say), which resize2fs then accepts.
+            let checked =
+                Command::new(&self.e2fsck).args(["-f", "-p"]).arg(image).stdin(std::process::Stdio::null()).output()?;
+            if !matches!(checked.status.code(), Some(0 | 1)) {
+                let said = String::from_utf8_lossy(&checked.stdout);
+                return Err(std::io::Error::other(format!("e2fsck failed ({}): {}", checked.status, said.trim())));
+            }
             run(Command::new(&self.resize2fs).arg(image), "resize2fs")?;
             tracing::info!(image = %image.display(), size, "grew a conversation's image to a larger quota");
         }

@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
 use common::{LaunchPath, Sandbox, as_other_user, check, check_eq, describe};
@@ -22,6 +23,7 @@ fn main() {
         ("empty_files_count_towards_the_inode_limit", empty_files_count_towards_the_inode_limit),
         ("unlinked_open_files_count_towards_the_quota", unlinked_open_files_count_towards_the_quota),
         ("an_image_holds_the_quota_and_little_more", an_image_holds_the_quota_and_little_more),
+        ("an_image_is_reused_grown_and_never_shrunk", an_image_is_reused_grown_and_never_shrunk),
         (
             "unlinked_open_files_count_towards_the_quota_of_a_plain_directory",
             unlinked_open_files_count_towards_the_quota_of_a_plain_directory,
@@ -155,6 +157,45 @@ fn an_image_holds_the_quota_and_little_more() -> Result<(), Failed> {
         })?;
         check(listed.is_empty(), || format!("{what}: a new /data lists {listed:?}"))?;
     }
+    Ok(())
+}
+
+/// A conversation's image outlives the server: one left mounted (a crashed server) is reused as it is, one
+/// unmounted at shutdown is mounted again with its files; a larger quota grows it, a smaller one leaves it.
+fn an_image_is_reused_grown_and_never_shrunk() -> Result<(), Failed> {
+    const MIB: u64 = 1 << 20;
+    let root = tempfile::tempdir()?;
+    let id = sandlot_core::ConversationId::parse("kept").unwrap();
+    let server = |disk_mb| -> Result<sandlot_core::Workspaces, Failed> {
+        let images = sandlot_core::DiskImages::detect(disk_mb, 1000)?;
+        Ok(sandlot_core::Workspaces::new(root.path()).with_images(images))
+    };
+    let writable = |files: &std::path::Path| -> Result<u64, Failed> {
+        let stat = nix::sys::statvfs::statvfs(files)?;
+        Ok((stat.blocks() - stat.blocks_free() + stat.blocks_available()) * stat.fragment_size())
+    };
+    let first = server(8)?;
+    let files = first.prepare(&id)?;
+    std::fs::write(files.join("kept.txt"), "kept")?;
+    let device = std::fs::metadata(&files)?.dev();
+    // A crashed server left it mounted: the next one finds the same filesystem.
+    let files = server(8)?.prepare(&id)?;
+    check_eq(std::fs::metadata(&files)?.dev(), device, "the mount left behind is reused")?;
+    check_eq(first.unmount_images(), 1, "images unmounted at shutdown")?;
+    check(std::fs::read_dir(&files)?.next().is_none(), || "files left under the mount point".into())?;
+    // A server with a larger quota: mounted again, grown, the file still there.
+    let grown = server(16)?;
+    let files = grown.prepare(&id)?;
+    check_eq(std::fs::read_to_string(files.join("kept.txt"))?.as_str(), "kept", "the file after a restart")?;
+    let size = writable(&files)?;
+    check(size >= 17 * MIB, || format!("a 16 MiB quota's image holds {size} bytes"))?;
+    grown.unmount_images();
+    // A smaller quota never shrinks it (the watchdog holds the lower quota).
+    let smaller = server(4)?;
+    let files = smaller.prepare(&id)?;
+    check_eq(writable(&files)?, size, "the image's size under a smaller quota")?;
+    check_eq(std::fs::read_to_string(files.join("kept.txt"))?.as_str(), "kept", "the file")?;
+    smaller.unmount_images();
     Ok(())
 }
 
