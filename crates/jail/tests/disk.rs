@@ -25,6 +25,10 @@ fn main() {
         ("an_image_holds_the_quota_and_little_more", an_image_holds_the_quota_and_little_more),
         ("an_image_is_reused_grown_and_never_shrunk", an_image_is_reused_grown_and_never_shrunk),
         (
+            "an_image_mounted_before_the_server_started_is_freed_when_removed",
+            an_image_mounted_before_the_server_started_is_freed_when_removed,
+        ),
+        (
             "unlinked_open_files_count_towards_the_quota_of_a_plain_directory",
             unlinked_open_files_count_towards_the_quota_of_a_plain_directory,
         ),
@@ -197,6 +201,39 @@ fn an_image_is_reused_grown_and_never_shrunk() -> Result<(), Failed> {
     check_eq(std::fs::read_to_string(files.join("kept.txt"))?.as_str(), "kept", "the file")?;
     smaller.unmount_images();
     Ok(())
+}
+
+/// An image mounted when a server starts (a crashed server's) is copied into the zygote's mount namespace; removing
+/// the conversation still frees its filesystem, loop device and file at once (the kernel detaches the mounts of a
+/// directory removed in another namespace), so no image outlives its conversation while the server runs.
+fn an_image_mounted_before_the_server_started_is_freed_when_removed() -> Result<(), Failed> {
+    let root = tempfile::tempdir()?;
+    let image = root.path().join("old").join(sandlot_core::IMAGE_NAME);
+    let images = sandlot_core::DiskImages::detect(8, 1000)?;
+    let old = sandlot_core::ConversationId::parse("old").unwrap();
+    sandlot_core::Workspaces::new(root.path()).with_images(images).prepare(&old)?;
+    let loops_of_image = || -> Vec<String> {
+        let Ok(devices) = std::fs::read_dir("/sys/block") else { return Vec::new() };
+        devices
+            .flatten()
+            .filter(|device| {
+                std::fs::read_to_string(device.path().join("loop/backing_file"))
+                    .is_ok_and(|file| file.starts_with(&*image.to_string_lossy()))
+            })
+            .map(|device| device.file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    check(!loops_of_image().is_empty(), || "the image is not on a loop device".into())?;
+    let sandbox = Sandbox::in_root(root, |_| {}, |_| {});
+    let report = sandbox.run("other", Language::Bash, "true");
+    check_eq(report.outcome.termination.clone(), Termination::Exited { code: 0 }, &describe(&report))?;
+    sandbox.runtime.block_on(sandbox.engine.delete_conversation(&old))?;
+    // The loop device goes once the last mount of the filesystem does: at once here; 10 s is for a loaded machine.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !loops_of_image().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    check(loops_of_image().is_empty(), || format!("the removed image is still on {:?}", loops_of_image()))
 }
 
 /// The server's cost of measuring `/data` is bounded by design: a conversation on its own image is measured from its

@@ -15,8 +15,9 @@
 //! The cached skeleton changes nothing a sandbox can see, except that the host files under `/etc` it shares
 //! (`ld.so.cache`, `localtime`, `ssl/openssl.cnf`) are those of the server's start. Both its tmpfs are read-only at
 //! the superblock, which belongs to the host's user namespace: no sandbox can write to what every sandbox shares.
-//! The zygote's mount namespace is a slave of the host's: mounts made on the host later still reach it, and nothing
-//! mounted there reaches the host.
+//! The zygote's mount namespace is a slave of the host's: nothing mounted there reaches the host, and mounts made on
+//! the host later reach it only where the host's mounts are shared (so runs get their workspace, a conversation's
+//! disk image, as a tree the supervisor cloned).
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
