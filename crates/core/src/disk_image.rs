@@ -75,7 +75,7 @@ impl DiskImages {
     }
 
     /// Makes, mounts and removes a small image in a temporary directory: loop devices may be listed and still
-    /// refused (a container's device rules). About 30 ms.
+    /// refused (a container's device rules). Tens of milliseconds.
     fn probe(&self) -> std::io::Result<()> {
         let dir = std::env::temp_dir().join(format!("sandlot-image-probe-{}", std::process::id()));
         let files = dir.join("files");
