@@ -91,11 +91,16 @@ impl DiskImages {
     /// (when `files` is empty), grown when the quota grew. `Ok(false)` when `files` stays a plain directory (an
     /// older version's, with files in it).
     pub fn ensure_mounted(&self, files: &Path) -> std::io::Result<bool> {
-        if is_mounted(files)? {
-            return Ok(true);
-        }
         let conversation = files.parent().unwrap_or(files);
         let image = conversation.join(IMAGE_NAME);
+        if is_mounted(files)? {
+            // A server that crashed between mounting a new image and naming it: the mounted one is it.
+            let building = image.with_extension("img.new");
+            if !image.exists() && building.exists() {
+                std::fs::rename(&building, &image)?;
+            }
+            return Ok(true);
+        }
         // One at a time makes, grows or mounts it (threads, or a server and a `sandlot run` on the same root): a
         // lock on the directory under the mount point, which nothing else locks.
         let flags = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::NOFOLLOW;
