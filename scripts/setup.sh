@@ -48,7 +48,7 @@ step "checking the interpreters the tests run in the sandbox"
 command -v node >/dev/null || die "node is not on PATH; the JavaScript and TypeScript tests need it"
 
 step "checking Debian packages"
-mapfile -t missing < <(missing_packages bubblewrap hyperfine iproute2 procps docker.io debootstrap docker-compose)
+mapfile -t missing < <(missing_packages bubblewrap hyperfine iproute2 procps docker.io debootstrap docker-compose e2fsprogs mount)
 # npm and chromium may come from elsewhere (NodeSource's nodejs bundles npm): the commands are what counts.
 command -v npm >/dev/null || missing+=(npm)
 [[ -x /usr/bin/chromium ]] || missing+=(chromium)

@@ -143,7 +143,7 @@ pub struct ServeArgs {
     #[arg(long, env = "SANDLOT_ROOT_PROFILE", default_value = "sandlot", value_parser = parse_root_profile)]
     pub root_profile: RootProfile,
     /// Baponi's named volumes, mounted into its runs at /data/<slug> and served by files_download and the Files
-    /// API: `slug=/host/dir[:ro|:rw],...` (read-only by default).
+    /// API: `slug=/host/dir[:ro|:rw[:<MiB>]],...` (read-only by default; a writable one's quota, else --disk-mb).
     #[arg(long, env = "SANDLOT_BAPONI_VOLUMES", default_value = "", value_parser = parse_baponi_volumes)]
     pub baponi_volumes: sandlot_server::surfaces::baponi::Volumes,
     /// Most Streamable HTTP sessions open at once.

@@ -18,13 +18,13 @@ use sandlot_server::surfaces::codegen::shells::{MAX_SHELLS_PER_TENANT, Shells};
 use serde_json::{Value, json};
 
 struct Fixture {
-    _root: tempfile::TempDir,
+    _root: common::TempRoot,
     engine: Arc<Engine>,
     shells: Shells,
 }
 
 fn fixture() -> Fixture {
-    let root = tempfile::tempdir().unwrap();
+    let root = common::TempRoot::new();
     let engine = Arc::new(common::jail_engine(root.path(), 1_600_000));
     let shells = Shells::new(engine.clone(), Default::default());
     Fixture { _root: root, engine, shells }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 struct Server {
     child: Child,
     addr: SocketAddr,
-    root: tempfile::TempDir,
+    root: common::TempRoot,
     log: std::path::PathBuf,
 }
 
@@ -27,7 +27,7 @@ impl Server {
     /// Starts with `env` (and without `MCP_API_TOKEN` unless `env` sets it) and waits for `/healthz`.
     fn start(env: &[(&str, &str)]) -> Server {
         assert!(nix::unistd::geteuid().is_root(), "these tests start sandboxes and need root");
-        let root = tempfile::tempdir().unwrap();
+        let root = common::TempRoot::new();
         let log = root.path().join("stderr.log");
         let addr = common::free_addr();
         let child = common::serve_command(&root.path().join("data"), addr, 950_000 + std::process::id() % 40_000)
@@ -560,7 +560,7 @@ fn a_failed_start_in_json_mode_is_one_json_error_line() {
     let profiles = sandlot_server::surfaces::Profile::ALL.map(|p| p.name()).join(", ");
     for ((name, value), message) in cases {
         let message = message.replace("{profiles}", &profiles);
-        let root = tempfile::tempdir().unwrap();
+        let root = common::TempRoot::new();
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandlot"))
             .arg("serve")
             .env("SANDBOX_ROOT", root.path())
@@ -587,7 +587,7 @@ fn a_failed_start_in_json_mode_is_one_json_error_line() {
 #[test]
 fn a_closed_stderr_never_stops_the_server() {
     assert!(nix::unistd::geteuid().is_root(), "these tests start sandboxes and need root");
-    let root = tempfile::tempdir().unwrap();
+    let root = common::TempRoot::new();
     let addr = common::free_addr();
     let child = common::serve_command(&root.path().join("data"), addr, 950_000 + std::process::id() % 40_000)
         .env("MCP_API_TOKEN", "tok")

@@ -15,13 +15,13 @@ use sandlot_server::{AppState, FileUrls};
 use serde_json::{Value, json};
 
 struct Fixture {
-    _root: tempfile::TempDir,
+    _root: common::TempRoot,
     state: AppState,
     workspace: ConversationId,
 }
 
 fn fixture() -> Fixture {
-    let root = tempfile::tempdir().unwrap();
+    let root = common::TempRoot::new();
     let engine = common::jail_engine(root.path(), 1_400_000);
     let files = FileUrls { signer: Signer::new("secret"), public_base_url: "http://test".into(), ttl: None };
     let state = AppState {

@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::io::Write;
 use std::process::{Command, Stdio};
 
@@ -13,7 +15,7 @@ use serde_json::{Value, json};
 
 #[test]
 fn stdio_serves_the_open_sandbox_profile() {
-    let root = tempfile::tempdir().unwrap();
+    let root = common::TempRoot::new();
     let workspace = open_sandbox::workspace_of(STDIO_CALLER).unwrap();
     let files = root.path().join(workspace.as_str()).join("files");
     std::fs::create_dir_all(&files).unwrap();
@@ -76,7 +78,7 @@ fn stdio_serves_the_open_sandbox_profile() {
 
 #[test]
 fn stdio_refuses_a_profile_without_a_stdio_surface() {
-    let root = tempfile::tempdir().unwrap();
+    let root = common::TempRoot::new();
     let output = Command::new(env!("CARGO_BIN_EXE_sandlot"))
         .args(["stdio", "--profile", "baponi"])
         .env("SANDBOX_ROOT", root.path())

@@ -24,13 +24,13 @@ struct Server {
     child: Child,
     addr: SocketAddr,
     metrics: SocketAddr,
-    root: tempfile::TempDir,
+    root: common::TempRoot,
 }
 
 impl Server {
     fn start(env: &[(&str, &str)]) -> Server {
         assert!(nix::unistd::geteuid().is_root(), "these tests start sandboxes and need root (scripts/test.sh)");
-        let root = tempfile::tempdir().unwrap();
+        let root = common::TempRoot::new();
         let (addr, metrics) = (free_addr(), free_addr());
         let child = serve_command(root.path(), addr, 960_000 + std::process::id() % 30_000)
             .env("SANDLOT_METRICS_ADDR", metrics.to_string())
@@ -324,7 +324,7 @@ fn the_metrics_listener_refuses_a_rebound_host_and_the_mcp_port_has_no_metrics()
 /// The body names no path.
 #[test]
 fn readyz_is_ready_then_names_the_runner_whose_interpreter_is_gone() {
-    let interpreters = tempfile::tempdir().unwrap();
+    let interpreters = common::TempRoot::new();
     let python = interpreters.path().join("python3");
     std::os::unix::fs::symlink("/usr/bin/python3", &python).unwrap();
     let server = Server::start(&[("SANDLOT_PYTHON", python.to_str().unwrap())]);
@@ -392,13 +392,13 @@ fn zygote_of(server: u32) -> Option<i32> {
 struct EngineProxy {
     socket: std::path::PathBuf,
     connections: std::sync::Arc<std::sync::Mutex<Vec<std::os::unix::net::UnixStream>>>,
-    _dir: tempfile::TempDir,
+    _dir: common::TempRoot,
 }
 
 impl EngineProxy {
     fn start() -> EngineProxy {
         use std::os::unix::net::{UnixListener, UnixStream};
-        let dir = tempfile::tempdir().unwrap();
+        let dir = common::TempRoot::new();
         let socket = dir.path().join("docker.sock");
         let listener = UnixListener::bind(&socket).unwrap();
         let connections = std::sync::Arc::new(std::sync::Mutex::new(Vec::<UnixStream>::new()));

@@ -119,7 +119,7 @@ fn conversation_dir(root: &Path, id: &str) -> PathBuf {
 
 #[test]
 fn deleting_a_conversation_removes_its_files_and_history_and_the_next_run_starts_empty() {
-    let root = tempfile::tempdir().unwrap();
+    let root = common::TempRoot::new();
     let server = Server::start(root.path(), &[]);
     let result = server.run("doomed", "bash", "mkdir -p /data/sub && echo secret > /data/sub/notes.txt && echo ok");
     assert_eq!(result["success"], true, "{result}");
@@ -154,7 +154,7 @@ fn deleting_a_conversation_removes_its_files_and_history_and_the_next_run_starts
 /// state, which must survive every attempt.
 #[test]
 fn deletion_needs_the_token_and_a_valid_id_and_never_reaches_the_servers_state() {
-    let root = tempfile::tempdir().unwrap();
+    let root = common::TempRoot::new();
     let server = Server::start(root.path(), &[]);
     server.run("victim", "bash", "echo x > /data/x");
     for token in [None, Some("wrong")] {
@@ -181,10 +181,10 @@ fn deletion_needs_the_token_and_a_valid_id_and_never_reaches_the_servers_state()
 /// conversation, a host directory). The deletion removes the whole tree, and follows no symlink.
 #[test]
 fn a_run_cannot_make_its_conversation_undeletable_nor_aim_the_deletion_elsewhere() {
-    let root = tempfile::tempdir().unwrap();
+    let root = common::TempRoot::new();
     let server = Server::start(root.path(), &[]);
     server.run("other", "bash", "echo keep > /data/keep.txt");
-    let outside = tempfile::tempdir().unwrap();
+    let outside = common::TempRoot::new();
     std::fs::write(outside.path().join("host.txt"), "host").unwrap();
     let code = format!(
         r#"import os
@@ -224,7 +224,7 @@ for _ in range(2000):
 /// (`std::fs::remove_dir_all` gives up on them with "Permission denied".)
 #[test]
 fn a_run_cannot_make_its_conversation_undeletable_on_a_server_that_is_not_root() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::TempRoot::new();
     std::os::unix::fs::chown(dir.path(), Some(65534), Some(65534)).unwrap();
     let root = dir.path().join("root");
     let server = Server::start_as(Some(65534), &root, &[]);
@@ -252,7 +252,7 @@ os.chmod('.', 0)
 /// ended, the deletion goes through.
 #[test]
 fn deletion_is_refused_while_a_run_goes_and_never_breaks_it() {
-    let root = tempfile::tempdir().unwrap();
+    let root = common::TempRoot::new();
     let server = std::sync::Arc::new(Server::start(root.path(), &[]));
     let running = {
         let server = server.clone();
@@ -273,7 +273,7 @@ fn deletion_is_refused_while_a_run_goes_and_never_breaks_it() {
 /// deletion through the server is refused while it goes, and the sweeper leaves it alone, however long it lasts.
 #[test]
 fn a_run_of_another_process_on_the_root_is_never_removed_under_it() {
-    let root = tempfile::tempdir().unwrap();
+    let root = common::TempRoot::new();
     let server = Server::start(root.path(), &[("SANDLOT_CONVERSATION_TTL", "1s")]);
     let mut run = Command::new(env!("CARGO_BIN_EXE_sandlot"))
         .args(["run", "-l", "bash", "-c", "shared"])
@@ -304,7 +304,7 @@ fn a_run_of_another_process_on_the_root_is_never_removed_under_it() {
 /// conversation always find a whole `/data` (new and empty, or the old one).
 #[test]
 fn idle_conversations_expire_and_never_under_a_run() {
-    let root = tempfile::tempdir().unwrap();
+    let root = common::TempRoot::new();
     let server = std::sync::Arc::new(Server::start(root.path(), &[("SANDLOT_CONVERSATION_TTL", "2s")]));
     let result = server.run("idle", "bash", "echo x > /data/x");
     assert_eq!(result["success"], true, "{result}");
@@ -337,7 +337,7 @@ fn idle_conversations_expire_and_never_under_a_run() {
 /// `SANDLOT_HISTORY_MAX_RUNS`: a server keeps at most that many finished runs, the newest.
 #[test]
 fn the_history_is_pruned_to_its_limit() {
-    let root = tempfile::tempdir().unwrap();
+    let root = common::TempRoot::new();
     {
         let server = Server::start(root.path(), &[]);
         for n in 0..3 {

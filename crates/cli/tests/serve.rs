@@ -19,7 +19,7 @@ const TOKEN: &str = "serve-test-token";
 struct Server {
     child: Child,
     addr: SocketAddr,
-    _root: tempfile::TempDir,
+    _root: common::TempRoot,
 }
 
 impl Server {
@@ -27,7 +27,7 @@ impl Server {
     /// until `/healthz` answers.
     fn start(wrapper: &[&str], env: &[(&str, &str)]) -> Server {
         assert!(is_root(), "these tests start sandboxes and need root (run scripts/test.sh as root)");
-        let root = tempfile::tempdir().unwrap();
+        let root = common::TempRoot::new();
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let binary = env!("CARGO_BIN_EXE_sandlot");

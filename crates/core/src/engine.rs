@@ -185,6 +185,18 @@ impl Engine {
         self.backend.storage_owner()
     }
 
+    /// Whether a writable volume of a run that ended holds more than its quota (a walk of each, off the async
+    /// threads; one that cannot be measured is over).
+    async fn volumes_over_quota(&self, mounts: Vec<crate::Mount>, limits: &Limits) -> bool {
+        if mounts.iter().all(|mount| mount.read_only) {
+            return false;
+        }
+        let limits = limits.clone();
+        tokio::task::spawn_blocking(move || crate::volumes_over_quota(&mounts, &limits).unwrap_or(true))
+            .await
+            .unwrap_or(true)
+    }
+
     /// The files a result lists: bounded in number and in bytes of paths. The walk blocks, so it runs on the
     /// blocking pool, never on the runtime's workers (a tree of many directories would stall every other request).
     async fn list_files(&self, conversation: &ConversationId) -> Result<FileListing> {
@@ -322,6 +334,7 @@ impl Engine {
         crate::marks::mark("c.workspace");
         tracing::info!(run_id, conversation = %conversation, %language, "run started");
         entry.start();
+        let (files_dir, mounts) = (workspace.clone(), request.mounts.clone());
         let job = Job {
             run_id: run_id.clone(),
             language,
@@ -339,7 +352,7 @@ impl Engine {
         }
         let started_at = std::time::SystemTime::now();
         let result = self.backend.run(job, &entry.sink(sink)).await;
-        let outcome = match result {
+        let mut outcome = match result {
             Ok(outcome) => outcome,
             Err(error) => {
                 tracing::error!(run_id, %error, "run failed");
@@ -349,6 +362,13 @@ impl Engine {
             }
         };
         crate::marks::mark("c.backend_done");
+        // A program that ended on its own past a quota: the kernel's `ENOSPC` on `/data`, or writes to a volume, came
+        // before the watchdog's look.
+        if matches!(outcome.termination, Termination::Exited { .. } | Termination::Signaled { .. })
+            && (crate::over_quota(&files_dir, &limits) || self.volumes_over_quota(mounts, &limits).await)
+        {
+            outcome.termination = Termination::DiskQuotaExceeded;
+        }
         self.admission.record_duration(outcome.duration);
         entry.finish(&outcome);
         let workspaces = self.workspaces.clone();

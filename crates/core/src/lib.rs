@@ -9,6 +9,7 @@
 mod admission;
 mod backend;
 mod conversation_id;
+mod disk_image;
 mod engine;
 mod error;
 mod events;
@@ -35,11 +36,13 @@ mod state_dir;
 mod stop;
 mod tenant;
 mod timestamp;
+mod unlinked_files;
 mod uploads;
 mod workspaces;
 
 pub use backend::{Backend, Job, RunnerInfo};
 pub use conversation_id::ConversationId;
+pub use disk_image::{DiskImages, IMAGE_NAME, OVER_QUOTA_ROOM};
 pub use engine::{DEFAULT_RESULT_TEXT_BYTES, Deletion, Engine, EngineConfig, MAX_METADATA_BYTES, RunReport};
 pub use error::{Error, Result};
 pub use events::{EVENT_BUFFER, RunEvent};
@@ -53,7 +56,10 @@ pub use outcome::{RunOutcome, Termination};
 pub use output::{
     CapturedStream, Excerpt, OutputChunk, OutputSink, Stream, cut_marker, head_and_tail, json_prefix, json_suffix,
 };
-pub use quota::{DISK_CHECK_INTERVAL, WALK_COST_FACTOR, at_quota, quota_exceeded};
+pub use quota::{
+    DISK_CHECK_INTERVAL, WALK_COST_FACTOR, at_quota, measure_conversation, over_quota, quota_exceeded,
+    volumes_over_quota,
+};
 pub use readiness::{READINESS_TIMEOUT, READINESS_TTL, Readiness, ReadinessCheck};
 pub use request::RunRequest;
 pub use retention::{Retention, keep_tidy};

@@ -17,6 +17,17 @@ pub struct Mount {
     pub path: String,
     /// The run may not write it (a read-only mount, whatever the files' modes say).
     pub read_only: bool,
+    /// The most a writable mount may hold, in MiB (allocated blocks, as the conversation's `/data` is measured);
+    /// `None`: the conversation's quota (`Limits::disk_mb`). A run that makes it hold more is stopped as over its
+    /// quota (see `quota.rs`).
+    pub quota_mb: Option<u64>,
+}
+
+impl Mount {
+    /// The most this mount may hold, in bytes, for a run of `limits`; `None` for a read-only one.
+    pub fn quota_bytes(&self, limits: &crate::Limits) -> Option<u64> {
+        (!self.read_only).then(|| self.quota_mb.unwrap_or(limits.disk_mb) * 1024 * 1024)
+    }
 }
 
 /// Checks `mounts` for a run of `layout` (see [`Mount::path`]); the engine refuses a run with a bad one before
@@ -48,13 +59,16 @@ pub fn validate(mounts: &[Mount], layout: crate::Layout) -> crate::Result<()> {
     Ok(())
 }
 
-/// Gives the directory of each writable mount to the uid a backend runs code as (`owner`, when the server may
-/// change owners), so runs can make files in it; the files already there keep their owners and modes, and
+/// Opens the directory of each writable mount to the uid a backend runs code as (`owner`, when the server may
+/// change owners), and to no one else: root's, group `owner`'s gid (a sandbox gid, which no host user has), mode
+/// 0770, so runs write in it through the group but, not its owner, cannot `chmod` it open for the host's other
+/// users to plant files that every later run reads. The files already there keep their owners and modes, and
 /// read-only mounts are left as they are.
 pub fn hand_over_writable(mounts: &[Mount], owner: Option<(u32, u32)>) -> std::io::Result<()> {
-    let Some((uid, gid)) = owner else { return Ok(()) };
+    let Some((_, gid)) = owner else { return Ok(()) };
     for mount in mounts.iter().filter(|mount| !mount.read_only) {
-        std::os::unix::fs::chown(&mount.host, Some(uid), Some(gid))?;
+        std::os::unix::fs::chown(&mount.host, Some(0), Some(gid))?;
+        std::fs::set_permissions(&mount.host, std::os::unix::fs::PermissionsExt::from_mode(0o770))?;
     }
     Ok(())
 }
@@ -84,7 +98,7 @@ mod tests {
     const HOME: Layout = Layout::Home { path: "/home/baponi" };
 
     fn mount(path: &str) -> Mount {
-        Mount { host: "/srv/volume".into(), path: path.into(), read_only: true }
+        Mount { host: "/srv/volume".into(), path: path.into(), read_only: true, quota_mb: None }
     }
 
     #[test]

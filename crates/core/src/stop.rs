@@ -25,10 +25,11 @@ impl Stop {
 }
 
 /// Resolves with the first reason to stop `job`: `deadline` from now, the disk quota, or its cancellation.
-pub async fn stop_reason(job: &Job, deadline: Duration) -> Stop {
+/// `processes` lists the run's host pids, for the quota (see [`quota_exceeded`]).
+pub async fn stop_reason(job: &Job, deadline: Duration, processes: &(dyn Fn() -> Vec<i32> + Sync)) -> Stop {
     tokio::select! {
         () = tokio::time::sleep(deadline) => Stop::Deadline,
-        () = quota_exceeded(job) => Stop::DiskQuota,
+        () = quota_exceeded(job, processes) => Stop::DiskQuota,
         () = job.cancel.cancelled() => Stop::Cancelled,
     }
 }

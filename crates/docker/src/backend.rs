@@ -390,9 +390,11 @@ impl Backend for DockerBackend {
             .map_err(|e| Error::Io { action: format!("hand over {}", job.workspace.display()), source: e })?;
         sandlot_core::hand_over_writable(&job.mounts, owner)
             .map_err(|e| Error::Io { action: format!("hand over the volumes of run {}", job.run_id), source: e })?;
-        // `<root>/<id>/files`: the root's mount gives the bind its flags (only root may mount; see nosuid_root.rs).
+        // `<root>/<id>/files`: the root's mount gives the bind its flags (only root may mount; see nosuid_root.rs),
+        // unless it is a disk image's mount, which has them.
         if let Some(root) = job.workspace.parent().and_then(std::path::Path::parent)
             && owner.is_some()
+            && !crate::nosuid_root::is_nosuid_nodev(&job.workspace)
         {
             crate::ensure_nosuid_nodev(root)
                 .map_err(|e| Error::Io { action: format!("mount {} nosuid,nodev", root.display()), source: e })?;
@@ -501,7 +503,9 @@ impl DockerBackend {
                     Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Ending::Exited(code),
                     _ => Ending::Exited(-1),
                 },
-                stop = stop_reason(job, deadline) => Ending::Stopped(stop),
+                // The container's processes are the engine's to list: a /data that is not an image (the server is
+                // not root) misses what they hold unlinked (docs/security.md).
+                stop = stop_reason(job, deadline, &Vec::new) => Ending::Stopped(stop),
             }
         };
         let ((), (stdout, stderr), ending) = tokio::join!(feed, read, async {

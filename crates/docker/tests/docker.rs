@@ -16,8 +16,10 @@ struct Sandbox {
 }
 
 impl Drop for Sandbox {
-    /// The backend made the root a mount of its own (nosuid,nodev); undo it so the directory can be removed.
+    /// The conversations' images are unmounted (as a server does at shutdown), and the root, if the backend made it
+    /// a mount of its own (nosuid,nodev, for a plain conversation directory), so the directory can be removed.
     fn drop(&mut self) {
+        self.engine.workspaces().unmount_images();
         nix::mount::umount2(self._root.path(), nix::mount::MntFlags::MNT_DETACH).ok();
     }
 }
@@ -37,7 +39,12 @@ async fn sandbox(adjust: impl FnOnce(&mut Limits)) -> Sandbox {
     let mut config = EngineConfig::default();
     config.limits.timeout = Duration::from_secs(20);
     adjust(&mut config.limits);
-    Sandbox { engine: Engine::new(Arc::new(backend), Workspaces::new(root.path()), config), _root: root }
+    // As a server makes them by default: each conversation on a disk image of its own (as root).
+    let workspaces = match sandlot_core::DiskImages::detect(config.limits.disk_mb, config.limits.disk_inodes) {
+        Ok(images) => Workspaces::new(root.path()).with_images(images),
+        Err(_) => Workspaces::new(root.path()),
+    };
+    Sandbox { engine: Engine::new(Arc::new(backend), workspaces, config), _root: root }
 }
 
 async fn run(sandbox: &Sandbox, conversation: &str, language: &str, code: &str) -> RunReport {
@@ -348,6 +355,23 @@ async fn symlink_targets_and_directories_count_towards_the_quota() {
     assert!(held < 48 << 20, "/data holds {held} bytes under an 8 MiB quota");
 }
 
+/// Files unlinked while open are in no directory, where no walk finds them; the container's bind of `/data` is the
+/// conversation's disk image, whose kernel counts them: thirty files of 7 MiB stop a little past an 8 MiB quota
+/// (220,200,960 bytes before). And the bind names no host path: its root in `mountinfo` is the image's `/`.
+#[tokio::test]
+async fn unlinked_open_files_count_towards_the_quota() {
+    let sandbox = sandbox(|limits| limits.disk_mb = 8).await;
+    let mount_root =
+        "print([l.split()[3] for l in open('/proc/self/mountinfo') if l.split()[4] == '/data'], flush=True)";
+    let code = format!("{mount_root}\n{}", include_str!("../../jail/tests/common/unlinked_writer.py"));
+    let report = run(&sandbox, "unlinked", "python", &code).await;
+    let stdout = &report.outcome.stdout;
+    assert!(stdout.starts_with("['/']\n"), "/data's mount root names a host path: {report:?}");
+    let written: u64 = stdout.lines().find_map(|l| l.strip_prefix("written ")).and_then(|n| n.parse().ok()).unwrap();
+    assert!(written <= 9 << 20, "unlinked files held {written} bytes under an 8 MiB quota: {report:?}");
+    assert_eq!(report.outcome.termination, Termination::DiskQuotaExceeded, "{report:?}");
+}
+
 const HOME: Layout = Layout::Home { path: "/home/baponi" };
 
 async fn run_home(sandbox: &Sandbox, conversation: &str, language: &str, code: &str) -> RunReport {
@@ -436,6 +460,36 @@ async fn home_layout_scratch_data_stops_at_its_size() {
     assert_eq!(next.outcome.stdout, "done\n", "{next:?}");
 }
 
+/// A writable volume's directory is root's and the runner's group's, mode 0770: the container writes in it, but
+/// cannot `chmod` it open for the host's other users (it could before: it owned it), who can neither list it nor
+/// plant a file in it. And a volume over its quota stops the run.
+#[tokio::test]
+async fn a_writable_volume_stays_out_of_other_users_reach_and_within_its_quota() {
+    let sandbox = sandbox(|_| {}).await;
+    let work = tempfile::tempdir().unwrap();
+    let mounts = |quota_mb| {
+        vec![sandlot_core::Mount { host: work.path().into(), path: "/data/work".into(), read_only: false, quota_mb }]
+    };
+    let request = |code: &str, quota_mb| RunRequest {
+        conversation_id: "volumes".into(),
+        language: "bash".into(),
+        code: code.into(),
+        layout: HOME,
+        mounts: mounts(quota_mb),
+        ..RunRequest::default()
+    };
+    let code = "echo mine > /data/work/mine.txt && cat /data/work/mine.txt; chmod 0777 /data/work 2>/dev/null || echo chmod refused";
+    let report = sandbox.engine.run(request(code, None), &()).await.expect("run");
+    assert_eq!(report.outcome.stdout, "mine\nchmod refused\n", "{report:?}");
+    for command in [format!("ls {}", work.path().display()), format!("touch {}/planted", work.path().display())] {
+        let (code, output) = as_other_user(&command);
+        assert!(code != 0 && output.contains("Permission denied"), "another user ran `{command}`: {code} {output}");
+    }
+    let fill = "head -c 42M /dev/zero > /data/work/big; echo done";
+    let report = sandbox.engine.run(request(fill, Some(8)), &()).await.expect("run");
+    assert_eq!(report.outcome.termination, Termination::DiskQuotaExceeded, "{report:?}");
+}
+
 /// Volumes: binds beneath the scratch `/data`, read-only unless writable; a symlink planted in a writable one leads
 /// the next run into its own container.
 #[tokio::test]
@@ -447,8 +501,8 @@ async fn volumes_are_bound_read_only_unless_writable() {
     std::fs::write(docs.path().join("readme.md"), "# docs\n").unwrap();
     std::fs::set_permissions(docs.path().join("readme.md"), std::fs::Permissions::from_mode(0o666)).unwrap();
     let mounts = vec![
-        sandlot_core::Mount { host: docs.path().into(), path: "/data/docs".into(), read_only: true },
-        sandlot_core::Mount { host: work.path().into(), path: "/data/work".into(), read_only: false },
+        sandlot_core::Mount { host: docs.path().into(), path: "/data/docs".into(), read_only: true, quota_mb: None },
+        sandlot_core::Mount { host: work.path().into(), path: "/data/work".into(), read_only: false, quota_mb: None },
     ];
     let request = |code: &str| RunRequest {
         conversation_id: "volumes".into(),

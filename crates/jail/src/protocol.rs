@@ -61,6 +61,11 @@ pub struct JailSpec {
     pub env: Vec<(String, String)>,
     /// Host directory mounted read-write at `/data`, or at `home.path`.
     pub workspace: PathBuf,
+    /// A detached copy of the workspace's mount tree the supervisor made in its own mount namespace (as root), for
+    /// `pidfd_getfd`: the init uses it instead of opening `workspace` in its namespace, which does not see the
+    /// mounts the server made since its zygote started (a conversation's disk image).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_tree: Option<HeldLock>,
     /// The Home or Workspace layout (see `sandlot_core::Layout`); `None`: sandlot's own (the workspace at `/data`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub home: Option<HomeMount>,
@@ -112,7 +117,8 @@ pub struct VolumeMount {
     pub read_only: bool,
 }
 
-/// A lock descriptor held by another process (the supervisor's cgroup slot or uid lease), for `pidfd_getfd`.
+/// A descriptor held by another process (the supervisor's lock on a cgroup slot or uid lease, or a detached mount
+/// tree), for `pidfd_getfd`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HeldLock {
     pub holder_pid: u32,
@@ -252,6 +258,7 @@ mod tests {
             code: "print(1)".into(),
             env: vec![("HOME".into(), "/tmp".into())],
             workspace: "/srv/conversations/a/files".into(),
+            workspace_tree: None,
             home: None,
             volumes: vec![],
             extra_ro_binds: vec![],

@@ -401,6 +401,10 @@ fn without_idmapped_mounts_runs_use_the_storage_uid() -> Result<(), Failed> {
     nix::mount::mount(Some("ramfs"), &ramfs, Some("ramfs"), nix::mount::MsFlags::empty(), None::<&str>)?;
     let result = (|| {
         let sandbox = Sandbox::in_root(tempfile::tempdir_in(&ramfs)?, |_| {}, |_| {});
+        // A conversation an older version made (files in a plain directory) stays on the root's filesystem; a new
+        // one would get an ext4 image of its own, which has idmapped mounts.
+        std::fs::create_dir_all(sandbox.data_dir("ramfs"))?;
+        std::fs::write(sandbox.data_dir("ramfs").join("old"), "")?;
         let report = sandbox.run(
             "ramfs",
             Language::Bash,

@@ -9,9 +9,9 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use common::{Sandbox, check, check_eq, describe};
+use common::{Sandbox, as_other_user, check, check_eq, describe};
 use libtest_mimic::Failed;
-use sandlot_core::{Error as CoreError, Language, Layout, Mount, RunReport, RunRequest};
+use sandlot_core::{Error as CoreError, Language, Layout, Mount, RunReport, RunRequest, Termination};
 
 const HOME: Layout = Layout::Home { path: "/home/baponi" };
 
@@ -26,6 +26,8 @@ fn main() {
             a_symlink_planted_in_a_volume_reaches_nothing_outside,
         ),
         ("a_volume_path_that_shadows_a_system_dir_is_refused", a_volume_path_that_shadows_a_system_dir_is_refused),
+        ("a_writable_volume_stops_at_its_quota", a_writable_volume_stops_at_its_quota),
+        ("a_writable_volume_stays_out_of_other_users_reach", a_writable_volume_stays_out_of_other_users_reach),
     ]);
 }
 
@@ -37,7 +39,7 @@ fn volume_dir() -> Result<tempfile::TempDir, Failed> {
 }
 
 fn mount(host: &Path, path: &str, read_only: bool) -> Mount {
-    Mount { host: host.into(), path: path.into(), read_only }
+    Mount { host: host.into(), path: path.into(), read_only, quota_mb: None }
 }
 
 fn run_with_volumes(sandbox: &Sandbox, language: Language, code: &str, mounts: Vec<Mount>) -> RunReport {
@@ -171,4 +173,40 @@ fn a_volume_path_that_shadows_a_system_dir_is_refused() -> Result<(), Failed> {
         }
     }
     check(!sandbox.data_dir("refused").exists(), || "a refused run created its conversation".into())
+}
+
+/// A writable volume had no quota: 42 MiB written under an 8 MiB one ended `ok`. Now the run is stopped as over its
+/// quota (here at its end: the writes take less than the watchdog's first look), and so is the next run while the
+/// volume stays over it.
+fn a_writable_volume_stops_at_its_quota() -> Result<(), Failed> {
+    let work = volume_dir()?;
+    let sandbox = Sandbox::new(|_| {});
+    let quota = || vec![Mount { quota_mb: Some(8), ..mount(work.path(), "/data/work", false) }];
+    let code =
+        "chunk = b'x' * (1 << 20)\nfor i in range(42):\n    open(f'/data/work/f{i}', 'wb').write(chunk)\nprint('done')";
+    let report = run_with_volumes(&sandbox, Language::Python, code, quota());
+    check_eq(report.outcome.termination.clone(), Termination::DiskQuotaExceeded, &describe(&report))?;
+    let next = run_with_volumes(&sandbox, Language::Bash, "sleep 5; echo done", quota());
+    check_eq(next.outcome.termination.clone(), Termination::DiskQuotaExceeded, &describe(&next))?;
+    check_eq(next.outcome.stdout.as_str(), "", "the next run's output")
+}
+
+/// A run could `chmod 0777` a writable volume's directory, which it owned, so any local user could plant files that
+/// every later run reads. The directory is root's, 0700, with an ACL for the run's uid: the run writes in it, but its
+/// `chmod` is refused, and another host user can neither list it nor make a file in it.
+fn a_writable_volume_stays_out_of_other_users_reach() -> Result<(), Failed> {
+    let work = volume_dir()?;
+    let sandbox = Sandbox::new(|_| {});
+    let code = "echo mine > /data/work/mine.txt && cat /data/work/mine.txt; chmod 0777 /data/work 2>/dev/null || echo chmod refused";
+    let report = run_with_volumes(&sandbox, Language::Bash, code, vec![mount(work.path(), "/data/work", false)]);
+    check_eq(report.outcome.stdout.as_str(), "mine\nchmod refused\n", &describe(&report))?;
+    let mode = std::fs::metadata(work.path())?.permissions().mode() & 0o777;
+    check(mode & 0o007 == 0, || format!("the volume's directory is mode {mode:o}"))?;
+    for command in [format!("ls {}", work.path().display()), format!("touch {}/planted", work.path().display())] {
+        let (code, output) = as_other_user(&command);
+        check(code != 0 && output.contains("Permission denied"), || {
+            format!("another host user ran `{command}`: exit {code}\n{output}")
+        })?;
+    }
+    check(!work.path().join("planted").exists(), || "another user planted a file".into())
 }

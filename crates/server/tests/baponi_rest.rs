@@ -175,9 +175,14 @@ async fn attack_a_download_url_for_a_planted_symlink_is_not_given() {
 
 /// A router with the volumes `docs` (read-only) and `work` (`:rw`).
 fn volume_router() -> (tempfile::TempDir, tempfile::TempDir, tempfile::TempDir, axum::Router) {
+    volume_router_with("rw")
+}
+
+/// [`volume_router`] with `work` of mode `work_mode` (`rw:1`: a quota of 1 MiB).
+fn volume_router_with(work_mode: &str) -> (tempfile::TempDir, tempfile::TempDir, tempfile::TempDir, axum::Router) {
     let (root, state) = common::state("secret", None);
     let (docs, work) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let text = format!("docs={},work={}:rw", docs.path().display(), work.path().display());
+    let text = format!("docs={},work={}:{work_mode}", docs.path().display(), work.path().display());
     let settings = sandlot_server::surfaces::Settings {
         baponi_volumes: sandlot_server::surfaces::baponi::Volumes::parse(&text).unwrap(),
     };
@@ -226,6 +231,21 @@ async fn volumes_are_listed_downloaded_and_uploaded_to_when_rw_through_their_own
     let (status, written) = send(&router, put(&local(&signed["url"]), "hi")).await;
     assert_eq!((status, written), (StatusCode::CREATED, json!({ "path": "out/new.txt", "size": 2 })));
     assert_eq!(std::fs::read(work.path().join("out/new.txt")).unwrap(), b"hi");
+}
+
+/// A writable volume's quota holds for uploads as for runs: with the volume full, a signed upload is refused with
+/// 413 `quota_exceeded` and writes nothing (it had no quota but the 64 MiB per upload).
+#[tokio::test]
+async fn an_upload_past_a_volumes_quota_is_refused() {
+    let (_root, _docs, work, router) = volume_router_with("rw:1");
+    std::fs::write(work.path().join("full.bin"), vec![7u8; 1 << 20]).unwrap();
+    let upload = json!({ "source": "volume", "id": "work", "path": "more.txt", "content_length": 2 });
+    let (_, signed) = send(&router, post("/v1/files/upload_url", &upload)).await;
+    let (status, body) = send(&router, put(&local(&signed["url"]), "hi")).await;
+    assert_eq!((status, &body["error"]), (StatusCode::PAYLOAD_TOO_LARGE, &json!("quota_exceeded")), "{body}");
+    let message = body["message"].as_str().unwrap();
+    assert!(message.starts_with("more.txt: the file would take the volume over its quota ("), "{message}");
+    assert!(!work.path().join("more.txt").exists());
 }
 
 /// A signature of one kind never serves another: a volume's download URL neither uploads nor reaches the thread of

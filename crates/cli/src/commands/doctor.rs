@@ -33,14 +33,30 @@ pub async fn doctor(args: SandboxArgs) -> anyhow::Result<ExitCode> {
     Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
-/// Which disk quota is in force for `/data` (both backends): the watchdog, the only one sandlot has today.
+/// Which disk quota is in force for `/data` (both backends): the kernel's, a disk image per conversation, where
+/// this host allows it; else the watchdog alone.
 fn disk_quota_check(args: &SandboxArgs) -> Check {
-    let detail = format!(
-        "watchdog: allocated blocks of every inode and the inode count of /data ({} MiB, {} inodes), measured every \
-         250 ms to 5 s while a run goes on; no kernel-enforced bound (docs/security.md, \"Disk quota\")",
-        args.disk_mb, args.disk_inodes
-    );
-    Check { layer: "disk quota", status: CheckStatus::Ok, detail }
+    let (disk_mb, inodes) = (args.disk_mb, args.disk_inodes);
+    match sandlot_core::DiskImages::detect(disk_mb, inodes) {
+        Ok(_) => Check {
+            layer: "disk quota",
+            status: CheckStatus::Ok,
+            detail: format!(
+                "kernel: each conversation's /data is an ext4 image of its own ({disk_mb} MiB, {inodes} inodes), \
+                 loop-mounted nosuid,nodev; the watchdog reads its counters every 250 ms (docs/security.md, \
+                 \"Disk quota\")"
+            ),
+        },
+        Err(why) => Check {
+            layer: "disk quota",
+            status: CheckStatus::Missing,
+            detail: format!(
+                "watchdog only ({why}): allocated blocks of every inode and every entry of /data ({disk_mb} MiB, \
+                 {inodes} inodes), walked every 250 ms to 5 s while a run goes on; no kernel-enforced bound \
+                 (docs/security.md, \"Disk quota\")"
+            ),
+        },
+    }
 }
 
 /// The Docker engine, its version and the runner images. Unreachable is a failure only for `--backend docker`.

@@ -101,7 +101,8 @@ pub async fn app_state(
     warm_inits: usize,
 ) -> anyhow::Result<sandlot_server::AppState> {
     let backend = backend(sandbox, warm_inits).await?;
-    let workspaces = sandlot_core::Workspaces::with_bounds(&sandbox.root, service.conversation_bounds());
+    let workspaces =
+        with_disk_images(sandlot_core::Workspaces::with_bounds(&sandbox.root, service.conversation_bounds()), sandbox);
     std::fs::create_dir_all(&sandbox.root)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", sandbox.root.display()))?;
     // On stderr, for `stdio` too (its stdout is the protocol); in JSON mode as an event (every line is JSON; `serve`'s
@@ -141,6 +142,18 @@ pub async fn app_state(
     Ok(app)
 }
 
+/// `workspaces` with each conversation on a disk image of its own where the host allows (the kernel's bound on
+/// `/data`; see `sandlot_core::DiskImages`), else plain directories the quota's watchdog walks.
+pub fn with_disk_images(workspaces: sandlot_core::Workspaces, sandbox: &SandboxArgs) -> sandlot_core::Workspaces {
+    match sandlot_core::DiskImages::detect(sandbox.disk_mb, sandbox.disk_inodes) {
+        Ok(images) => workspaces.with_images(images),
+        Err(why) => {
+            tracing::info!("no disk images for conversations ({why}): the quota's watchdog walks /data");
+            workspaces
+        }
+    }
+}
+
 /// The file-URL secret kept at `path` (`<root>/.sandlot/file-secret`; created, mode 0600, on first use).
 fn file_secret(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
     use std::io::Write;
@@ -173,8 +186,11 @@ const ABORT_BOUND: std::time::Duration = std::time::Duration::from_secs(40);
 
 /// Before a server exits: removes the sandboxes of runs still going that would outlive this process, and waits for
 /// that within [`ABORT_BOUND`]. A server that exits has removed its containers.
+/// Then unmounts the conversations' disk images no run holds (see `Workspaces::unmount_images`).
 pub async fn abort_all(engine: &sandlot_core::Engine) {
     if tokio::time::timeout(ABORT_BOUND, engine.abort_all()).await.is_err() {
         tracing::error!(bound_secs = ABORT_BOUND.as_secs(), "the backend did not remove its sandboxes in time");
     }
+    let workspaces = engine.workspaces().clone();
+    let _ = tokio::task::spawn_blocking(move || workspaces.unmount_images()).await;
 }

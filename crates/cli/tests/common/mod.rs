@@ -68,3 +68,34 @@ pub fn jail_engine(root: &std::path::Path, uid_base: u32) -> sandlot_core::Engin
     let backend = std::sync::Arc::new(sandlot_jail::JailBackend::new(config).expect("the native backend"));
     sandlot_core::Engine::new(backend, sandlot_core::Workspaces::new(root), engine_config)
 }
+
+/// A temporary data root that takes its conversations' disk images with it: a server killed by a test, or a
+/// `sandlot run` (which leaves its image mounted for the next), leaves them mounted below the root, and a
+/// directory with mounts in it cannot be removed.
+pub struct TempRoot(tempfile::TempDir);
+
+impl TempRoot {
+    pub fn new() -> Self {
+        Self(tempfile::tempdir().expect("a temporary root"))
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        self.0.path()
+    }
+}
+
+impl Drop for TempRoot {
+    /// Detaches every mount below the root, deepest first.
+    fn drop(&mut self) {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mut below: Vec<&str> = mountinfo
+            .lines()
+            .filter_map(|line| line.split(' ').nth(4))
+            .filter(|point| std::path::Path::new(point).starts_with(self.0.path()))
+            .collect();
+        below.sort_by_key(|point| std::cmp::Reverse(point.len()));
+        for point in below {
+            let _ = nix::mount::umount2(point, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+}

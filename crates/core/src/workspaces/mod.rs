@@ -1,7 +1,8 @@
 //! Conversation directories on the host: creation, claims and removal; their owners, listing, usage, reads and
 //! uploads (in the submodules, each for one job).
 //!
-//! Layout: `<root>/<conversationId>/files` is what a run sees at `/data`. Everything here walks and opens with
+//! Layout: `<root>/<conversationId>/files` is what a run sees at `/data`; as root it is the mount of
+//! `<root>/<conversationId>/files.img` (see `disk_image`), made on first use. Everything here walks and opens with
 //! file descriptors and `O_NOFOLLOW`/`RESOLVE_BENEATH`, so a symlink a sandboxed program planted is never followed
 //! out of the conversation, even if the tree changes while it is read.
 
@@ -38,6 +39,8 @@ pub struct Workspaces {
     root: PathBuf,
     /// The conversations' count and bytes against their bounds, shared by every clone.
     budget: std::sync::Arc<budget::Budget>,
+    /// Each conversation's files on an image of their own (the kernel's bound on `/data`), when the host allows.
+    images: Option<crate::DiskImages>,
 }
 
 impl Workspaces {
@@ -65,6 +68,46 @@ impl Workspaces {
         Self {
             root: std::path::absolute(&root).unwrap_or(root),
             budget: std::sync::Arc::new(budget::Budget::new(bounds)),
+            images: None,
+        }
+    }
+
+    /// The same workspaces, each conversation's `files` a mount of its own disk image (see `disk_image`).
+    pub fn with_images(self, images: crate::DiskImages) -> Self {
+        Self { images: Some(images), ..self }
+    }
+
+    /// Whether conversations get disk images.
+    pub fn has_images(&self) -> bool {
+        self.images.is_some()
+    }
+
+    /// Unmounts every conversation's image that no run holds now (at shutdown; a held one stays mounted, and the
+    /// next server reuses it). Returns how many were unmounted.
+    pub fn unmount_images(&self) -> usize {
+        let Ok(conversations) = self.conversations() else { return 0 };
+        conversations.iter().filter(|(id, _)| self.unmount_image(id)).count()
+    }
+
+    /// Unmounts the conversation's image unless a run holds it (of this process or another on the root); whether
+    /// it did. The next use mounts it again.
+    pub fn unmount_image(&self, id: &ConversationId) -> bool {
+        let conversation = self.root.join(id.as_str());
+        let Ok(Locked::Held(_lock)) =
+            lock_conversation(&conversation, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+        else {
+            return false;
+        };
+        let files = self.files_dir(id);
+        if !crate::disk_image::is_mounted(&files).unwrap_or(false) {
+            return false;
+        }
+        match crate::disk_image::unmount(&files) {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::warn!(%error, files = %files.display(), "cannot unmount a conversation's image");
+                false
+            }
         }
     }
 
@@ -91,6 +134,9 @@ impl Workspaces {
             .create(&dir)
             .or_else(|e| if e.kind() == std::io::ErrorKind::AlreadyExists { Ok(()) } else { Err(e) })
             .map_err(|e| Error::io("create conversation directory", &dir, e))?;
+        if let Some(images) = &self.images {
+            images.ensure_mounted(&dir).map_err(|e| Error::io("mount conversation image", &dir, e))?;
+        }
         Ok(dir)
     }
 
@@ -148,6 +194,10 @@ impl Workspaces {
         {
             return Err(Error::ConversationBusy { id: id.to_string() });
         }
+        // Its image first (the image file goes with the directory; a file the server still reads keeps it until
+        // then).
+        crate::disk_image::unmount(&conversation.join("files"))
+            .map_err(|e| Error::io("unmount conversation image", &conversation, e))?;
         // A run of another process may make `files` again while this empties the directory (it then waits for
         // the lock, and tries again once the directory is gone): empty it until it can be removed.
         let mut attempts = 0;

@@ -15,7 +15,7 @@ impl Workspaces {
     /// What the conversation's directory holds on disk (see [`directory_usage`]).
     pub fn usage(&self, id: &ConversationId, max_inodes: u64) -> Result<DiskUsage> {
         let dir = self.files_dir(id);
-        match directory_usage(&dir, max_inodes) {
+        match crate::measure_conversation(&dir, max_inodes) {
             Ok(usage) => Ok(usage),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(DiskUsage::default()),
             Err(e) => Err(Error::io("measure conversation directory", dir, e)),
@@ -30,7 +30,8 @@ pub struct DiskUsage {
     /// files (their blocks, not their size: a sparse or `fallocate`d file counts what it holds), directories (their
     /// entries), symlinks (their targets) and special files. An inode with several links counts once.
     pub bytes: u64,
-    /// Inodes under the directory, itself not included.
+    /// Entries under the directory, itself not included: files, directories, symlinks, and every further link to
+    /// a file (on an image: the inodes in use).
     pub inodes: u64,
 }
 
@@ -69,15 +70,17 @@ fn measure(
             Err(rustix::io::Errno::NOENT) => continue,
             Err(e) => return Err(e.into()),
         };
+        // Every entry counts against the limit, each link of a file too (links are free to make: counted once,
+        // they would let a run grow the tree, and this walk, without bound); blocks count once per inode.
+        usage.inodes += 1;
+        if usage.inodes > max_inodes {
+            return Err(std::io::Error::other(format!("more than {max_inodes} files, directories and links")));
+        }
         let kind = FileType::from_raw_mode(stat.st_mode);
         if kind != FileType::Directory && stat.st_nlink > 1 && !linked.insert(stat.st_ino) {
             continue; // another link to an inode already counted
         }
-        usage.inodes += 1;
         usage.bytes += stat.st_blocks as u64 * 512;
-        if usage.inodes > max_inodes {
-            return Err(std::io::Error::other(format!("more than {max_inodes} files and directories")));
-        }
         if kind == FileType::Directory {
             let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
             let sub = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
@@ -145,7 +148,8 @@ mod tests {
             std::fs::create_dir(dir.join("names").join(format!("{i:0>200}"))).unwrap();
         }
         let usage = ws.usage(&id, 1000).unwrap();
-        assert_eq!(usage, DiskUsage { bytes: blocks_of(&dir), inodes: 4 + 200 });
+        // `data-again` is an entry of its own: links count against the inode limit, their blocks once.
+        assert_eq!(usage, DiskUsage { bytes: blocks_of(&dir), inodes: 5 + 200 });
         assert!(usage.bytes < 1 << 24, "the sparse file's size was counted: {usage:?}");
         assert!(usage.bytes >= 100_000, "the data was missed: {usage:?}");
     }

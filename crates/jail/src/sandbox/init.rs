@@ -93,8 +93,8 @@ fn open_cgroups(spec: &JailSpec) -> Result<Vec<File>, SetupError> {
         .collect()
 }
 
-/// Takes a reference of its own to a lock the supervisor holds (`pidfd_getfd`, as root; close-on-exec; pid 1
-/// inherits it). Held by both until they exit, the cgroup slot's keeps the slot taken until the run's tmpfs mounts,
+/// Takes a reference of its own to a lock (or the workspace's tree) the supervisor holds (`pidfd_getfd`, as root;
+/// close-on-exec; pid 1 inherits it). Held by both until they exit, the cgroup slot's keeps the slot taken until the run's tmpfs mounts,
 /// whose pages are charged to the slot's memory cgroup, are gone (so pid 1 may report the program's end before it
 /// unmounts them), and the uid's keeps the uid from another run while a process of this one may be left. `None` if
 /// the kernel refuses (pid 1 then unmounts first).
@@ -156,7 +156,13 @@ fn build_and_wait(ahead: Ahead) -> Result<Infallible, SetupError> {
     let trees = match spec.switch_to {
         Some(_) => {
             let skeleton = ahead.skeleton.filter(|cached| cached.fits(&spec));
-            Some(HostTrees::capture(&spec, skeleton.as_ref().map(|cached| cached.dir.as_path()))?)
+            let workspace = match &spec.workspace_tree {
+                Some(tree) => Some(share_lock(tree).ok_or_else(|| {
+                    SetupError::new("pidfd_getfd the workspace's tree", std::io::Error::last_os_error())
+                })?),
+                None => None,
+            };
+            Some(HostTrees::capture(&spec, workspace, skeleton.as_ref().map(|cached| cached.dir.as_path()))?)
         }
         None => None,
     };

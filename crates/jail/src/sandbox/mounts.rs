@@ -15,8 +15,9 @@
 //! The cached skeleton changes nothing a sandbox can see, except that the host files under `/etc` it shares
 //! (`ld.so.cache`, `localtime`, `ssl/openssl.cnf`) are those of the server's start. Both its tmpfs are read-only at
 //! the superblock, which belongs to the host's user namespace: no sandbox can write to what every sandbox shares.
-//! The zygote's mount namespace is a slave of the host's: mounts made on the host later still reach it, and nothing
-//! mounted there reaches the host.
+//! The zygote's mount namespace is a slave of the host's: nothing mounted there reaches the host, and mounts made on
+//! the host later reach it only where the host's mounts are shared (so runs get their workspace, a conversation's
+//! disk image, as a tree the supervisor cloned).
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
@@ -143,14 +144,21 @@ impl HostTrees {
     /// Clones the trees of `spec`'s workspace (never through a symlink; idmapped from the storage uid to the run's
     /// when the spec names both, see [`crate::sys::idmap`]), the cached `skeleton` that fits it if any, its extra
     /// binds (its runner's prefixes, bound on the skeleton's mount points) and its volumes, with their attributes.
-    pub fn capture(spec: &JailSpec, skeleton: Option<&Path>) -> Result<Self, SetupError> {
-        let directory = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&spec.workspace)
-            .step(|| format!("open {}", spec.workspace.display()))?;
-        let workspace =
-            clone_tree_at(directory.as_raw_fd()).step(|| format!("open_tree {}", spec.workspace.display()))?;
+    ///
+    /// `workspace`: the tree the supervisor cloned in its own mount namespace (see `JailSpec::workspace_tree`), used
+    /// as it is; else the workspace is opened here by path.
+    pub fn capture(spec: &JailSpec, workspace: Option<OwnedFd>, skeleton: Option<&Path>) -> Result<Self, SetupError> {
+        let workspace = match workspace {
+            Some(tree) => tree,
+            None => {
+                let directory = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                    .open(&spec.workspace)
+                    .step(|| format!("open {}", spec.workspace.display()))?;
+                clone_tree_at(directory.as_raw_fd()).step(|| format!("open_tree {}", spec.workspace.display()))?
+            }
+        };
         set_tree_attributes(&workspace, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV).step(|| "mount_setattr /data".into())?;
         // A filesystem without idmapped mounts leaves `idmapped` false: the init then runs the program as the
         // storage uid (see `init::build_and_wait`).
@@ -180,7 +188,10 @@ fn capture_volumes(spec: &JailSpec, idmapped: bool) -> Result<Vec<(PathBuf, Owne
         let attributes = if volume.read_only { READ_ONLY } else { MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV };
         set_tree_attributes(&tree, attributes).step(|| format!("mount_setattr {}", volume.host.display()))?;
         if let (true, Some(storage), Some((run, _))) = (idmapped, spec.storage_id, spec.switch_to) {
-            let _ = crate::sys::idmap::map_tree(&tree, storage, run);
+            let _ = match volume.read_only {
+                true => crate::sys::idmap::map_tree(&tree, storage, run),
+                false => crate::sys::idmap::map_volume_tree(&tree, storage, run),
+            };
         }
         trees.push((volume.path.clone(), tree));
     }
@@ -298,7 +309,7 @@ pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError
     // 1. The host trees of this run, before the new root covers anything (the workspace may be under /tmp).
     let HostTrees { workspace: data, extra_ro_binds, skeleton, volumes, .. } = match trees {
         Some(trees) => trees,
-        None => HostTrees::capture(spec, None)?,
+        None => HostTrees::capture(spec, None, None)?,
     };
     sandlot_core::marks::mark("p.private");
 

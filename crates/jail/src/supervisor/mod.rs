@@ -12,6 +12,7 @@ mod error;
 mod init_process;
 mod launch;
 mod netns_pool;
+mod processes;
 mod run;
 mod runners;
 mod spec;
@@ -266,12 +267,24 @@ impl Backend for JailBackend {
         sandlot_core::marks::mark("c.cgroup");
         let kept_netns = self.netns.as_ref().and_then(|pool| pool.take(&job.workspace));
         let holder_pid = std::process::id();
+        // As root, the workspace as this process sees it (a conversation's disk image is mounted in the server's
+        // mount namespace, after the zygote made its own): held until the run ends, taken by the init.
+        let workspace_tree = match self.root {
+            true => Some(
+                crate::sys::mount::clone_tree(&job.workspace)
+                    .map_err(|e| Error::io(format!("open_tree {}", job.workspace.display()), e.into()))?,
+            ),
+            false => None,
+        };
         let resources = Resources {
             cgroup: cgroup.as_ref().map(|c| (c.procs_files(), HeldLock { holder_pid, fd: c.lock_fd() })),
             uid: uid
                 .as_ref()
                 .map(|u| (u.uid(), HeldLock { holder_pid, fd: u.lock_fd() }, self.config.sandbox_uids.storage())),
             join_netns: kept_netns.as_ref().map(NetnsPool::path_of),
+            workspace_tree: workspace_tree
+                .as_ref()
+                .map(|tree| HeldLock { holder_pid, fd: std::os::fd::AsRawFd::as_raw_fd(tree) }),
         };
         let spec = spec::build(&job, runner, resources);
         let init = self.launcher.take()?;

@@ -113,6 +113,7 @@ impl Run {
             }
             (last, netns)
         };
+        let processes = || super::processes::run_processes(cgroup.as_ref(), pid1.load(Ordering::SeqCst));
         let cap = job.limits.max_output_bytes;
         let read_stdout = read_capped(stdout, Stream::Stdout, cap, sink);
         let read_stderr = read_capped(stderr, Stream::Stderr, cap, sink);
@@ -127,7 +128,7 @@ impl Run {
                     reaped.store(true, Ordering::SeqCst); // no capture through the pid from here on
                     return Ok(Waited::ProgramEnded);
                 },
-                stop = stop_reason(job, job.limits.timeout) => Waited::Stopped(stop),
+                stop = stop_reason(job, job.limits.timeout, &processes) => Waited::Stopped(stop),
             };
             reaped.store(true, Ordering::SeqCst); // not yet, but soon: no capture from here on
             kill_sandbox(pid1, process);

@@ -18,6 +18,8 @@ pub struct Resources {
     pub uid: Option<(u32, HeldLock, u32)>,
     /// The conversation's kept network namespace.
     pub join_netns: Option<PathBuf>,
+    /// A detached copy of the workspace's mount tree, made in the supervisor's mount namespace (as root).
+    pub workspace_tree: Option<HeldLock>,
 }
 
 /// The environment every program starts with, before the layout's and the job's own.
@@ -56,6 +58,7 @@ pub fn build(job: &Job, runner: &HostRunner, resources: Resources) -> JailSpec {
         code: job.code.clone(),
         env: env.into_iter().collect(),
         workspace: job.workspace.clone(),
+        workspace_tree: resources.workspace_tree,
         home,
         volumes: job
             .mounts
@@ -132,6 +135,7 @@ mod tests {
             cgroup: Some((vec!["/sys/fs/cgroup/sandlot/slot-0/cgroup.procs".into()], lock)),
             uid: Some((900_002, lock, 900_000)),
             join_netns: Some("/proc/1/fd/9".into()),
+            workspace_tree: None,
         };
         let spec = build(&job, &runner(), held);
         assert_eq!((spec.rlimits.processes, spec.rlimits.data_bytes), (None, None));

@@ -25,6 +25,11 @@ const CHILD_STACK_BYTES: usize = 16 * 1024;
 /// child (the init does before it exits) or exits. Its stack (16 KiB) stays mapped, as it may still be running on
 /// it until then.
 pub fn user_namespace(inside: u32, outside: u32) -> io::Result<OwnedFd> {
+    user_namespace_mapping(&format!("{inside} {outside} 1\n"))
+}
+
+/// A user namespace whose uid and gid maps are `map` (lines of `inside outside count`); see [`user_namespace`].
+fn user_namespace_mapping(map: &str) -> io::Result<OwnedFd> {
     extern "C" fn sleep_forever(_: *mut libc::c_void) -> libc::c_int {
         loop {
             // SAFETY: pause has no arguments and touches no memory; the parent kills this process.
@@ -38,16 +43,15 @@ pub fn user_namespace(inside: u32, outside: u32) -> io::Result<OwnedFd> {
     if pid < 0 {
         return Err(io::Error::last_os_error());
     }
-    let result = map_and_open(pid, inside, outside);
+    let result = map_and_open(pid, map);
     // SAFETY: kill of our own child, not yet reaped (so its pid cannot name another process).
     unsafe { libc::kill(pid, libc::SIGKILL) };
     result
 }
 
-fn map_and_open(pid: libc::pid_t, inside: u32, outside: u32) -> io::Result<OwnedFd> {
-    let map = format!("{inside} {outside} 1\n");
-    std::fs::write(format!("/proc/{pid}/uid_map"), &map)?;
-    std::fs::write(format!("/proc/{pid}/gid_map"), &map)?;
+fn map_and_open(pid: libc::pid_t, map: &str) -> io::Result<OwnedFd> {
+    std::fs::write(format!("/proc/{pid}/uid_map"), map)?;
+    std::fs::write(format!("/proc/{pid}/gid_map"), map)?;
     let path = mount::cpath(Path::new(&format!("/proc/{pid}/ns/user"))).map_err(io::Error::from)?;
     // SAFETY: open of a NUL-terminated path; the descriptor returned is ours.
     let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
@@ -64,6 +68,17 @@ pub fn map_tree(tree: &OwnedFd, storage: u32, run: u32) -> io::Result<()> {
     let userns = user_namespace(storage, run)?;
     mount::set_tree_idmap(tree, &userns).map_err(io::Error::from)
 }
+
+/// [`map_tree`] for a writable volume, whose top directory is root's and the storage gid's (mode 0770, so a run
+/// writes in it through the group but cannot `chmod` it): root shows as `nobody` (65534), since the kernel lets no
+/// one write an inode whose owner an idmapped mount does not map.
+pub fn map_volume_tree(tree: &OwnedFd, storage: u32, run: u32) -> io::Result<()> {
+    let userns = user_namespace_mapping(&format!("0 {NOBODY} 1\n{storage} {run} 1\n"))?;
+    mount::set_tree_idmap(tree, &userns).map_err(io::Error::from)
+}
+
+/// The host's `nobody`, which no run is.
+const NOBODY: u32 = 65534;
 
 /// Whether the filesystem holding `dir` takes idmapped mounts (as root): `Err` says why not. The mount made to
 /// find out is detached and dropped.

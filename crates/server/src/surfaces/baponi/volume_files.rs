@@ -107,6 +107,7 @@ pub async fn upload(
     };
     let owner = state.app.engine.storage_owner();
     let dir = volume.path.clone();
+    let quota = VolumeQuota::of(volume, &state.app.engine.config().limits);
     let (name, opened) =
         (path.clone(), tokio::task::spawn_blocking(move || sandlot_core::create_in_dir(&dir, &path, owner)));
     let (pending, file) = match opened.await {
@@ -125,7 +126,10 @@ pub async fn upload(
         (Ok(()), Err(error), _) | (Ok(()), Ok(()), Err(error)) => volume_refused(&Error::io("write file", name, error)),
         (Ok(()), Ok(()), Ok(size)) => {
             drop(file.into_std().await);
-            match tokio::task::spawn_blocking(move || pending.commit(size)).await {
+            // Within the volume's quota, as runs are held to it: the new file is in the directory by now.
+            let checked = name.clone();
+            let commit = move || quota.check(&checked, size).and_then(|()| pending.commit(size));
+            match tokio::task::spawn_blocking(commit).await {
                 Ok(Ok(written)) => {
                     let body = serde_json::json!({ "path": written.path, "size": written.size });
                     (StatusCode::CREATED, axum::Json(body)).into_response()
@@ -137,10 +141,37 @@ pub async fn upload(
     }
 }
 
-/// The answer to a volume upload that failed: 400 a bad path, else 500 (logged).
+/// A writable volume's quota (`:rw:<MiB>`, else the conversations' `disk_mb`), for uploads as for runs.
+struct VolumeQuota {
+    dir: std::path::PathBuf,
+    bytes: u64,
+    max_inodes: u64,
+}
+
+impl VolumeQuota {
+    fn of(volume: &super::Volume, limits: &sandlot_core::Limits) -> Self {
+        let bytes = volume.quota_mb.unwrap_or(limits.disk_mb) * 1024 * 1024;
+        Self { dir: volume.path.clone(), bytes, max_inodes: limits.disk_inodes }
+    }
+
+    /// Refuses when the volume holds more than its quota (a walk; one past the inode limit is over).
+    fn check(&self, path: &str, size: u64) -> sandlot_core::Result<()> {
+        let used = sandlot_core::directory_usage(&self.dir, self.max_inodes).map_or(u64::MAX, |usage| usage.bytes);
+        match used > self.bytes {
+            true => Err(Error::QuotaExceeded { path: path.to_owned(), used, size, quota: self.bytes }),
+            false => Ok(()),
+        }
+    }
+}
+
+/// The answer to a volume upload that failed: 400 a bad path, 413 past the volume's quota, else 500 (logged).
 fn volume_refused(error: &Error) -> Response {
     match error {
         Error::InvalidPath { .. } => refuse(StatusCode::BAD_REQUEST, "validation_error", &error.to_string()),
+        Error::QuotaExceeded { path, used, quota, .. } => {
+            let message = format!("{path}: the file would take the volume over its quota ({used} of {quota} bytes)");
+            refuse(StatusCode::PAYLOAD_TOO_LARGE, "quota_exceeded", &message)
+        }
         error => {
             tracing::error!(%error, "volume upload failed");
             refuse(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "cannot write the file")

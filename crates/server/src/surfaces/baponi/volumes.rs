@@ -7,11 +7,13 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-/// One volume: a host directory, and whether runs may write it.
+/// One volume: a host directory, whether runs may write it, and what it may hold then.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Volume {
     pub path: PathBuf,
     pub writable: bool,
+    /// The quota of a writable volume in MiB (`:rw:<MiB>`); `None`: the conversation's (`--disk-mb`).
+    pub quota_mb: Option<u64>,
 }
 
 /// The configured volumes by slug.
@@ -19,13 +21,27 @@ pub struct Volume {
 pub struct Volumes(pub BTreeMap<String, Volume>);
 
 impl Volumes {
-    /// Parses `slug=/host/dir:ro,slug2=/dir:rw` (the mode is optional, `ro` by default). Slugs are
-    /// `^[a-z0-9][a-z0-9_-]*$`, at most 64 characters, each once; directories absolute, existing directories.
+    /// Parses `slug=/host/dir:ro,slug2=/dir:rw,slug3=/dir:rw:64` (the mode is optional, `ro` by default; a writable
+    /// volume's quota in MiB may follow, else it has the conversation's). Slugs are `^[a-z0-9][a-z0-9_-]*$`, at most
+    /// 64 characters, each once; directories absolute, existing directories.
     pub fn parse(text: &str) -> Result<Self, String> {
         let mut volumes = BTreeMap::new();
         for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             let (slug, rest) = item.split_once('=').ok_or_else(|| format!("{item:?} is not slug=/dir[:ro|:rw]"))?;
             let slug = slug.trim();
+            let (rest, quota_mb) = match rest.rsplit_once(':') {
+                Some((head, mib)) if !mib.is_empty() && mib.bytes().all(|b| b.is_ascii_digit()) => {
+                    let Some(dir) = head.strip_suffix(":rw") else {
+                        return Err(format!("volume {slug}: a quota ({mib} MiB) follows :rw only"));
+                    };
+                    match mib.parse::<u64>() {
+                        Ok(mib) if mib > 0 && mib <= 1 << 30 => (format!("{dir}:rw"), Some(mib)),
+                        _ => return Err(format!("volume {slug}: quota {mib} must be 1 to 1073741824 MiB")),
+                    }
+                }
+                _ => (rest.to_owned(), None),
+            };
+            let rest = rest.as_str();
             let valid_slug = slug.len() <= 64
                 && slug.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
                 && slug.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
@@ -50,7 +66,7 @@ impl Volumes {
             if !path.is_dir() {
                 return Err(format!("volume {slug}: {dir:?} is not a directory"));
             }
-            if volumes.insert(slug.to_owned(), Volume { path, writable }).is_some() {
+            if volumes.insert(slug.to_owned(), Volume { path, writable, quota_mb }).is_some() {
                 return Err(format!("volume {slug} is named twice"));
             }
         }
@@ -70,6 +86,7 @@ impl Volumes {
                 host: volume.path.clone(),
                 path: Self::path_in_run(slug),
                 read_only: !volume.writable,
+                quota_mb: volume.quota_mb,
             })
             .collect()
     }
@@ -88,11 +105,13 @@ mod tests {
     fn parses_slugs_dirs_and_modes() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().display();
-        let volumes = Volumes::parse(&format!("data={d}:rw, docs={d}:ro,plain={d}")).unwrap();
+        let volumes = Volumes::parse(&format!("data={d}:rw, docs={d}:ro,plain={d},small={d}:rw:64")).unwrap();
+        let volume = |writable, quota_mb| Volume { path: dir.path().into(), writable, quota_mb };
         let expected = Volumes(BTreeMap::from([
-            ("data".to_owned(), Volume { path: dir.path().into(), writable: true }),
-            ("docs".to_owned(), Volume { path: dir.path().into(), writable: false }),
-            ("plain".to_owned(), Volume { path: dir.path().into(), writable: false }),
+            ("data".to_owned(), volume(true, None)),
+            ("docs".to_owned(), volume(false, None)),
+            ("plain".to_owned(), volume(false, None)),
+            ("small".to_owned(), volume(true, Some(64))),
         ]));
         assert_eq!(volumes, expected);
         assert_eq!(Volumes::parse("").unwrap(), Volumes::default());
@@ -110,6 +129,10 @@ mod tests {
             ("a=/no/such/dir".to_owned(), "not a directory"),
             (format!("a={d},a={d}"), "named twice"),
             (format!("a={d}/x:y:ro"), "has a `:`"),
+            (format!("a={d}:ro:64"), "follows :rw only"),
+            (format!("a={d}:64"), "follows :rw only"),
+            (format!("a={d}:rw:0"), "must be 1 to"),
+            (format!("a={d}:rw:99999999999999999999"), "must be 1 to"),
         ] {
             let error = Volumes::parse(&text).unwrap_err();
             assert!(error.contains(reason), "{text}: {error}");
