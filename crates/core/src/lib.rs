@@ -48,7 +48,9 @@ pub use limits::{Limits, MIN_TIMEOUT, timeout_from_secs};
 pub use log_text::Escaped;
 pub use mount::{MAX_MOUNTS, Mount, hand_over_writable};
 pub use outcome::{RunOutcome, Termination};
-pub use output::{CapturedStream, Excerpt, OutputChunk, OutputSink, Stream, head_and_tail, json_prefix, json_suffix};
+pub use output::{
+    CapturedStream, Excerpt, OutputChunk, OutputSink, Stream, head_and_tail, json_len, json_prefix, json_suffix,
+};
 pub use quota::{DISK_CHECK_INTERVAL, WALK_COST_FACTOR, at_quota, quota_exceeded};
 pub use readiness::{READINESS_TIMEOUT, READINESS_TTL, Readiness, ReadinessCheck};
 pub use request::RunRequest;

@@ -162,7 +162,7 @@ async fn tools_call_wraps_the_result_and_methods_return_it_raw() {
     assert_eq!(
         answer,
         json!({"jsonrpc":"2.0","id":"x","result":{
-            "content":[{"type":"text","text":result.to_string()}],
+            "content":[{"type":"text","text":"file.read: the result is in structuredContent"}],
             "structuredContent":result,
             "result":result,
         }})

@@ -70,9 +70,6 @@ impl Workspaces {
     /// `max_path_bytes` bytes in all: a tree of long, deeply nested names must not make a listing (and the result
     /// built from it) of any size.
     pub fn list_within(&self, id: &ConversationId, max_entries: usize, max_path_bytes: usize) -> Result<FileListing> {
-        let Some(root) = self.open_files_dir(id)? else {
-            return Ok(FileListing::default());
-        };
         let limits = WalkLimits { max_files: max_entries, max_path_bytes, max_visited: usize::MAX, stop: &|| false };
         Ok(self.list_limited(id, &limits)?.0)
     }
