@@ -27,7 +27,16 @@ impl ResultBudget {
 
     /// Takes `piece` whole if it fits (true); else takes nothing, and the result is cut (false).
     pub fn take(&mut self, piece: &str) -> bool {
-        let cost = sandlot_core::json_len(piece);
+        self.take_cost(sandlot_core::json_len(piece))
+    }
+
+    /// Takes `item` whole as one string of a JSON array (its text, its quotes and a comma) if it fits (true); else
+    /// takes nothing, and the result is cut (false).
+    pub fn take_item(&mut self, item: &str) -> bool {
+        self.take_cost(sandlot_core::json_len(item) + 3)
+    }
+
+    fn take_cost(&mut self, cost: usize) -> bool {
         if self.cut || cost > self.left {
             self.cut = true;
             return false;
@@ -73,5 +82,8 @@ mod tests {
         let mut budget = ResultBudget::new(8);
         assert_eq!(budget.take_prefix("abcdéf"), "abcdéf");
         assert!(!budget.is_cut());
+        let mut budget = ResultBudget::new(10);
+        assert!(budget.take_item("abcd")); // "abcd",
+        assert!(!budget.take_item("ab"));
     }
 }

@@ -28,7 +28,15 @@ impl Backend for NoRunners {
 
 /// State over a temporary root, file URLs signed with `secret` on `http://test`.
 pub fn state(secret: &str, ttl: Option<std::time::Duration>) -> (tempfile::TempDir, AppState) {
-    let root = tempfile::tempdir().unwrap();
+    state_in(tempfile::tempdir().unwrap(), secret, ttl)
+}
+
+/// [`state`] over `root` (a temporary directory of the test's choice, e.g. in memory for a tree of many entries).
+pub fn state_in(
+    root: tempfile::TempDir,
+    secret: &str,
+    ttl: Option<std::time::Duration>,
+) -> (tempfile::TempDir, AppState) {
     let engine = Engine::new(Arc::new(NoRunners), Workspaces::new(root.path()), EngineConfig::default());
     let files = FileUrls { signer: Signer::new(secret), public_base_url: "http://test".into(), ttl };
     (

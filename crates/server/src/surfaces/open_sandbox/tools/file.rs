@@ -170,7 +170,7 @@ pub async fn call(
             let matches = text
                 .lines()
                 .filter(|line| line.contains(&args.query))
-                .map_while(|line| budget.take(line).then(|| line.to_owned()))
+                .map_while(|line| budget.take_item(line).then(|| line.to_owned()))
                 .collect();
             result(&SearchResult { matches, truncated: budget.is_cut() })
         }
@@ -219,7 +219,11 @@ fn failure(shown: &str, error: Error) -> ToolError {
             ToolError::InvalidParams(format!("{OUTSIDE}: {shown} goes through a symlink"))
         }
         Error::FileNotFound { .. } => ToolError::Tool(format!("{shown}: no such file or directory")),
-        Error::InvalidPath { message, .. } => ToolError::Tool(format!("{shown} {message}")),
+        Error::InvalidPath { message, .. } if message == "is a directory" || message == "is not a regular file" => {
+            ToolError::Tool(format!("{shown} {message}"))
+        }
+        // The path's shape (a segment over 255 bytes, a control character): the caller's to fix.
+        Error::InvalidPath { message, .. } => ToolError::InvalidParams(format!("{shown} {message}")),
         Error::Io { action, source, .. } => ToolError::Tool(format!("{action} {shown}: {source}")),
         other => ToolError::Tool(other.to_string()),
     }
@@ -318,6 +322,6 @@ fn list(
     entries.sort();
     entries.dedup();
     let mut budget = ResultBudget::tool();
-    entries.retain(|entry| budget.take(entry));
+    entries.retain(|entry| budget.take_item(entry));
     Ok((entries, listing.truncated || budget.is_cut()))
 }
