@@ -1,7 +1,10 @@
-//! Helpers shared by the CLI's integration tests: talking to a real `sandlot serve` over raw HTTP/1.1, and an
-//! engine over the native jail with the sandlot binary as its init.
+//! Helpers shared by the CLI's integration tests: talking to a real `sandlot serve` over raw HTTP/1.1, an engine over
+//! the native jail with the sandlot binary as its init, and a memory cgroup to start a server in
+//! ([`memory_cgroup`]).
 
 #![allow(dead_code)] // each test binary uses its own subset
+
+pub mod memory_cgroup;
 
 use std::time::{Duration, Instant};
 
