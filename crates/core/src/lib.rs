@@ -61,6 +61,6 @@ pub use state_dir::{STATE_DIR_NAME, StateDir};
 pub use stop::{Stop, stop_reason};
 pub use tenant::Tenant;
 pub use workspaces::{
-    Claim, DiskUsage, FileEntry, FileListing, WalkEnd, WalkLimits, Workspaces, directory_usage, hand_over, list_in_dir,
-    open_in_dir, validate_relative_path, validate_upload_path, write_in_dir,
+    Claim, DiskUsage, FileEntry, FileListing, MAX_WALK_ENTRIES, WalkEnd, WalkLimits, Workspaces, directory_usage,
+    hand_over, list_in_dir, open_in_dir, validate_relative_path, validate_upload_path, write_in_dir,
 };

@@ -33,6 +33,10 @@ pub struct FileListing {
     pub truncated: bool,
 }
 
+/// Directory entries of any kind (files, hard links, directories, symlinks) one listing examines at most: what is
+/// free on disk (a hard link costs no inode) must not make a walk of any length.
+pub const MAX_WALK_ENTRIES: usize = 200_000;
+
 /// How far a walk a caller drives may go ([`Workspaces::list_limited`]).
 #[derive(Clone, Copy)]
 pub struct WalkLimits<'a> {
@@ -68,9 +72,10 @@ impl Workspaces {
 
     /// [`Workspaces::list`], also stopped (and marked truncated) before the listed paths would hold more than
     /// `max_path_bytes` bytes in all: a tree of long, deeply nested names must not make a listing (and the result
-    /// built from it) of any size.
+    /// built from it) of any size; and after [`MAX_WALK_ENTRIES`] entries examined.
     pub fn list_within(&self, id: &ConversationId, max_entries: usize, max_path_bytes: usize) -> Result<FileListing> {
-        let limits = WalkLimits { max_files: max_entries, max_path_bytes, max_visited: usize::MAX, stop: &|| false };
+        let limits =
+            WalkLimits { max_files: max_entries, max_path_bytes, max_visited: MAX_WALK_ENTRIES, stop: &|| false };
         Ok(self.list_limited(id, &limits)?.0)
     }
 
@@ -122,7 +127,7 @@ fn list_fd(root: BorrowedFd<'_>, limits: &WalkLimits<'_>) -> std::io::Result<(Fi
 pub fn list_in_dir(dir: &Path, max_entries: usize, max_path_bytes: usize) -> Result<FileListing> {
     let root = rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
         .map_err(|e| Error::io("open directory", dir, e.into()))?;
-    let limits = WalkLimits { max_files: max_entries, max_path_bytes, max_visited: usize::MAX, stop: &|| false };
+    let limits = WalkLimits { max_files: max_entries, max_path_bytes, max_visited: MAX_WALK_ENTRIES, stop: &|| false };
     list_fd(root.as_fd(), &limits).map(|(listing, _)| listing).map_err(|e| Error::io("list directory", dir, e))
 }
 

@@ -19,7 +19,7 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use crate::private_dir::create_private_dir;
 use crate::{ConversationId, Error, Result};
 
-pub use listing::{FileEntry, FileListing, WalkEnd, WalkLimits, list_in_dir};
+pub use listing::{FileEntry, FileListing, MAX_WALK_ENTRIES, WalkEnd, WalkLimits, list_in_dir};
 pub use safe_open::{open_in_dir, validate_relative_path};
 pub use usage::{DiskUsage, directory_usage};
 pub use write::{validate_upload_path, write_in_dir};

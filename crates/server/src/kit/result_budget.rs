@@ -76,8 +76,8 @@ mod tests {
         assert!(!budget.take("\0")); // 6
         assert!(budget.is_cut());
         assert!(!budget.take("x"), "nothing is taken after a cut");
-        let mut budget = ResultBudget::new(8);
-        assert_eq!(budget.take_prefix("ab\0cd"), "ab");
+        let mut budget = ResultBudget::new(7);
+        assert_eq!(budget.take_prefix("ab\0cd"), "ab"); // the NUL would be 6 more
         assert!(budget.is_cut());
         let mut budget = ResultBudget::new(8);
         assert_eq!(budget.take_prefix("abcdéf"), "abcdéf");

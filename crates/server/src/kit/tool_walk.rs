@@ -3,7 +3,7 @@
 //! bytes of their paths and the entries examined (hard links and empty directories cost no disk, so the quota does
 //! not bound them), and it stops when the call is cancelled (the client left, or the future was dropped).
 
-use sandlot_core::{FileListing, WalkEnd, WalkLimits};
+use sandlot_core::{Error, FileListing, WalkEnd, WalkLimits};
 use tokio_util::sync::CancellationToken;
 
 use super::conversation_access::TenantView;
@@ -13,15 +13,18 @@ pub const MAX_FILES: usize = 100_000;
 /// Bytes of listed paths at most.
 pub const MAX_PATH_BYTES: usize = 16 * 1024 * 1024;
 /// Directory entries one walk examines at most, whatever they are.
-pub const MAX_VISITED: usize = 200_000;
+pub const MAX_VISITED: usize = sandlot_core::MAX_WALK_ENTRIES;
 
 /// The files of `workspace` (see [`TenantView::list_limited`]) within this module's bounds, stopped when `cancel` is;
-/// `Err` is the error's text.
+/// `Err` is the error's text (an I/O failure without the host's path).
 pub fn walk(workspace: &TenantView, cancel: &CancellationToken) -> Result<(FileListing, WalkEnd), String> {
     let stop = || cancel.is_cancelled();
     let limits =
         WalkLimits { max_files: MAX_FILES, max_path_bytes: MAX_PATH_BYTES, max_visited: MAX_VISITED, stop: &stop };
-    let walked = workspace.list_limited(&limits).map_err(|e| e.to_string())?;
+    let walked = workspace.list_limited(&limits).map_err(|error| match error {
+        Error::Io { action, source, .. } => format!("{action}: {source}"),
+        other => other.to_string(),
+    })?;
     if walked.1 == WalkEnd::Stopped {
         return Err("cancelled".to_owned());
     }
