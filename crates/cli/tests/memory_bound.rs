@@ -59,7 +59,7 @@ impl Server {
 
     fn healthz(&self) -> bool {
         let request = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-        exchange(self.addr, request, Duration::from_secs(5)).is_ok_and(|(status, _)| status == 200)
+        common::request_at(self.addr, request, Duration::from_secs(5)).is_ok_and(|(status, _)| status == 200)
     }
 
     /// A JSON-RPC request to open-sandbox: the answer.
@@ -97,24 +97,6 @@ impl Drop for Server {
     }
 }
 
-/// One request on a new connection, read to its end: (status, body dechunked).
-fn exchange(addr: SocketAddr, request: &str, timeout: Duration) -> std::io::Result<(u16, Vec<u8>)> {
-    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.write_all(request.as_bytes())?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response)?;
-    let head_end = response
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other(format!("no HTTP head in {} bytes", response.len())))?;
-    let head = String::from_utf8_lossy(&response[..head_end]).to_ascii_lowercase();
-    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = response.split_off(head_end + 4);
-    let body = if head.contains("transfer-encoding: chunked") { common::dechunk(&body) } else { body };
-    Ok((status, body))
-}
-
 /// `POST path` of a JSON `body` with the test's token.
 fn post(addr: SocketAddr, path: &str, body: &str) -> std::io::Result<(u16, Vec<u8>)> {
     let request = format!(
@@ -122,7 +104,7 @@ fn post(addr: SocketAddr, path: &str, body: &str) -> std::io::Result<(u16, Vec<u
          Accept: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    exchange(addr, &request, Duration::from_secs(120))
+    common::request_at(addr, &request, Duration::from_secs(120))
 }
 
 /// A codegen-sandbox session over the legacy SSE transport: requests POSTed to its endpoint, answers read from the
