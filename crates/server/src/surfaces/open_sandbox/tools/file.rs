@@ -271,7 +271,8 @@ async fn read(
         if bytes.len() as u64 > MAX_BYTES {
             return Err(ToolError::Tool(format!("{shown} is larger than 16 MiB")));
         }
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
+        // Valid UTF-8 (the usual case) becomes the string without a second copy of up to 16 MiB.
+        Ok(String::from_utf8(bytes).unwrap_or_else(|invalid| String::from_utf8_lossy(invalid.as_bytes()).into_owned()))
     })
     .await
 }
