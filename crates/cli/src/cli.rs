@@ -231,6 +231,20 @@ pub struct ServiceArgs {
     /// codegen-sandbox) with `[REDACTED:<name>]` in `sandbox_run_code` results and `sandlot://runs/{runId}/output`.
     #[arg(long, env = "SANDLOT_SCRUB_SECRETS", default_value_t = false, action = clap::ArgAction::Set)]
     pub scrub_secrets: bool,
+    /// Conversations the root may hold, every tenant's; a new one beyond is refused.
+    #[arg(long, env = "SANDLOT_MAX_CONVERSATIONS", default_value_t = sandlot_core::DEFAULT_MAX_CONVERSATIONS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_conversations: u64,
+    /// Conversations one tenant may own; a new one beyond is refused.
+    #[arg(long, env = "SANDLOT_TENANT_MAX_CONVERSATIONS", default_value_t = sandlot_core::DEFAULT_TENANT_MAX_CONVERSATIONS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub tenant_max_conversations: u64,
+    /// MiB of disk all conversations may hold before no new one is made (default: what they hold at start plus 90 %
+    /// of the root filesystem's free space then).
+    #[arg(long, env = "SANDLOT_CONVERSATIONS_MAX_MB", value_parser = clap::value_parser!(u64).range(1..))]
+    pub conversations_max_mb: Option<u64>,
+    /// MiB of disk one tenant's conversations may hold before it gets no new one (default: half of
+    /// SANDLOT_CONVERSATIONS_MAX_MB's).
+    #[arg(long, env = "SANDLOT_TENANT_CONVERSATIONS_MAX_MB", value_parser = clap::value_parser!(u64).range(1..))]
+    pub tenant_conversations_max_mb: Option<u64>,
 }
 
 /// `--tool-names`.
@@ -321,6 +335,16 @@ impl ServiceArgs {
         config.queue_wait_limit = Duration::from_secs(self.queue_wait_secs);
         config.result_text_bytes = usize::try_from(self.result_text_bytes).unwrap_or(usize::MAX);
         config
+    }
+
+    /// How many conversations, and bytes in them, the root and each tenant may have.
+    pub fn conversation_bounds(&self) -> sandlot_core::ConversationBounds {
+        sandlot_core::ConversationBounds {
+            max_conversations: self.max_conversations,
+            tenant_max_conversations: self.tenant_max_conversations,
+            max_bytes: self.conversations_max_mb.map(|mb| mb.saturating_mul(1024 * 1024)),
+            tenant_max_bytes: self.tenant_conversations_max_mb.map(|mb| mb.saturating_mul(1024 * 1024)),
+        }
     }
 
     /// What the server keeps, and for how long.

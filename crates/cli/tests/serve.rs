@@ -201,6 +201,39 @@ fn one_run_cannot_make_the_server_build_a_huge_result() {
     assert_eq!(result_of(&body)["stdout"], "again\n");
 }
 
+/// A run prints 3.2 MB and then its answer, under the default `SANDLOT_MAX_OUTPUT_BYTES` (1 MiB a stream). The
+/// model's result ends with the answer, and so does the run's kept output in the history (`GET /v1/runs/{id}/output`),
+/// which is the first and last 512 KiB with the capture's cut marker between them. Before the ring the capture
+/// kept the first 1 MiB only, and `LAST-LINE` reached neither.
+#[test]
+fn the_last_line_of_a_long_output_reaches_the_model_over_mcp() {
+    let server = Server::start(&[], &[]);
+    let code = "for i in range(50000):\n    print(f'line {i:06d} ' + 'x' * 51)\nprint('LAST-LINE')";
+    let arguments = serde_json::json!({ "conversationId": "long", "language": "python", "code": code });
+    let (status, body) = server.run_code(arguments, Duration::from_secs(120)).expect("tools/call");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body[..body.len().min(300)]));
+    let result = result_of(&body);
+    assert_eq!((result["success"].as_bool(), result["truncated"].as_bool()), (Some(true), Some(true)));
+    let (output, stdout) = (result["output"].as_str().unwrap(), result["stdout"].as_str().unwrap());
+    assert!(stdout.ends_with("\nLAST-LINE\n"), "{}", &stdout[stdout.len() - 200..]);
+    assert!(output.contains("\nLAST-LINE\n"), "{}", &output[output.len() - 200..]);
+
+    let printed = (0..50_000).map(|i| format!("line {i:06} {}\n", "x".repeat(51))).collect::<String>() + "LAST-LINE\n";
+    let half = 512 * 1024;
+    let cut = sandlot_core::cut_marker((printed.len() - 2 * half) as u64, half, half);
+    let kept = format!("{}{cut}{}", &printed[..half], &printed[printed.len() - half..]);
+    let run_id = result["runId"].as_str().unwrap();
+    let request = format!(
+        "GET /v1/runs/{run_id}/output HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Connection: close\r\n\r\n"
+    );
+    let (status, body) = server.request(&request, Duration::from_secs(30)).expect("GET output");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body[..body.len().min(300)]));
+    let history: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert!(history["stdout"] == kept.as_str(), "the history kept {:?}", history["stdout"].as_str().map(str::len));
+    assert_eq!(history["stdoutTruncated"], true);
+}
+
 /// Attack: connections that never send a byte. Under systemd's default soft limit of 1024 descriptors, 1,100 of
 /// them took every descriptor: `/healthz` and every run timed out. The server now closes the oldest idle
 /// connection when it reaches its cap (derived from the limit, minus a reserve for runs), so with 1,100 idle

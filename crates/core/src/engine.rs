@@ -81,13 +81,15 @@ pub struct Engine {
     admission: Admission,
     ledger: Ledger,
     readiness: ReadinessCache,
+    uploads: Arc<crate::uploads::Uploads>,
 }
 
 impl Engine {
     /// An engine over `backend`, keeping conversations under `workspaces`, with no history.
     pub fn new(backend: Arc<dyn Backend>, workspaces: Workspaces, config: EngineConfig) -> Self {
         let admission = Admission::new(config.max_concurrent_runs, config.max_queued, config.queue_wait_limit);
-        Self { backend, workspaces, config, admission, ledger: Ledger::new(None), readiness: ReadinessCache::default() }
+        let (ledger, readiness, uploads) = (Ledger::new(None), ReadinessCache::default(), Default::default());
+        Self { backend, workspaces, config, admission, ledger, readiness, uploads }
     }
 
     /// The same engine, recording every run in `history`.
@@ -145,6 +147,11 @@ impl Engine {
     /// the sandboxes it left behind are removed ([`Backend::remove_leftovers`]). Returns the interrupted run ids.
     pub async fn recover(&self) -> Result<Vec<String>> {
         self.backend.remove_leftovers().await;
+        // The conversations' budget is counted now (a walk of the root), not at the first new conversation.
+        let workspaces = self.workspaces.clone();
+        tokio::task::spawn_blocking(move || workspaces.budget())
+            .await
+            .map_err(|e| Error::io("count conversations", self.workspaces.root(), std::io::Error::other(e)))??;
         match self.history() {
             Some(history) => history.recover(),
             None => Ok(Vec::new()),
@@ -178,9 +185,14 @@ impl Engine {
         self.backend.storage_owner()
     }
 
-    /// The files a result lists: bounded in number and in bytes of paths.
-    fn list_files(&self, conversation: &ConversationId) -> Result<FileListing> {
-        self.workspaces.list_within(conversation, self.config.max_files_listed, self.config.max_listed_path_bytes)
+    /// The files a result lists: bounded in number and in bytes of paths. The walk blocks, so it runs on the
+    /// blocking pool, never on the runtime's workers (a tree of many directories would stall every other request).
+    async fn list_files(&self, conversation: &ConversationId) -> Result<FileListing> {
+        let (workspaces, id) = (self.workspaces.clone(), conversation.clone());
+        let (max_files, max_bytes) = (self.config.max_files_listed, self.config.max_listed_path_bytes);
+        tokio::task::spawn_blocking(move || workspaces.list_within(&id, max_files, max_bytes))
+            .await
+            .map_err(|e| Error::io("list conversation directory", self.workspaces.files_dir(conversation), e.into()))?
     }
 
     /// Validates a request into a job's parts without running anything.
@@ -283,7 +295,7 @@ impl Engine {
             Err(Refusal::Cancelled) => {
                 drop(entry); // recorded as cancelled
                 let outcome = RunOutcome::empty(Termination::Cancelled, Duration::ZERO);
-                let files = self.list_files(&conversation)?;
+                let files = self.list_files(&conversation).await?;
                 let started_at = std::time::SystemTime::now();
                 return Ok(RunReport {
                     run_id,
@@ -339,7 +351,11 @@ impl Engine {
         crate::marks::mark("c.backend_done");
         self.admission.record_duration(outcome.duration);
         entry.finish(&outcome);
-        let files = self.list_files(&conversation)?;
+        let workspaces = self.workspaces.clone();
+        let measured = conversation.clone();
+        // The conversations' budget learns what the run left on disk.
+        let _ = tokio::task::spawn_blocking(move || workspaces.remeasure(&measured)).await;
+        let files = self.list_files(&conversation).await?;
         tracing::info!(
             run_id,
             exit_code = outcome.exit_code(),
@@ -397,27 +413,51 @@ impl Engine {
         self.workspaces.owner(id)
     }
 
-    /// Writes an uploaded file to `path` in the conversation's `/data` ([`Workspaces::write`]: symlink-safe,
-    /// within the conversation's disk quota, owned by the backend's storage uid). The conversation is claimed
-    /// meanwhile, so it is not removed under the write; a run of it may be going (the claim is shared): it sees the
-    /// file whole or not at all, and the quota's watchdog counts it like anything the run writes.
+    /// Writes an uploaded file held in memory (a tool's argument) to `path` in the conversation's `/data`: an
+    /// [`Engine::begin_upload`] of exactly its size, written and finished.
     pub async fn upload_file(&self, conversation: &ConversationId, path: &str, bytes: Vec<u8>) -> Result<FileEntry> {
-        crate::workspaces::validate_upload_path(path)?;
-        let (_files, claim) = self.claim(conversation).await?;
-        let workspaces = self.workspaces.clone();
-        let owner = self.backend.storage_owner();
-        let limits = self.config.limits.clone();
-        let id = conversation.clone();
-        let path = path.to_owned();
-        let written = tokio::task::spawn_blocking(move || {
-            let written = workspaces.write(&id, &path, &bytes, owner, limits.disk_mb * 1024 * 1024, limits.disk_inodes);
-            drop(claim);
-            written
-        })
-        .await
-        .map_err(|e| Error::io("write file", self.workspaces.root(), std::io::Error::other(e)))??;
+        let mut upload = self.begin_upload(conversation, path, crate::UploadSize::Exactly(bytes.len() as u64)).await?;
+        upload.write(&bytes).await?;
+        let written = upload.finish().await?;
         tracing::info!(conversation = %conversation, path = %written.path, size = written.size, "file uploaded");
         Ok(written)
+    }
+
+    /// Starts an upload to `path` in the conversation's `/data` (symlink-safe, owned by the backend's storage uid;
+    /// see `uploads.rs`): admitted only when what `/data` holds, plus what the conversation's uploads in flight
+    /// promised, plus `size`, fits the disk quota ([`Error::QuotaExceeded`]), and when the conversation has fewer
+    /// than [`crate::MAX_UPLOADS_PER_CONVERSATION`] in flight ([`Error::Busy`]). Nothing of the body is read yet.
+    /// The conversation is claimed until the upload ends, so it is not removed under it; a run of it may go on
+    /// meanwhile (the claim is shared) and sees the file whole or not at all.
+    pub async fn begin_upload(
+        &self,
+        conversation: &ConversationId,
+        path: &str,
+        size: crate::UploadSize,
+    ) -> Result<crate::Upload> {
+        crate::workspaces::validate_upload_path(path)?;
+        let (_files, claim) = self.claim(conversation).await?;
+        let uploads = self.uploads.clone();
+        let workspaces = self.workspaces.clone();
+        let owner = self.backend.storage_owner();
+        let limits = &self.config.limits;
+        let (quota_bytes, max_inodes) = (limits.disk_mb * 1024 * 1024, limits.disk_inodes);
+        let (id, path) = (conversation.clone(), path.to_owned());
+        tokio::task::spawn_blocking(move || {
+            crate::uploads::admit(crate::uploads::Admission {
+                uploads: &uploads,
+                workspaces: &workspaces,
+                id: &id,
+                path: &path,
+                size,
+                owner,
+                quota_bytes,
+                max_inodes,
+                claim,
+            })
+        })
+        .await
+        .map_err(|e| Error::io("write file", self.workspaces.root(), std::io::Error::other(e)))?
     }
 
     /// Removes a conversation: its directory (every file of its `/data`) and its runs in the history. Refused with
@@ -577,6 +617,43 @@ mod tests {
 
     fn id(name: &str) -> ConversationId {
         ConversationId::parse(name).unwrap()
+    }
+
+    /// The file listing after every run walked the conversation on the runtime's worker thread: a tree of many
+    /// directories held every other task of the server for the walk's whole time. On this single-threaded runtime a
+    /// task ticking every millisecond measures it: now the walk is on the blocking pool and the ticker is never held
+    /// for half the run's time (before, it was held for nearly all of it).
+    #[tokio::test]
+    async fn the_listing_after_a_run_does_not_hold_the_runtime() {
+        let root = tempfile::tempdir_in("/dev/shm").unwrap();
+        let engine = engine(root.path());
+        let files = engine.workspaces().files_dir(&id("c"));
+        std::fs::create_dir_all(&files).unwrap();
+        for i in 0..crate::MAX_VISITED_ENTRIES {
+            std::fs::create_dir(files.join(format!("d{i}"))).unwrap();
+        }
+        let longest = Arc::new(std::sync::Mutex::new(Duration::ZERO));
+        let ticker = tokio::spawn({
+            let longest = longest.clone();
+            async move {
+                let mut last = std::time::Instant::now();
+                loop {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    let mut longest = longest.lock().unwrap();
+                    *longest = (*longest).max(last.elapsed());
+                    last = std::time::Instant::now();
+                }
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await; // the ticker is running
+        let started = std::time::Instant::now();
+        let report = engine.run(request("c", "1"), &()).await.unwrap();
+        let took = started.elapsed();
+        tokio::time::sleep(Duration::from_millis(50)).await; // the ticker sees the last gap too
+        ticker.abort();
+        let longest = *longest.lock().unwrap();
+        assert!(report.files.truncated, "the walk stops at MAX_VISITED_ENTRIES");
+        assert!(longest < took / 2, "the runtime was held {longest:?} of the run's {took:?}");
     }
 
     #[tokio::test]

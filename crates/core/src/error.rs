@@ -59,6 +59,14 @@ pub enum Error {
     #[error("conversation \"{conversation}\" is not available to this caller; use another conversationId")]
     ConversationTaken { conversation: String },
 
+    /// A new conversation would take its tenant or the server past a bound of [`crate::ConversationBounds`]:
+    /// `spent` of `what` already, at most `limit` (the `setting` that sets it).
+    #[error(
+        "no new conversation: there are {spent} {what}, at most {limit} ({setting}); use or delete an existing \
+         conversation"
+    )]
+    ConversationLimit { what: &'static str, setting: &'static str, spent: u64, limit: u64 },
+
     /// The backend could not run the job (not the code failing: that is a normal outcome).
     #[error("backend {backend}: {message}")]
     Backend { backend: &'static str, message: String },

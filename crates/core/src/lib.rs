@@ -34,6 +34,8 @@ mod signer;
 mod state_dir;
 mod stop;
 mod tenant;
+mod timestamp;
+mod uploads;
 mod workspaces;
 
 pub use backend::{Backend, Job, RunnerInfo};
@@ -49,7 +51,8 @@ pub use log_text::Escaped;
 pub use mount::{MAX_MOUNTS, Mount, hand_over_writable};
 pub use outcome::{RunOutcome, Termination};
 pub use output::{
-    CapturedStream, Excerpt, OutputChunk, OutputSink, Stream, head_and_tail, json_len, json_prefix, json_suffix,
+    CapturedStream, Excerpt, OutputChunk, OutputSink, Stream, cut_marker, head_and_tail, json_len, json_prefix,
+    json_suffix,
 };
 pub use quota::{DISK_CHECK_INTERVAL, WALK_COST_FACTOR, at_quota, quota_exceeded};
 pub use readiness::{READINESS_TIMEOUT, READINESS_TTL, Readiness, ReadinessCheck};
@@ -60,7 +63,11 @@ pub use signer::Signer;
 pub use state_dir::{STATE_DIR_NAME, StateDir};
 pub use stop::{Stop, stop_reason};
 pub use tenant::Tenant;
+pub use timestamp::{rfc3339_millis, rfc3339_seconds};
+pub use uploads::{MAX_UPLOADS_PER_CONVERSATION, Upload, UploadSize};
 pub use workspaces::{
-    Claim, DiskUsage, FileEntry, FileListing, MAX_WALK_ENTRIES, WalkEnd, WalkLimits, Workspaces, directory_usage,
-    hand_over, list_in_dir, open_in_dir, validate_relative_path, validate_upload_path, write_in_dir,
+    Budgeted, Claim, ConversationBounds, DEFAULT_FREE_SPACE_PERCENT, DEFAULT_MAX_CONVERSATIONS,
+    DEFAULT_TENANT_MAX_CONVERSATIONS, DiskUsage, FileEntry, FileListing, MAX_VISITED_ENTRIES, PendingFile, Spent,
+    WalkEnd, WalkLimits, Workspaces, create_in_dir, directory_usage, hand_over, list_in_dir, open_in_dir,
+    validate_relative_path, validate_upload_path, write_in_dir,
 };

@@ -15,7 +15,7 @@ pub struct OutputChunk {
     pub data: Vec<u8>,
 }
 
-/// Receives output while the program runs. Only bytes within the output cap are ever passed on.
+/// Receives output while the program runs. Only bytes the result keeps are ever passed on (see [`CapturedStream`]).
 pub trait OutputSink: Send + Sync {
     fn output(&self, chunk: OutputChunk);
 }
@@ -31,27 +31,41 @@ impl<F: Fn(OutputChunk) + Send + Sync> OutputSink for F {
     }
 }
 
-/// One stream's bytes, kept up to a cap. Bytes past the cap are counted and dropped, never buffered.
+/// One stream's bytes within a cap: the first half of the cap (the head) and the last half (the tail, a ring that
+/// always holds the latest bytes), so the end of a run's output, usually its answer or its error, is never lost.
+/// Bytes between them are counted and dropped, never buffered; the kept text then has a marker line between head and
+/// tail saying how many were cut. The head is forwarded live as it comes; the tail is decided only at the stream's
+/// end, so it is forwarded then, after the marker ([`CapturedStream::rest`]): what live listeners get is exactly
+/// the kept text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CapturedStream {
-    bytes: Vec<u8>,
-    cap: usize,
+    head: Vec<u8>,
+    head_cap: usize,
+    tail: std::collections::VecDeque<u8>,
+    tail_cap: usize,
     dropped: u64,
 }
 
 impl CapturedStream {
-    /// An empty stream that keeps at most `cap` bytes.
+    /// An empty stream that keeps at most `cap` bytes of output: the first `cap / 2` and the last `cap - cap / 2`.
     pub fn new(cap: usize) -> Self {
-        Self { bytes: Vec::new(), cap, dropped: 0 }
+        let head_cap = cap / 2;
+        Self { head: Vec::new(), head_cap, tail: Default::default(), tail_cap: cap - head_cap, dropped: 0 }
     }
 
-    /// Keeps what fits of `data` and returns that part (to forward live); counts the rest as dropped.
+    /// Keeps `data`: what fits in the head, the rest in the tail (dropping the tail's oldest bytes past the cap).
+    /// Returns the part that went to the head, which is final and can be forwarded live at once.
     pub fn push<'a>(&mut self, data: &'a [u8]) -> &'a [u8] {
-        let room = self.cap.saturating_sub(self.bytes.len());
-        let kept = &data[..data.len().min(room)];
-        self.bytes.extend_from_slice(kept);
-        self.dropped += (data.len() - kept.len()) as u64;
-        kept
+        let room = self.head_cap.saturating_sub(self.head.len());
+        let (to_head, rest) = data.split_at(data.len().min(room));
+        self.head.extend_from_slice(to_head);
+        let skipped = rest.len().saturating_sub(self.tail_cap); // older than any tail could keep
+        let rest = &rest[skipped..];
+        let evicted = (self.tail.len() + rest.len()).saturating_sub(self.tail_cap);
+        self.tail.drain(..evicted);
+        self.tail.extend(rest);
+        self.dropped += (skipped + evicted) as u64;
+        to_head
     }
 
     /// Whether any byte was dropped.
@@ -59,10 +73,39 @@ impl CapturedStream {
         self.dropped > 0
     }
 
-    /// The kept bytes as text (invalid UTF-8 replaced).
-    pub fn into_text(self) -> String {
-        String::from_utf8_lossy(&self.bytes).into_owned()
+    /// What the kept text has after the head: when bytes were dropped, a marker line saying how many, then the
+    /// tail. Forwarded to live listeners once the stream has ended.
+    pub fn rest(&self) -> Vec<u8> {
+        let mut rest = Vec::with_capacity(self.tail.len() + 160);
+        if self.truncated() {
+            if self.head.last().is_some_and(|&byte| byte != b'\n') {
+                rest.push(b'\n');
+            }
+            rest.extend_from_slice(self.marker().as_bytes());
+        }
+        rest.extend(&self.tail);
+        rest
     }
+
+    /// The line between head and tail when bytes were dropped.
+    fn marker(&self) -> String {
+        cut_marker(self.dropped, self.head_cap, self.tail_cap)
+    }
+
+    /// The kept text: the head, then [`CapturedStream::rest`] (invalid UTF-8 replaced).
+    pub fn into_text(self) -> String {
+        let mut bytes = self.rest();
+        bytes.splice(0..0, self.head);
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+/// The line a [`CapturedStream`] puts between its head (`head` bytes) and its tail (`tail` bytes) when `cut` bytes
+/// between them were dropped.
+pub fn cut_marker(cut: u64, head: usize, tail: usize) -> String {
+    format!(
+        "[... {cut} bytes cut here: each stream keeps its first {head} and last {tail} bytes (SANDLOT_MAX_OUTPUT_BYTES) ...]\n"
+    )
 }
 
 /// The longest prefix of `text` (ending on a character boundary) that takes at most `budget` bytes inside a JSON
@@ -176,14 +219,28 @@ mod tests {
     }
 
     #[test]
-    fn keeps_up_to_the_cap_and_marks_truncation() {
-        let mut s = CapturedStream::new(5);
-        assert_eq!(s.push(b"abc"), b"abc");
+    fn keeps_the_head_and_the_latest_tail_and_marks_the_cut() {
+        let mut s = CapturedStream::new(6);
+        assert_eq!(s.push(b"ab"), b"ab");
+        assert_eq!(s.push(b"cde"), b"c", "the head (3 bytes) is forwarded at once, the rest waits in the tail");
         assert!(!s.truncated());
-        assert_eq!(s.push(b"defg"), b"de");
-        assert_eq!(s.push(b"h"), b"");
+        assert_eq!(s.clone().into_text(), "abcde", "nothing dropped: no marker");
+        assert_eq!(s.push(b"fgh"), b"");
+        assert_eq!(s.push(b"0123456789"), b"", "a chunk longer than the tail keeps its end");
         assert!(s.truncated());
-        assert_eq!(s.into_text(), "abcde");
+        let marker =
+            "[... 12 bytes cut here: each stream keeps its first 3 and last 3 bytes (SANDLOT_MAX_OUTPUT_BYTES) ...]";
+        assert_eq!(String::from_utf8(s.rest()).unwrap(), format!("\n{marker}\n789"));
+        assert_eq!(s.into_text(), format!("abc\n{marker}\n789"));
+        let mut lines = CapturedStream::new(4);
+        lines.push(b"a\nbcdefg\n");
+        assert_eq!(
+            lines.into_text(),
+            format!(
+                "a\n{}g\n",
+                "[... 5 bytes cut here: each stream keeps its first 2 and last 2 bytes (SANDLOT_MAX_OUTPUT_BYTES) ...]\n"
+            )
+        );
     }
 
     #[test]

@@ -482,6 +482,13 @@ impl DockerBackend {
                     sink.output(OutputChunk { stream, data: kept.to_vec() });
                 }
             }
+            // The tail is known only now: it goes out after the head, as the kept text has it.
+            for (captured, stream) in [(&stdout, Stream::Stdout), (&stderr, Stream::Stderr)] {
+                let rest = captured.rest();
+                if !rest.is_empty() {
+                    sink.output(OutputChunk { stream, data: rest });
+                }
+            }
             (stdout, stderr)
         };
         let wait = async {

@@ -165,6 +165,36 @@ async fn deadline_kills_the_container_and_nothing_is_left() {
     assert_eq!(containers_left(&report), 0);
 }
 
+/// A run that prints 3.2 MB and then its answer keeps the answer with the default cap (the first and last 512 KiB of
+/// each stream, a marker line between them), and live listeners get exactly the kept text; before the ring, the
+/// first 1 MiB only was kept and `LAST-LINE` was lost.
+#[tokio::test]
+async fn the_last_line_of_a_long_output_is_kept() {
+    let sandbox = sandbox(|_| {}).await;
+    let code = "for i in range(50000):\n    print(f'line {i:06d} ' + 'x' * 51)\nprint('LAST-LINE')";
+    let printed = (0..50_000).map(|i| format!("line {i:06} {}\n", "x".repeat(51))).collect::<String>() + "LAST-LINE\n";
+    let half = 512 * 1024;
+    let cut = sandlot_core::cut_marker((printed.len() - 2 * half) as u64, half, half);
+    let expected = format!("{}{cut}{}", &printed[..half], &printed[printed.len() - half..]);
+    let live = std::sync::Mutex::new(Vec::new());
+    let sink = |chunk: sandlot_core::OutputChunk| live.lock().unwrap().extend_from_slice(&chunk.data);
+    let request = RunRequest {
+        conversation_id: "long".into(),
+        language: "python".into(),
+        code: code.into(),
+        ..RunRequest::default()
+    };
+    let report = sandbox.engine.run(request, &sink).await.expect("run");
+    assert_eq!(report.outcome.termination, Termination::Exited { code: 0 });
+    assert!(report.outcome.stdout_truncated);
+    assert!(report.outcome.stdout == expected, "kept {} bytes, ending {:?}", report.outcome.stdout.len(), {
+        let kept = &report.outcome.stdout;
+        &kept[kept.len().saturating_sub(80)..]
+    });
+    let live = String::from_utf8(live.into_inner().unwrap()).unwrap();
+    assert!(live == expected, "live listeners got {} bytes, not the {} kept", live.len(), expected.len());
+}
+
 #[tokio::test]
 async fn memory_and_pids_limits_hold() {
     let sandbox = sandbox(|limits| {

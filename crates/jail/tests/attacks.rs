@@ -60,6 +60,7 @@ fn main() {
         ("memory_bomb_is_killed_as_out_of_memory", memory_bomb_is_killed_as_out_of_memory),
         ("loopback_tcp_buffers_stay_within_the_memory_limit", loopback_tcp_buffers_stay_within_the_memory_limit),
         ("output_flood_is_capped_and_server_memory_stays_flat", output_flood_is_capped_and_server_memory_stays_flat),
+        ("the_last_line_of_a_long_output_is_kept", the_last_line_of_a_long_output_is_kept),
         ("filling_tmp_stops_at_its_size", filling_tmp_stops_at_its_size),
         ("filling_data_with_many_files_hits_the_quota", filling_data_with_many_files_hits_the_quota),
         ("one_huge_file_in_data_hits_the_quota", one_huge_file_in_data_hits_the_quota),
@@ -466,17 +467,45 @@ fn resident_kib() -> u64 {
 }
 
 fn output_flood_is_capped_and_server_memory_stays_flat() -> Result<(), Failed> {
-    let sandbox = Sandbox::new(|limits| {
-        limits.timeout = Duration::from_secs(3);
-        limits.max_output_bytes = 1024 * 1024;
-    });
+    let sandbox = Sandbox::new(|limits| limits.timeout = Duration::from_secs(3));
     let before = resident_kib();
     let report = python(&sandbox, "import sys\nchunk = b'x' * 65536\nwhile True:\n    sys.stdout.buffer.write(chunk)");
     let growth_kib = resident_kib().saturating_sub(before);
     check_eq(report.outcome.termination.clone(), Termination::TimedOut, "termination")?;
-    check_eq(report.outcome.stdout.len(), 1024 * 1024, "kept stdout bytes")?;
+    // The default SANDLOT_MAX_OUTPUT_BYTES (1 MiB): its first and last halves, around the cut marker.
+    check_eq(report.outcome.stdout.matches('x').count(), 1024 * 1024, "kept stdout bytes")?;
     check(report.outcome.stdout_truncated, || "stdout not marked truncated".into())?;
     check(growth_kib < 32 * 1024, || format!("the server grew by {growth_kib} KiB while the sandbox flooded"))
+}
+
+/// A run that prints 3.2 MB and then its answer: with the default cap (1 MiB a stream) the answer is kept (the cap
+/// keeps the first and last 512 KiB, with a marker line saying how many bytes were cut between them), and live
+/// listeners get exactly the kept text. Before the ring, only the first 1 MiB was kept and `LAST-LINE` was lost.
+fn the_last_line_of_a_long_output_is_kept() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let code = "for i in range(50000):\n    print(f'line {i:06d} ' + 'x' * 51)\nprint('LAST-LINE')";
+    let printed: String =
+        (0..50_000).map(|i| format!("line {i:06} {}\n", "x".repeat(51))).collect::<String>() + "LAST-LINE\n";
+    let half = 512 * 1024;
+    let cut = sandlot_core::cut_marker((printed.len() - 2 * half) as u64, half, half);
+    let expected = format!("{}{cut}{}", &printed[..half], &printed[printed.len() - half..]);
+    let live = std::sync::Mutex::new(Vec::new());
+    let sink = |chunk: sandlot_core::OutputChunk| live.lock().expect("live output").extend_from_slice(&chunk.data);
+    let request = sandlot_core::RunRequest {
+        conversation_id: "attack".into(),
+        language: "python".into(),
+        code: code.into(),
+        ..Default::default()
+    };
+    let report = sandbox.runtime.block_on(sandbox.engine.run(request, &sink)).expect("run");
+    check_eq(report.outcome.termination.clone(), Termination::Exited { code: 0 }, "termination")?;
+    check(report.outcome.stdout_truncated, || "stdout not marked truncated".into())?;
+    check(report.outcome.stdout == expected, || {
+        let kept = &report.outcome.stdout;
+        format!("kept {} bytes ending {:?}", kept.len(), &kept[kept.len().saturating_sub(80)..])
+    })?;
+    let live = String::from_utf8(live.into_inner().expect("live output")).expect("utf-8");
+    check(live == expected, || format!("live listeners got {} bytes, not the {} kept", live.len(), expected.len()))
 }
 
 fn filling_tmp_stops_at_its_size() -> Result<(), Failed> {

@@ -541,6 +541,9 @@ async fn json_rpc_errors_follow_baponi() {
         ("{not json", StatusCode::BAD_REQUEST, -32700),
         (r#"{"id":1,"method":"tools/list"}"#, StatusCode::BAD_REQUEST, -32600),
         (r#"{"jsonrpc":"2.0","id":1}"#, StatusCode::BAD_REQUEST, -32600),
+        // JSON rmcp cannot type (it answered those with HTTP 415): a fractional id, a key given twice.
+        (r#"{"jsonrpc":"2.0","id":1.5,"method":"tools/list"}"#, StatusCode::BAD_REQUEST, -32600),
+        (r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/list"}"#, StatusCode::BAD_REQUEST, -32600),
     ];
     for (body, status, code) in cases {
         let (got, _, bytes) = server.send(post(MCP, body, Some("tok"), "10.0.0.1")).await;

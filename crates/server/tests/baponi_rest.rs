@@ -685,3 +685,20 @@ async fn another_tenants_running_execution_is_unknown_and_cannot_be_cancelled() 
         assert_eq!((&last["type"], &last["status"]), (&json!("result"), &json!("cancelled")));
     }
 }
+
+/// A run can set a file's mtime past the year 9999 (`os.utime(path, (0, 2**40))`; tmpfs and btrfs keep it), which
+/// humantime cannot format: the listing clamps it to the last second of 9999, and lists it again for the next caller.
+/// The root is on tmpfs (`/dev/shm`): ext4 caps an mtime at the year 2446.
+#[tokio::test]
+async fn attack_a_file_modified_after_the_year_9999_is_listed_not_a_panic() {
+    let (root, state) = common::state_in(tempfile::tempdir_in("/dev/shm").unwrap(), "secret", None);
+    let router = app(state, Authenticator::token("tok"), HttpOptions::new(AllowedHosts::new(vec!["localhost".into()])));
+    write(root.path(), "t9", "future.txt", b"x");
+    let file = std::fs::File::options().write(true).open(root.path().join("t9/files/future.txt")).unwrap();
+    file.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1 << 40)).unwrap();
+    for attempt in 0..2 {
+        let (status, body) = send(&router, post("/v1/files/list", &json!({ "source": "thread", "id": "t9" }))).await;
+        assert_eq!(status, StatusCode::OK, "attempt {attempt}: {body}");
+        assert_eq!(body["files"][0]["modified"], json!("9999-12-31T23:59:59Z"), "attempt {attempt}: {body}");
+    }
+}

@@ -203,3 +203,43 @@ async fn symlinks_in_data_are_never_followed_by_resources_read() {
     let ok = read(&router, "sandlot://conversations/attacker/files/ok.txt").await;
     assert_eq!(ok["result"]["contents"][0]["text"], "fine", "{ok}");
 }
+
+/// Attack: `resources/list` walked every conversation's directories on the runtime's worker threads, so a tree of
+/// many directories stalled every other request (six concurrent listings over 100k directories delayed `/healthz` by
+/// 3.1 s). On this test's single-threaded runtime, a task ticking every millisecond measures how long the runtime
+/// was held: now the walk is on the blocking pool and the ticker is never held for half the listing's time (before,
+/// it was held for all of it: the runtime's one thread did the walk). The walk also stops at
+/// `MAX_VISITED_ENTRIES` entries and says the listing is cut short.
+#[tokio::test]
+async fn attack_a_tree_of_many_directories_cannot_stall_the_runtime_while_listed() {
+    let (root, state) = common::state_in(tempfile::tempdir_in("/dev/shm").unwrap(), "secret", None);
+    write(root.path(), "deep", "answer.txt", b"42");
+    let files = root.path().join("deep/files");
+    for i in 0..sandlot_core::MAX_VISITED_ENTRIES {
+        std::fs::create_dir(files.join(format!("d{i}"))).unwrap();
+    }
+    let router = router(&state);
+    let longest = std::sync::Arc::new(std::sync::Mutex::new(std::time::Duration::ZERO));
+    let ticker = tokio::spawn({
+        let longest = longest.clone();
+        async move {
+            let mut last = std::time::Instant::now();
+            loop {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                let mut longest = longest.lock().unwrap();
+                *longest = (*longest).max(last.elapsed());
+                last = std::time::Instant::now();
+            }
+        }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await; // the ticker is running
+    let started = std::time::Instant::now();
+    let listed = rpc(&router, "resources/list", json!({})).await;
+    let took = started.elapsed();
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await; // the ticker sees the last gap too
+    ticker.abort();
+    let longest = *longest.lock().unwrap();
+    // Nothing listed: the walk stopped at its budget before reaching the one file (created first, listed last).
+    assert_eq!(listed["result"]["resources"], json!([]), "{listed}");
+    assert!(longest < took / 2, "the runtime was held {longest:?} of the listing's {took:?}");
+}

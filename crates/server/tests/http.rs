@@ -567,3 +567,108 @@ async fn an_expired_url_cannot_be_replayed_for_a_path_with_a_newline() {
     let signed = state.files.signer.url("http://test", "c", &forged_name, None);
     assert_eq!(send(&router, get(path_of(&signed))).await.0, StatusCode::FORBIDDEN);
 }
+
+/// JSON that rmcp cannot type as a JSON-RPC message: an id of 1.5, a key given twice.
+const UNTYPABLE: [&str; 2] = [
+    r#"{"jsonrpc":"2.0","id":1.5,"method":"tools/list"}"#,
+    r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/list"}"#,
+];
+
+/// A body that is JSON but no message rmcp can type got rmcp's HTTP 415 on `/mcp` (and was queued on a legacy
+/// session's `/message`), where the docs promise -32600 (Invalid Request). Both endpoints answer 400 with -32600,
+/// and the server keeps serving.
+#[tokio::test]
+async fn json_that_is_no_typable_jsonrpc_message_gets_32600_on_mcp_and_message() {
+    let (_root, _state, router) = setup(None);
+    for body in UNTYPABLE {
+        let (status, value) = rpc(&router, body).await;
+        assert_eq!(
+            (status, value["error"]["code"].as_i64()),
+            (StatusCode::BAD_REQUEST, Some(-32600)),
+            "{body}: {value}"
+        );
+    }
+    let (_stream, endpoint) = open_legacy_session(&router).await;
+    for body in UNTYPABLE {
+        let (status, _, bytes) = send(&router, post_message(&endpoint, body)).await;
+        let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        assert_eq!(
+            (status, value["error"]["code"].as_i64()),
+            (StatusCode::BAD_REQUEST, Some(-32600)),
+            "{body}: {value}"
+        );
+    }
+    let (status, value) = rpc(&router, r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#).await;
+    assert_eq!((status, value["result"]["tools"].as_array().map(Vec::len)), (StatusCode::OK, Some(3)));
+}
+
+/// Opens a legacy SSE session (`GET /sse`): its event stream, read up to the endpoint event, and that endpoint.
+async fn open_legacy_session(router: &axum::Router) -> (Body, String) {
+    let open = Request::get("/sse")
+        .header(header::HOST, "localhost")
+        .header(header::AUTHORIZATION, "Bearer tok")
+        .body(Body::empty())
+        .unwrap();
+    let mut stream = router.clone().oneshot(open).await.unwrap().into_body();
+    let mut seen = String::new();
+    loop {
+        let frame = stream.frame().await.unwrap().unwrap();
+        seen.push_str(&String::from_utf8_lossy(frame.data_ref().unwrap()));
+        if let Some(line) = seen.lines().find_map(|line| line.strip_prefix("data: ")) {
+            return (stream, line.to_owned());
+        }
+    }
+}
+
+/// A `POST` of `body` to a legacy session's `endpoint`.
+fn post_message(endpoint: &str, body: &str) -> Request<Body> {
+    Request::post(endpoint)
+        .header(header::HOST, "localhost")
+        .header(header::AUTHORIZATION, "Bearer tok")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_owned()))
+        .unwrap()
+}
+
+/// Attack: a client that never reads its legacy SSE stream. Every `POST /message` was still 202 and its answer was
+/// kept until the stream closed (+116 MB from 200 reads of a 512 KiB file). Now what the stream holds unread is
+/// bounded (16 MiB): past it the session is closed, what it held dropped, and its next POST is answered 410 saying
+/// why, well before 200 reads (about 32 fit); the stream then ends, and the server keeps serving.
+#[tokio::test]
+async fn attack_a_legacy_stream_never_read_is_closed_once_its_answers_pass_the_bound() {
+    let (_root, state, router) = setup(None);
+    write(&state, "c", "big.txt", "x".repeat(512 * 1024).as_bytes());
+    let (mut stream, endpoint) = open_legacy_session(&router).await; // and never read again
+    let initialize = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    assert_eq!(send(&router, post_message(&endpoint, initialize)).await.0, StatusCode::ACCEPTED);
+    let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    assert_eq!(send(&router, post_message(&endpoint, initialized)).await.0, StatusCode::ACCEPTED);
+    let read = r#"{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{"uri":"sandlot://conversations/c/files/big.txt"}}"#;
+    let mut refused = None;
+    for _ in 0..200 {
+        let (status, _, body) = send(&router, post_message(&endpoint, read)).await;
+        if status != StatusCode::ACCEPTED {
+            refused = Some((status, String::from_utf8_lossy(&body).into_owned()));
+            break;
+        }
+    }
+    // The reads are answered a moment after their 202: wait for the close (generous for a loaded machine).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while refused.is_none() && std::time::Instant::now() < deadline {
+        let (status, _, body) = send(&router, post_message(&endpoint, read)).await;
+        if status != StatusCode::ACCEPTED {
+            refused = Some((status, String::from_utf8_lossy(&body).into_owned()));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let expected = "session closed: its event stream did not drain (more than 16777216 bytes of answers were waiting \
+                    unread); open a new one";
+    assert_eq!(refused, Some((StatusCode::GONE, expected.to_owned())), "200 reads were all accepted and queued");
+    let mut unread = 0usize;
+    while let Some(frame) = tokio::time::timeout(std::time::Duration::from_secs(10), stream.frame()).await.unwrap() {
+        unread += frame.unwrap().data_ref().map_or(0, |data| data.len());
+    }
+    assert!(unread < 1024 * 1024, "the closed stream still sent {unread} bytes");
+    let (status, value) = rpc(&router, r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#).await;
+    assert_eq!((status, value["result"]["tools"].as_array().map(Vec::len)), (StatusCode::OK, Some(3)));
+}

@@ -9,7 +9,7 @@
 mod common;
 
 use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
+use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use sandlot_server::kit::{AllowedHosts, Authenticator, Credentials, JwtSettings};
 use sandlot_server::{AppState, HttpOptions, app};
@@ -43,17 +43,7 @@ fn server() -> (tempfile::TempDir, AppState, axum::Router) {
     (root, state, router)
 }
 
-fn request(method: &str, uri: &str, token: &str, body: Value) -> Request<Body> {
-    Request::builder()
-        .method(method)
-        .uri(uri)
-        .header(header::HOST, "localhost")
-        .header(header::AUTHORIZATION, format!("Bearer {token}"))
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(header::ACCEPT, "application/json, text/event-stream")
-        .body(Body::from(if body.is_null() { String::new() } else { body.to_string() }))
-        .unwrap()
-}
+use common::request;
 
 async fn send(router: &axum::Router, request: Request<Body>) -> (StatusCode, Value) {
     let response = router.clone().oneshot(request).await.unwrap();

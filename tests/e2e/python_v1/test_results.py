@@ -1,6 +1,7 @@
 """Results a model can use, and protocol details found on the wire (official Python SDK, Streamable HTTP):
-- a 3 MB print gives a reply under 64 KiB whose text keeps the first and last lines, says what was cut, holds no
-  byte twice, and the whole output is read back as `sandlot://runs/{runId}/output` and `GET /v1/runs/{runId}/output`;
+- a 3 MB print, with the default limits, gives a reply under 64 KiB whose text keeps the first and last lines (the
+  answer printed last), says what was cut, holds no byte twice, and the kept output (the first and last 512 KiB) is
+  read back as `sandlot://runs/{runId}/output` and `GET /v1/runs/{runId}/output`;
 - progress notifications of a program that prints in small pieces carry whole lines;
 - `DELETE /mcp` ends a session's runs at once (the run of `sleep 600` is killed, and recorded as cancelled)."""
 
@@ -17,21 +18,21 @@ from pydantic import AnyUrl
 from conftest import sandbox_processes, start_server, wait_until
 
 LINES = 50_000
-# 50,000 lines of 64 bytes: 3.2 MB, the first and the last easy to find.
-BIG_PRINT = f"for i in range({LINES}):\n    print(f'line {{i:06d}} ' + 'x' * 51)"
-EXPECTED = "".join(f"line {i:06d} {'x' * 51}\n" for i in range(LINES))
-
-
-@pytest.fixture
-def roomy_server(root):
-    """A server that keeps 4 MiB of each stream, so a 3.2 MB print is kept whole."""
-    yield from start_server(root, {"SANDLOT_MAX_OUTPUT_BYTES": str(4 * 1024 * 1024)})
+# 50,000 lines of 64 bytes: 3.2 MB, the first and the last easy to find; then the answer, as a run's last line.
+BIG_PRINT = f"for i in range({LINES}):\n    print(f'line {{i:06d}} ' + 'x' * 51)\nprint('LAST-LINE')"
+EXPECTED = "".join(f"line {i:06d} {'x' * 51}\n" for i in range(LINES)) + "LAST-LINE\n"
+# What the default SANDLOT_MAX_OUTPUT_BYTES (1 MiB) keeps of it: the first and last 512 KiB, the cut marked.
+HALF = 512 * 1024
+KEPT = (EXPECTED[:HALF]
+        + f"[... {len(EXPECTED) - 2 * HALF} bytes cut here: each stream keeps its first {HALF} and last {HALF} bytes"
+        + " (SANDLOT_MAX_OUTPUT_BYTES) ...]\n"
+        + EXPECTED[-HALF:])
+NOTE = f"stdout cut: the run printed more than the {2 * HALF} bytes kept of each stream (its first {HALF} and last {HALF})"
 
 
 @pytest.mark.anyio
-async def test_a_3_mb_print_gives_a_small_reply_and_the_whole_output_stays_readable(roomy_server):
-    server = roomy_server
-    # The reply as sent, over stateless HTTP: bytes on the wire.
+async def test_a_3_mb_print_gives_a_small_reply_that_ends_with_the_last_line(server):
+    # The reply as sent, over stateless HTTP: bytes on the wire. The default limits, as a model meets them.
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
             "params": {"name": "sandbox_run_code",
                        "arguments": {"conversationId": "big", "language": "python", "code": BIG_PRINT}}}
@@ -43,18 +44,19 @@ async def test_a_3_mb_print_gives_a_small_reply_and_the_whole_output_stays_reada
     result = response.json()["result"]
     data, text = result["structuredContent"], result["content"][0]["text"]
     assert (data["success"], data["truncated"]) == (True, True)
-    first, last = f"line {0:06d} {'x' * 51}\n", f"line {LINES - 1:06d} {'x' * 51}\n"
+    first = f"line {0:06d} {'x' * 51}\n"
     assert text.startswith(f"outcome: ok, exit code 0, {data['durationMs']} ms\n{first}"), text[:200]
-    assert text.endswith(last), text[-200:]
+    assert text.endswith(f"\nLAST-LINE\n{NOTE}"), text[-200:]
     marker = next(line for line in text.splitlines() if line.startswith("[... "))
     cut = int(marker.split()[1])
     assert f"sandlot://runs/{data['runId']}/output" in marker
-    # No byte twice: the lines shown and the bytes said to be cut make up the output exactly.
-    shown = text.split("\n", 1)[1].replace(marker + "\n", "")
-    assert len(shown) + cut == len(EXPECTED)
-    head, tail = text.split("\n", 1)[1].split(marker + "\n")
-    assert EXPECTED.startswith(head) and EXPECTED.endswith(tail)
-    assert data["stdout"].startswith(first) and data["stdout"].endswith(last)
+    # No byte twice: the lines shown and the bytes said to be cut make up the kept output exactly.
+    body = text.split("\n", 1)[1].removesuffix(NOTE)
+    shown = body.replace(marker + "\n", "")
+    assert len(shown) + cut == len(KEPT)
+    head, tail = body.split(marker + "\n")
+    assert KEPT.startswith(head) and KEPT.endswith(tail)
+    assert data["stdout"].startswith(first) and data["stdout"].endswith("LAST-LINE\n")
 
     # The whole output, through the official SDK's resources/read, and over REST.
     async with streamablehttp_client(server.mcp_url, headers=server.auth) as (read, write, _):
@@ -64,7 +66,7 @@ async def test_a_3_mb_print_gives_a_small_reply_and_the_whole_output_stays_reada
             assert "sandlot://runs/{runId}/output" in [t.uriTemplate for t in templates.resourceTemplates]
             resource = await session.read_resource(AnyUrl(f"sandlot://runs/{data['runId']}/output"))
     whole = json.loads(resource.contents[0].text)
-    assert (whole["stdout"] == EXPECTED, whole["stderr"], whole["stdoutTruncated"]) == (True, "", False)
+    assert (whole["stdout"] == KEPT, whole["stderr"], whole["stdoutTruncated"]) == (True, "", True)
     rest = httpx.get(f"{server.base_url}/v1/runs/{data['runId']}/output", headers=server.auth, timeout=30)
     assert rest.status_code == 200 and rest.json() == whole
     missing = httpx.get(f"{server.base_url}/v1/runs/no-such-run/output", headers=server.auth)

@@ -101,7 +101,7 @@ pub async fn app_state(
     warm_inits: usize,
 ) -> anyhow::Result<sandlot_server::AppState> {
     let backend = backend(sandbox, warm_inits).await?;
-    let workspaces = sandlot_core::Workspaces::new(&sandbox.root);
+    let workspaces = sandlot_core::Workspaces::with_bounds(&sandbox.root, service.conversation_bounds());
     std::fs::create_dir_all(&sandbox.root)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", sandbox.root.display()))?;
     // On stderr, for `stdio` too (its stdout is the protocol); in JSON mode as an event (every line is JSON; `serve`'s

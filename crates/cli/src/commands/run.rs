@@ -48,7 +48,7 @@ pub async fn run(args: RunArgs, forked_init: Option<sandlot_jail::ForkedInit>) -
         crate::cli::BackendKind::Docker => super::backend(&args.sandbox, 0).await?,
     };
     sandlot_core::marks::mark("c.backend");
-    let engine = Engine::new(backend, Workspaces::new(&args.sandbox.root), args.sandbox.engine_config());
+    let engine = Engine::new(backend, Workspaces::unbounded(&args.sandbox.root), args.sandbox.engine_config());
     let request = RunRequest {
         conversation_id: args.conversation.clone(),
         language: args.language.clone(),
@@ -83,7 +83,9 @@ pub async fn run(args: RunArgs, forked_init: Option<sandlot_jail::ForkedInit>) -
         crate::logs::warn(&diagnostic);
     }
     if !args.json && report.outcome.truncated() {
-        crate::logs::warn(&format!("output truncated at {} bytes per stream", report.limits.max_output_bytes));
+        let kept = report.limits.max_output_bytes;
+        let halves = format!("its first {} and last {} bytes", kept / 2, kept - kept / 2);
+        crate::logs::warn(&format!("output truncated at {kept} bytes per stream ({halves})"));
     }
     // Exit here rather than return: what is left to drop (the engine, the backend, the runtime) holds nothing that
     // the kernel does not release at exit, and dropping it is on the path of every run. Standard output is flushed.

@@ -5,7 +5,7 @@
 //! never mark each other's live runs.
 //! Code is kept only when asked (`SANDLOT_STORE_CODE`); its size and SHA-256 always are.
 //! What a run printed is kept beside its row (table `run_outputs`), as the run's outcome holds it: at most
-//! `SANDLOT_MAX_OUTPUT_BYTES` per stream, so a result can show a model only a head and a tail and still point at the
+//! `SANDLOT_MAX_OUTPUT_BYTES` per stream (its first and last halves when longer), so a result can show a model only a head and a tail and still point at the
 //! whole. It goes when its run goes (pruning, a conversation's removal), and all outputs together stay within a
 //! budget (`SANDLOT_HISTORY_OUTPUT_MB`, 1 GiB by default): past it, the oldest outputs are dropped (their runs stay).
 //!

@@ -300,7 +300,7 @@ fn record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
 
 fn rfc3339(ms: i64) -> String {
     let time = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
-    humantime::format_rfc3339_millis(time).to_string()
+    crate::rfc3339_millis(time)
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! Listing a conversation's files (or a volume's): every regular file beneath the directory, bounded in number and
 //! in bytes of paths, walked by descriptor so that no symlink is followed and nothing deeper than the walk goes is
-//! listed. A walk a caller drives ([`Workspaces::list_limited`], the file tools) is also bounded by the entries it
-//! examines (hard links and empty files cost no disk, so distinct files alone do not bound the work) and stops when
-//! its caller gives up.
+//! listed. A walk also examines at most [`MAX_VISITED_ENTRIES`] entries of any kind (a tree of empty directories
+//! lists nothing yet costs as much as one of files; hard links cost no inode), and one a caller drives
+//! ([`Workspaces::list_limited`], the file tools) stops when its caller gives up. A walk blocks: callers on an async
+//! runtime run it with `spawn_blocking`.
 
 use std::ffi::CStr;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -33,9 +34,8 @@ pub struct FileListing {
     pub truncated: bool,
 }
 
-/// Directory entries of any kind (files, hard links, directories, symlinks) one listing examines at most: what is
-/// free on disk (a hard link costs no inode) must not make a walk of any length.
-pub const MAX_WALK_ENTRIES: usize = 200_000;
+/// Most entries (files, directories, anything else) one listing examines; past them it stops, marked truncated.
+pub const MAX_VISITED_ENTRIES: usize = 100_000;
 
 /// How far a walk a caller drives may go ([`Workspaces::list_limited`]).
 #[derive(Clone, Copy)]
@@ -72,10 +72,10 @@ impl Workspaces {
 
     /// [`Workspaces::list`], also stopped (and marked truncated) before the listed paths would hold more than
     /// `max_path_bytes` bytes in all: a tree of long, deeply nested names must not make a listing (and the result
-    /// built from it) of any size; and after [`MAX_WALK_ENTRIES`] entries examined.
+    /// built from it) of any size; and after [`MAX_VISITED_ENTRIES`] entries examined.
     pub fn list_within(&self, id: &ConversationId, max_entries: usize, max_path_bytes: usize) -> Result<FileListing> {
         let limits =
-            WalkLimits { max_files: max_entries, max_path_bytes, max_visited: MAX_WALK_ENTRIES, stop: &|| false };
+            WalkLimits { max_files: max_entries, max_path_bytes, max_visited: MAX_VISITED_ENTRIES, stop: &|| false };
         Ok(self.list_limited(id, &limits)?.0)
     }
 
@@ -127,7 +127,8 @@ fn list_fd(root: BorrowedFd<'_>, limits: &WalkLimits<'_>) -> std::io::Result<(Fi
 pub fn list_in_dir(dir: &Path, max_entries: usize, max_path_bytes: usize) -> Result<FileListing> {
     let root = rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
         .map_err(|e| Error::io("open directory", dir, e.into()))?;
-    let limits = WalkLimits { max_files: max_entries, max_path_bytes, max_visited: MAX_WALK_ENTRIES, stop: &|| false };
+    let limits =
+        WalkLimits { max_files: max_entries, max_path_bytes, max_visited: MAX_VISITED_ENTRIES, stop: &|| false };
     list_fd(root.as_fd(), &limits).map(|(listing, _)| listing).map_err(|e| Error::io("list directory", dir, e))
 }
 
@@ -273,5 +274,18 @@ mod tests {
         let stopped = WalkLimits { stop: &|| true, ..limits(100) };
         let (listing, end) = ws.list_limited(&id, &stopped).unwrap();
         assert_eq!((listing.files.len(), listing.truncated, end), (0, true, WalkEnd::Stopped));
+    }
+
+    /// A tree of empty directories lists nothing, yet its walk cost as much as one of files: past
+    /// `MAX_VISITED_ENTRIES` entries of any kind the walk stops, and the listing says it was cut short.
+    #[test]
+    fn a_listing_stops_after_visiting_its_entry_budget() {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        for i in 0..MAX_VISITED_ENTRIES {
+            std::fs::create_dir(dir.path().join(format!("d{i}"))).unwrap();
+        }
+        std::fs::write(dir.path().join("file"), b"x").unwrap();
+        let listing = list_in_dir(dir.path(), 10, usize::MAX).unwrap();
+        assert!(listing.truncated && listing.files.len() <= 1, "{listing:?}");
     }
 }

@@ -5,6 +5,7 @@
 //! file descriptors and `O_NOFOLLOW`/`RESOLVE_BENEATH`, so a symlink a sandboxed program planted is never followed
 //! out of the conversation, even if the tree changes while it is read.
 
+mod budget;
 mod listing;
 mod owner;
 mod safe_open;
@@ -16,13 +17,16 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 
-use crate::private_dir::create_private_dir;
 use crate::{ConversationId, Error, Result};
 
-pub use listing::{FileEntry, FileListing, MAX_WALK_ENTRIES, WalkEnd, WalkLimits, list_in_dir};
+pub use budget::{
+    Budgeted, ConversationBounds, DEFAULT_FREE_SPACE_PERCENT, DEFAULT_MAX_CONVERSATIONS,
+    DEFAULT_TENANT_MAX_CONVERSATIONS, Spent,
+};
+pub use listing::{FileEntry, FileListing, MAX_VISITED_ENTRIES, WalkEnd, WalkLimits, list_in_dir};
 pub use safe_open::{open_in_dir, validate_relative_path};
 pub use usage::{DiskUsage, directory_usage};
-pub use write::{validate_upload_path, write_in_dir};
+pub use write::{PendingFile, create_in_dir, validate_upload_path, write_in_dir};
 
 /// Deepest directory nesting that is walked. Measuring a deeper tree is an error (so a quota is never bypassed by
 /// nesting); listing stops there.
@@ -32,15 +36,36 @@ const MAX_DEPTH: usize = 128;
 #[derive(Debug, Clone)]
 pub struct Workspaces {
     root: PathBuf,
+    /// The conversations' count and bytes against their bounds, shared by every clone.
+    budget: std::sync::Arc<budget::Budget>,
 }
 
 impl Workspaces {
-    /// Workspaces under `root` (created on first use). A relative `root` (`--root ./data`) is
+    /// Workspaces under `root` (created on first use), conversations bounded by the default
+    /// [`ConversationBounds`]. A relative `root` (`--root ./data`) is
     /// made absolute against the current directory now, because the sandbox's init and Docker resolve paths from
     /// elsewhere.
     pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self::with_bounds(root, ConversationBounds::default())
+    }
+
+    /// [`Workspaces::new`] with conversations bounded by `bounds` (see [`Workspaces::create_conversation`]).
+    pub fn with_bounds(root: impl Into<PathBuf>, bounds: ConversationBounds) -> Self {
+        Self::bounded_by(root, Some(bounds))
+    }
+
+    /// Workspaces whose conversations are not counted nor bounded: for `sandlot run`, the operator's one run on
+    /// its own root, which must not walk the root to count it.
+    pub fn unbounded(root: impl Into<PathBuf>) -> Self {
+        Self::bounded_by(root, None)
+    }
+
+    fn bounded_by(root: impl Into<PathBuf>, bounds: Option<ConversationBounds>) -> Self {
         let root = root.into();
-        Self { root: std::path::absolute(&root).unwrap_or(root) }
+        Self {
+            root: std::path::absolute(&root).unwrap_or(root),
+            budget: std::sync::Arc::new(budget::Budget::new(bounds)),
+        }
     }
 
     /// The root directory.
@@ -59,8 +84,7 @@ impl Workspaces {
     /// Sandboxes get `files` from the server (the jail opens it as root; Docker's engine binds it).
     pub fn prepare(&self, id: &ConversationId) -> Result<PathBuf> {
         use std::os::unix::fs::DirBuilderExt;
-        let conversation = self.root.join(id.as_str());
-        create_private_dir(&conversation, "create conversation directory", "make conversation directory private")?;
+        self.create_conversation(id, None)?;
         let dir = self.files_dir(id);
         std::fs::DirBuilder::new()
             .mode(0o700)
@@ -131,7 +155,10 @@ impl Workspaces {
             crate::removal::empty_directory(dir.as_fd())
                 .map_err(|e| Error::io("remove conversation directory", &conversation, e))?;
             match std::fs::remove_dir(&conversation) {
-                Ok(()) => return Ok(true),
+                Ok(()) => {
+                    self.budget_forget(id);
+                    return Ok(true);
+                }
                 Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOTEMPTY.raw_os_error()) && attempts < 10 => {
                     attempts += 1;
                 }

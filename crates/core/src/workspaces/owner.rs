@@ -14,7 +14,6 @@ use std::path::Path;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 use super::{Workspaces, open_conversation_dir};
-use crate::private_dir::create_private_dir;
 use crate::{ConversationId, Error, Result, Tenant};
 
 /// The owner file's name in `<root>/<id>`.
@@ -52,7 +51,7 @@ impl Workspaces {
         let conversation = self.root.join(id.as_str());
         let taken = || Error::ConversationTaken { conversation: id.to_string() };
         for _ in 0..CLAIM_ATTEMPTS {
-            create_private_dir(&conversation, "create conversation directory", "make conversation directory private")?;
+            self.create_conversation(id, Some(tenant))?;
             // Removed between its creation and here: start over.
             let Some(dir) = open_conversation_dir(&conversation)? else { continue };
             if let Some(owner) = read_owner(&dir, &conversation)? {
@@ -61,6 +60,7 @@ impl Workspaces {
             // Not linked: another claim's owner is there now, read on the next round. Linked into a directory that
             // was removed meanwhile: the conversation at the path is a new one, claimed on the next round.
             if link_owner(&dir, &conversation, tenant.name())? && still_at(&dir, &conversation)? {
+                self.budget_owner(id, tenant);
                 return Ok(());
             }
         }

@@ -1,5 +1,6 @@
 //! Uploads: writing a file into a conversation's `/data` (or a writable volume) beneath the directory's descriptor,
-//! never through a symlink or hard link a run planted, replaced atomically, within the conversation's disk quota.
+//! never through a symlink or hard link a run planted, replaced atomically ([`PendingFile`]: a temporary file beside
+//! the path, renamed over it), within the conversation's disk quota.
 
 use std::fs::File;
 use std::os::fd::OwnedFd;
@@ -20,7 +21,8 @@ impl Workspaces {
     /// or the new content, never a half. The upload is refused when the directory's usage plus `bytes` (rounded up
     /// to 4 KiB blocks) would exceed `quota_bytes`, or one more inode would exceed `max_inodes`. New directories
     /// (mode 0755) and the file (0644) are given to `owner` when set (the uid the backend's runs own `/data` as;
-    /// see [`hand_over`](super::hand_over)), so a run can read, change and remove them.
+    /// see [`hand_over`](super::hand_over)), so a run can read, change and remove them. The quota check is not
+    /// serialised with other uploads: the engine's go through `Engine::begin_upload` (`uploads.rs`), which is.
     pub fn write(
         &self,
         id: &ConversationId,
@@ -43,10 +45,27 @@ impl Workspaces {
                 quota: quota_bytes,
             });
         }
+        use std::io::Write;
+        let (pending, mut file) = self.create_upload(id, path, owner)?;
+        file.write_all(bytes).map_err(|e| Error::io("write file", files.join(path), e))?;
+        pending.commit(bytes.len() as u64)
+    }
+
+    /// The start of an upload to `path` in the conversation's `/data`, with the invariants of
+    /// [`Workspaces::write`] but no quota (the caller's, see `Engine::begin_upload`): the directories on the way are
+    /// made, and an empty temporary file beside `path` is returned to be written, then committed.
+    pub fn create_upload(
+        &self,
+        id: &ConversationId,
+        path: &str,
+        owner: Option<(u32, u32)>,
+    ) -> Result<(PendingFile, File)> {
+        validate_upload_path(path)?;
+        let files = self.prepare(id)?;
         let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let top = rustix::fs::open(&files, dir_flags, Mode::empty())
             .map_err(|e| Error::io("open conversation directory", files.join(path), e.into()))?;
-        write_beneath(top, &files, path, bytes, owner)
+        create_beneath(top, &files, path, owner)
     }
 }
 
@@ -59,9 +78,72 @@ pub fn write_in_dir(files: &Path, path: &str, bytes: &[u8], owner: Option<(u32, 
     write_beneath(top, files, path, bytes, owner)
 }
 
+/// The start of an upload beneath `files` without a quota, as [`write_in_dir`] writes: the temporary file to write
+/// and what renames it over `path`.
+pub fn create_in_dir(files: &Path, path: &str, owner: Option<(u32, u32)>) -> Result<(PendingFile, File)> {
+    validate_upload_path(path)?;
+    let top = rustix::fs::open(files, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| Error::io("open directory", files, e.into()))?;
+    create_beneath(top, files, path, owner)
+}
+
 /// Writes `bytes` at `path` beneath the open directory `top` (its host path `files`, for messages); see
 /// [`Workspaces::write`] for the invariants.
 fn write_beneath(top: OwnedFd, files: &Path, path: &str, bytes: &[u8], owner: Option<(u32, u32)>) -> Result<FileEntry> {
+    use std::io::Write;
+    let (pending, mut file) = create_beneath(top, files, path, owner)?;
+    file.write_all(bytes).map_err(|e| Error::io("write file", files.join(path), e))?;
+    pending.commit(bytes.len() as u64)
+}
+
+/// A file being uploaded: written under a fresh temporary name beside `path`, renamed over it by
+/// [`PendingFile::commit`], removed if dropped before.
+#[derive(Debug)]
+pub struct PendingFile {
+    /// The directory the file goes in, opened without following a symlink.
+    dir: OwnedFd,
+    temp: String,
+    name: String,
+    /// The path relative to `files`, and `files` itself (for messages).
+    path: String,
+    files: std::path::PathBuf,
+    committed: bool,
+}
+
+impl PendingFile {
+    /// Renames the temporary file over `path` (replacing a file or symlink there, never writing through it): the
+    /// upload, `size` bytes, becomes visible whole.
+    pub fn commit(mut self, size: u64) -> Result<FileEntry> {
+        if let Err(e) = rustix::fs::renameat(&self.dir, self.temp.as_str(), &self.dir, self.name.as_str()) {
+            return Err(match e {
+                rustix::io::Errno::ISDIR | rustix::io::Errno::NOTEMPTY => {
+                    Error::InvalidPath { path: self.path.clone(), message: "is a directory".into() }
+                }
+                e => Error::io("write file", self.files.join(&self.path), e.into()),
+            });
+        }
+        self.committed = true;
+        Ok(FileEntry { path: self.path.clone(), size, modified: None })
+    }
+}
+
+impl Drop for PendingFile {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = rustix::fs::unlinkat(&self.dir, self.temp.as_str(), AtFlags::empty());
+        }
+    }
+}
+
+/// Creates the directories on the way to `path` beneath `top` and an empty temporary file beside it (given to
+/// `owner`, mode 0644): the file to write, and what renames it over `path` (see [`Workspaces::write`] for the
+/// invariants).
+pub fn create_beneath(
+    top: OwnedFd,
+    files: &Path,
+    path: &str,
+    owner: Option<(u32, u32)>,
+) -> Result<(PendingFile, File)> {
     let through_symlink =
         || Error::InvalidPath { path: path.to_owned(), message: "goes through a symlink or a non-directory".into() };
     let io = |action: &'static str, e: rustix::io::Errno| Error::io(action, files.join(path), e.into());
@@ -104,28 +186,24 @@ fn write_beneath(top: OwnedFd, files: &Path, path: &str, bytes: &[u8], owner: Op
     let file_flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = rustix::fs::openat(&dir, temp.as_str(), file_flags, Mode::from_raw_mode(0o644))
         .map_err(|e| io("create file", e))?;
-    let written = (|| {
-        use std::io::Write;
-        let mut file = File::from(fd);
+    let pending = PendingFile {
+        dir,
+        temp,
+        name: name.to_owned(),
+        path: path.to_owned(),
+        files: files.to_path_buf(),
+        committed: false,
+    };
+    let file = File::from(fd);
+    let given = (|| {
         if let Some((uid, gid)) = owner {
             rustix::fs::fchown(&file, Some(rustix::fs::Uid::from_raw(uid)), Some(rustix::fs::Gid::from_raw(gid)))?;
         }
         // The mode is set explicitly: the process umask must not make the file unreadable to runs.
-        rustix::fs::fchmod(&file, Mode::from_raw_mode(0o644))?;
-        file.write_all(bytes)?;
-        rustix::fs::renameat(&dir, temp.as_str(), &dir, name)?;
-        Ok::<_, std::io::Error>(())
+        rustix::fs::fchmod(&file, Mode::from_raw_mode(0o644))
     })();
-    if let Err(e) = written {
-        let _ = rustix::fs::unlinkat(&dir, temp.as_str(), AtFlags::empty());
-        return Err(match e.raw_os_error().map(rustix::io::Errno::from_raw_os_error) {
-            Some(rustix::io::Errno::ISDIR | rustix::io::Errno::NOTEMPTY) => {
-                Error::InvalidPath { path: path.to_owned(), message: "is a directory".into() }
-            }
-            _ => Error::io("write file", files.join(path), e),
-        });
-    }
-    Ok(FileEntry { path: path.to_owned(), size: bytes.len() as u64, modified: None })
+    given.map_err(|e| io("create file", e))?;
+    Ok((pending, file))
 }
 
 /// Makes the temporary names of concurrent uploads of this process distinct.

@@ -196,7 +196,8 @@ fn kill_everything(init: &PidfdChild, cgroup: &Option<RunCgroup>) {
     }
 }
 
-/// Reads a stream to its end, keeping and forwarding at most `cap` bytes; the excess is read and dropped.
+/// Reads a stream to its end, keeping at most `cap` bytes (its head and its tail; the excess is read and dropped),
+/// forwarding the head as it comes and the rest (the cut marker and the tail) at the end.
 async fn read_capped(
     mut pipe: impl AsyncRead + Unpin,
     stream: Stream,
@@ -207,7 +208,13 @@ async fn read_capped(
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
         match pipe.read(&mut buffer).await {
-            Ok(0) | Err(_) => return captured,
+            Ok(0) | Err(_) => {
+                let rest = captured.rest();
+                if !rest.is_empty() {
+                    sink.output(OutputChunk { stream, data: rest });
+                }
+                return captured;
+            }
             Ok(n) => {
                 let kept = captured.push(&buffer[..n]);
                 if !kept.is_empty() {

@@ -1,9 +1,11 @@
 //! Checks every MCP endpoint applies to a POSTed body before the protocol library sees it, with the JSON-RPC
-//! error each failure gets.
+//! error each failure gets. A body that passes is one rmcp can type (it reads it the same way), so rmcp never answers
+//! a request itself with its HTTP 415: a message it cannot type (an id of 1.5, a key twice) is -32600 here.
 
 use axum::body::{Body, Bytes};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use rmcp::model::ClientJsonRpcMessage;
 use serde_json::{Map, Value, json};
 
 /// Largest request body accepted on an MCP endpoint.
@@ -17,7 +19,7 @@ pub fn error_response(status: StatusCode, id: Value, code: i64, message: &str) -
 
 /// Reads a body of at most [`MAX_BODY_BYTES`] and checks it is one JSON-RPC 2.0 message: 413 when too large, 408
 /// when too slow ([`BodyLimits`](super::BodyLimits)), -32700 when it is not JSON, -32600 when it is not a message
-/// (batches included).
+/// (batches included) or not one rmcp can type ([`typed`]).
 pub async fn read_message(body: Body) -> Result<(Bytes, Map<String, Value>), Response> {
     let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
         Ok(bytes) => bytes,
@@ -44,5 +46,17 @@ pub async fn read_message(body: Body) -> Result<(Bytes, Map<String, Value>), Res
         let id = object.get("id").cloned().unwrap_or(Value::Null);
         return Err(error_response(StatusCode::BAD_REQUEST, id, -32600, "invalid request: not a JSON-RPC 2.0 message"));
     }
+    typed(&bytes, &object).map_err(|response| *response)?;
     Ok((bytes, object))
+}
+
+/// `bytes` as rmcp reads a POSTed body (`serde_json::from_slice` into a `ClientJsonRpcMessage`, which refuses a
+/// fractional id and a key given twice), or -32600 saying why; the error's id is the request's when it is one a
+/// JSON-RPC id can be (a string or an integer), else null.
+pub fn typed(bytes: &[u8], object: &Map<String, Value>) -> Result<ClientJsonRpcMessage, Box<Response>> {
+    serde_json::from_slice(bytes).map_err(|error| {
+        let id = object.get("id").filter(|id| id.is_string() || id.is_i64() || id.is_u64()).cloned();
+        let message = format!("invalid request: {error}");
+        Box::new(error_response(StatusCode::BAD_REQUEST, id.unwrap_or(Value::Null), -32600, &message))
+    })
 }

@@ -2,7 +2,7 @@
 //! (authentication and its failure limits, checked from the headers before a body is read; the cap on streams per
 //! caller and their end at the credential's expiry), the connection tracker, the pace every request body must
 //! keep, Host/Origin/CORS, request ids and the request log, error rendering (REST and JSON-RPC), metrics, signed
-//! file transfers, the MCP transports, and the helpers the workspace-style profiles share. Nothing here names a
+//! file transfers, the MCP transports, the queue of a run's live output, and the helpers the workspace-style profiles share. Nothing here names a
 //! surface.
 
 mod auth;
@@ -14,6 +14,7 @@ mod credentials;
 pub mod file_limits;
 mod gate;
 pub mod jsonrpc;
+pub mod live_chunks;
 mod ops;
 mod origin;
 mod request_log;
@@ -40,6 +41,7 @@ pub use ops::{not_found, ops_app, readyz};
 pub use origin::{AllowedHosts, check as check_origin, cors};
 pub use request_log::{REQUEST_ID, RequestSpan, around as log_requests};
 pub use rest_error::rest_error;
+pub(crate) use signed_files::copy_body;
 pub use signed_files::{MAX_UPLOAD_BYTES, UPLOAD_URL_TTL, download, serve_file, upload, upload_unread};
 pub use stream_cap::{StreamCap, StreamPermit};
 pub use stream_lease::{expired, expiry_of};

@@ -15,6 +15,10 @@ pub fn trace_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 
+/// The JSON-RPC code of a call refused because the server (or the conversation) is busy: a server error of
+/// JSON-RPC's range, to be tried again later.
+pub const BUSY: i32 = -32000;
+
 /// -32602 for one bad argument.
 pub fn invalid_argument(field: &str, message: impl Into<String>) -> McpError {
     let message = message.into();
@@ -36,6 +40,11 @@ pub fn from_engine(error: &Error) -> McpError {
         }
         Error::InvalidPath { .. } => invalid_argument("path", error.to_string()),
         Error::QuotaExceeded { .. } => invalid_argument("content", error.to_string()),
+        // A new conversation past a bound: the caller uses one it has, or deletes one.
+        Error::ConversationLimit { .. } => invalid_argument("conversationId", error.to_string()),
+        Error::Busy { .. } => {
+            McpError::new(rmcp::model::ErrorCode(BUSY), error.to_string(), Some(json!({ "kind": "busy" })))
+        }
         other => {
             let trace_id = trace_id();
             // An engine error's text may quote a caller's value.

@@ -8,7 +8,7 @@ use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use sandlot_core::{ConversationId, Error};
+use sandlot_core::{ConversationId, Error, FileEntry, Upload, UploadSize};
 
 use crate::AppState;
 use crate::state::unix_now;
@@ -156,12 +156,15 @@ pub const UPLOAD_URL_TTL: std::time::Duration = std::time::Duration::from_secs(1
 /// `PUT /files/{conversationId}/{path}?exp=&sig=&op=put`: writes the body to the file if the URL's signature is a
 /// valid, unexpired upload signature ([`sandlot_core::Signer::verify_upload`]; a download signature never is).
 /// 201 `{path, size}`; 403 bad or expired signature; 400 a bad path (one through a symlink included); 413 a body
-/// over [`MAX_UPLOAD_BYTES`] or over the conversation's quota. The write is `Engine::upload_file`.
+/// over [`MAX_UPLOAD_BYTES`] or over the conversation's quota, refused on its `Content-Length` before a byte of it is
+/// read; 429 when the conversation has as many uploads in flight as it may, or no new conversation may be made. The
+/// body streams to the file ([`sandlot_core::Engine::begin_upload`]), never whole in memory.
 pub async fn upload(
     State(state): State<AppState>,
     Path((conversation_id, path)): Path<(String, String)>,
     Query(query): Query<HashMap<String, String>>,
     slot: super::InFlightSlot,
+    headers: HeaderMap,
     body: Body,
 ) -> Response {
     let (Some(Ok(expires)), Some(signature), Some("put")) =
@@ -177,22 +180,99 @@ pub async fn upload(
     let Ok(id) = ConversationId::parse(&conversation_id) else {
         return refuse(StatusCode::FORBIDDEN, "invalid conversation id");
     };
-    let bytes = match axum::body::to_bytes(body, MAX_UPLOAD_BYTES).await {
-        Ok(bytes) => bytes,
-        Err(error) => return upload_unread(&error),
+    let size = match upload_size(&headers) {
+        Ok(size) => size,
+        Err(response) => return *response,
     };
-    match state.engine.upload_file(&id, &path, bytes.to_vec()).await {
+    let written = match state.engine.begin_upload(&id, &path, size).await {
+        Ok(upload) => stream_body(upload, body).await,
+        Err(error) => Err(upload_refused(&error)),
+    };
+    match written {
         Ok(written) => {
+            tracing::info!(conversation = %id, path = %written.path, size = written.size, "file uploaded");
             (StatusCode::CREATED, axum::Json(serde_json::json!({ "path": written.path, "size": written.size })))
                 .into_response()
         }
-        Err(error @ Error::InvalidPath { .. }) => {
-            super::rest_error::rest_error(StatusCode::BAD_REQUEST, "invalid_argument", &error.to_string())
+        Err(response) => response,
+    }
+}
+
+/// How large an upload says it is: its `Content-Length` (413 at once past [`MAX_UPLOAD_BYTES`], 400 unreadable),
+/// else at most [`MAX_UPLOAD_BYTES`].
+fn upload_size(headers: &HeaderMap) -> Result<UploadSize, Box<Response>> {
+    let Some(value) = headers.get(header::CONTENT_LENGTH) else {
+        return Ok(UploadSize::AtMost(MAX_UPLOAD_BYTES as u64));
+    };
+    match value.to_str().ok().and_then(|v| v.parse::<u64>().ok()) {
+        Some(length) if length > MAX_UPLOAD_BYTES as u64 => Err(Box::new(super::rest_error::rest_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            &format!("an upload is at most {MAX_UPLOAD_BYTES} bytes; Content-Length says {length}"),
+        ))),
+        Some(length) => Ok(UploadSize::Exactly(length)),
+        None => Err(Box::new(super::rest_error::rest_error(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "Content-Length is not a number of bytes",
+        ))),
+    }
+}
+
+/// Streams `body` into `upload` chunk by chunk and finishes it: the file as written, or the response that refuses
+/// it (the body's own failures through [`upload_unread`]).
+async fn stream_body(mut upload: Upload, body: Body) -> Result<FileEntry, Response> {
+    copy_body(body, &mut upload).await.map_err(|error| error.unwrap_or_else(|error| upload_refused(&error)))?;
+    upload.finish().await.map_err(|error| upload_refused(&error))
+}
+
+/// Where an upload's body goes, a chunk at a time.
+pub(crate) trait ChunkSink {
+    async fn put(&mut self, chunk: &[u8]) -> sandlot_core::Result<()>;
+}
+
+impl ChunkSink for Upload {
+    async fn put(&mut self, chunk: &[u8]) -> sandlot_core::Result<()> {
+        self.write(chunk).await
+    }
+}
+
+impl ChunkSink for tokio::fs::File {
+    async fn put(&mut self, chunk: &[u8]) -> sandlot_core::Result<()> {
+        tokio::io::AsyncWriteExt::write_all(self, chunk)
+            .await
+            .map_err(|e| Error::io("write file", std::path::PathBuf::new(), e))
+    }
+}
+
+/// Copies `body`, at most [`MAX_UPLOAD_BYTES`], into `sink` without holding more than a chunk of it: the body's
+/// failure as its response (`Err(Ok)`, see [`upload_unread`]), or the sink's error (`Err(Err)`).
+pub(crate) async fn copy_body(body: Body, sink: &mut impl ChunkSink) -> Result<(), Result<Response, Error>> {
+    use futures::StreamExt;
+    let mut chunks = Body::new(http_body_util::Limited::new(body, MAX_UPLOAD_BYTES)).into_data_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|error| Ok(upload_unread(&error)))?;
+        sink.put(&chunk).await.map_err(Err)?;
+    }
+    Ok(())
+}
+
+/// The answer to an upload the engine refused: 400 a bad path, 413 over the quota, 429 too many uploads in flight or
+/// no new conversation, else 500 (logged).
+fn upload_refused(error: &Error) -> Response {
+    let rest = super::rest_error::rest_error;
+    match error {
+        Error::InvalidPath { .. } => rest(StatusCode::BAD_REQUEST, "invalid_argument", &error.to_string()),
+        Error::QuotaExceeded { .. } => rest(StatusCode::PAYLOAD_TOO_LARGE, "quota_exceeded", &error.to_string()),
+        Error::Busy { retry_after, .. } => {
+            let mut response = rest(StatusCode::TOO_MANY_REQUESTS, "busy", &error.to_string());
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(retry_after.as_secs().max(1)));
+            response
         }
-        Err(error @ Error::QuotaExceeded { .. }) => {
-            super::rest_error::rest_error(StatusCode::PAYLOAD_TOO_LARGE, "quota_exceeded", &error.to_string())
+        Error::ConversationLimit { .. } => {
+            rest(StatusCode::TOO_MANY_REQUESTS, "conversation_limit", &error.to_string())
         }
-        Err(error) => {
+        error => {
             tracing::error!(%error, "file upload failed");
             refuse(StatusCode::INTERNAL_SERVER_ERROR, "cannot write the file")
         }

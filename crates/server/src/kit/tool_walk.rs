@@ -13,7 +13,7 @@ pub const MAX_FILES: usize = 100_000;
 /// Bytes of listed paths at most.
 pub const MAX_PATH_BYTES: usize = 16 * 1024 * 1024;
 /// Directory entries one walk examines at most, whatever they are.
-pub const MAX_VISITED: usize = sandlot_core::MAX_WALK_ENTRIES;
+pub const MAX_VISITED: usize = sandlot_core::MAX_VISITED_ENTRIES;
 
 /// The files of `workspace` (see [`TenantView::list_limited`]) within this module's bounds, stopped when `cancel` is;
 /// `Err` is the error's text (an I/O failure without the host's path).

@@ -31,25 +31,42 @@ pub fn state(secret: &str, ttl: Option<std::time::Duration>) -> (tempfile::TempD
     state_in(tempfile::tempdir().unwrap(), secret, ttl)
 }
 
-/// [`state`] over `root` (a temporary directory of the test's choice, e.g. in memory for a tree of many entries).
+/// [`state`] over the temporary directory `root` (one on tmpfs, say, which keeps any mtime).
 pub fn state_in(
     root: tempfile::TempDir,
     secret: &str,
     ttl: Option<std::time::Duration>,
 ) -> (tempfile::TempDir, AppState) {
-    let engine = Engine::new(Arc::new(NoRunners), Workspaces::new(root.path()), EngineConfig::default());
+    let state = state_over(Workspaces::new(root.path()), secret, ttl);
+    (root, state)
+}
+
+/// [`state`] over `workspaces`.
+pub fn state_over(workspaces: Workspaces, secret: &str, ttl: Option<std::time::Duration>) -> AppState {
+    let engine = Engine::new(Arc::new(NoRunners), workspaces, EngineConfig::default());
     let files = FileUrls { signer: Signer::new(secret), public_base_url: "http://test".into(), ttl };
-    (
-        root,
-        AppState {
-            engine: Arc::new(engine),
-            files,
-            shutdown: Default::default(),
-            tool_names: Default::default(),
-            resource_read_bytes: sandlot_server::DEFAULT_RESOURCE_READ_BYTES,
-            scrub_secrets: false,
-        },
-    )
+    AppState {
+        engine: Arc::new(engine),
+        files,
+        shutdown: Default::default(),
+        tool_names: Default::default(),
+        resource_read_bytes: sandlot_server::DEFAULT_RESOURCE_READ_BYTES,
+        scrub_secrets: false,
+    }
+}
+
+/// A `method` request of `uri` with the bearer `token`, Host, a JSON `body` (none for null) and both Accept types.
+pub fn request(method: &str, uri: &str, token: &str, body: serde_json::Value) -> axum::http::Request<axum::body::Body> {
+    use axum::http::header;
+    axum::http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(header::HOST, "localhost")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "application/json, text/event-stream")
+        .body(axum::body::Body::from(if body.is_null() { String::new() } else { body.to_string() }))
+        .unwrap()
 }
 
 /// A stateless `POST /mcp` of `body`, with the test token, Host and both Accept types.

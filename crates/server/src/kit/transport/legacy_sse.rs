@@ -6,6 +6,9 @@
 //! Generic over the rmcp handler ([`SessionFactory`] makes one per session from the opening request), so a profile
 //! serves its own handler under its prefix (the endpoint event then says `<prefix>/message?sessionId=`), with the
 //! answers to bad POSTs of its product ([`Style`]).
+//!
+//! What a session's stream has not sent yet is bounded in bytes ([`super::sse_outbox`]): a client that never reads
+//! its stream has the session closed, and its later POSTs are answered that it was closed for not draining.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -18,15 +21,15 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::{Stream, StreamExt};
 use rmcp::ServiceExt;
-use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::model::ClientJsonRpcMessage;
 use rmcp::transport::sink_stream::SinkStreamTransport;
 use sandlot_core::Escaped;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_util::sync::PollSender;
 
-use crate::kit::jsonrpc::{error_response, read_message};
+use super::sse_outbox::{MAX_QUEUED_BYTES, Outbox};
+use crate::kit::jsonrpc::{error_response, read_message, typed};
 
 /// Makes the rmcp handler of one legacy session from the request that opened it (its caller is in the request's
 /// extensions), ending the session's work when `closed` is cancelled. An `Err` is answered instead of a stream.
@@ -53,8 +56,11 @@ pub enum Style {
 /// Where a session's POSTed messages go, and the tenant that opened it.
 type Inbox = (mpsc::Sender<ClientJsonRpcMessage>, String);
 
-/// Messages buffered per direction and session.
+/// Messages buffered from the client's POSTs to its session.
 const CHANNEL_CAPACITY: usize = 64;
+
+/// How many sessions closed for not draining are remembered, to answer their POSTs with why.
+const REMEMBERED_NOT_DRAINING: usize = 1024;
 
 /// The open legacy sessions: where to deliver a POSTed message.
 #[derive(Clone)]
@@ -65,12 +71,15 @@ pub struct LegacySessions<F: SessionFactory> {
     shutdown: tokio_util::sync::CancellationToken,
     /// Each session's inbox, and the tenant that opened it (only it may post there).
     senders: Arc<Mutex<HashMap<String, Inbox>>>,
+    /// The latest sessions closed because their stream did not drain, with their tenant.
+    not_draining: Arc<Mutex<std::collections::VecDeque<(String, String)>>>,
 }
 
 impl<F: SessionFactory> LegacySessions<F> {
     /// No session yet; each will be served by a handler `handler` makes.
     pub fn new(handler: F, shutdown: tokio_util::sync::CancellationToken, max_sessions: usize) -> Self {
-        Self { handler, style: Style::Sandlot, max_sessions, shutdown, senders: Arc::default() }
+        let (senders, not_draining) = (Arc::default(), Arc::default());
+        Self { handler, style: Style::Sandlot, max_sessions, shutdown, senders, not_draining }
     }
 
     /// The same sessions answering in `style`.
@@ -80,6 +89,26 @@ impl<F: SessionFactory> LegacySessions<F> {
 
     fn senders(&self) -> std::sync::MutexGuard<'_, HashMap<String, Inbox>> {
         self.senders.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn not_draining(&self) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(String, String)>> {
+        self.not_draining.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Forgets the session `id`, closed because its stream did not drain, and remembers why for its POSTs.
+    fn close_not_draining(&self, id: &str) {
+        let Some((_, tenant)) = self.senders().remove(id) else { return };
+        tracing::warn!(session = id, "legacy SSE session closed: its stream did not drain");
+        let mut remembered = self.not_draining();
+        if remembered.len() == REMEMBERED_NOT_DRAINING {
+            remembered.pop_front();
+        }
+        remembered.push_back((id.to_owned(), tenant));
+    }
+
+    /// Whether `tenant`'s session `id` was closed because its stream did not drain.
+    fn was_not_draining(&self, id: &str, tenant: &str) -> bool {
+        self.not_draining().iter().any(|(closed, owner)| closed == id && owner == tenant)
     }
 }
 
@@ -122,11 +151,23 @@ pub async fn open<F: SessionFactory>(State(sessions): State<LegacySessions<F>>, 
     };
     let id = uuid::Uuid::new_v4().to_string();
     let (to_server, from_client) = mpsc::channel::<ClientJsonRpcMessage>(CHANNEL_CAPACITY);
-    let (to_client, from_server) = mpsc::channel::<ServerJsonRpcMessage>(CHANNEL_CAPACITY);
+    let outbox = Outbox::default();
     sessions.senders().insert(id.clone(), (to_server, crate::kit::Caller::of(request.extensions()).name));
+    let (watched, not_draining, session_closed) = (sessions.clone(), outbox.not_draining(), closed.clone());
     let session = id.clone();
     tokio::spawn(async move {
-        let transport = SinkStreamTransport::new(PollSender::new(to_client), ReceiverStream::new(from_client));
+        tokio::select! {
+            () = not_draining.cancelled() => {
+                watched.close_not_draining(&session);
+                session_closed.cancel();
+            }
+            () = session_closed.cancelled() => {}
+        }
+    });
+    let session = id.clone();
+    let sink = outbox.sink();
+    tokio::spawn(async move {
+        let transport = SinkStreamTransport::new(sink, ReceiverStream::new(from_client));
         match handler.serve(transport).await {
             Ok(service) => {
                 let _ = service.waiting().await;
@@ -142,9 +183,9 @@ pub async fn open<F: SessionFactory>(State(sessions): State<LegacySessions<F>>, 
     let _open = crate::kit::telemetry::session_opened("legacy_sse");
     let guard = SessionGuard { id: id.clone(), sessions, closed, _open };
     let endpoint = Event::default().event("endpoint").data(format!("{message_path}?sessionId={id}"));
-    let messages = ReceiverStream::new(from_server).map(move |message| {
+    let queued = futures::stream::unfold(outbox, |outbox| async move { Some((outbox.next().await?, outbox)) });
+    let messages = queued.map(move |data| {
         let _alive = &guard; // the session lives as long as its stream
-        let data = serde_json::to_string(&message).unwrap_or_default();
         Ok::<_, Infallible>(Event::default().event("message").data(data))
     });
     let stream: std::pin::Pin<Box<dyn Stream<Item = Result<Event, Infallible>> + Send>> = Box::pin(
@@ -190,18 +231,25 @@ pub async fn post<F: SessionFactory>(
     let Some(sender) =
         sessions.senders().get(id).filter(|(_, owner)| *owner == tenant).map(|(sender, _)| sender.clone())
     else {
+        if sessions.was_not_draining(id, &tenant) {
+            let message = format!(
+                "session closed: its event stream did not drain (more than {MAX_QUEUED_BYTES} bytes of answers were \
+                 waiting unread); open a new one"
+            );
+            return match mcp_go {
+                true => error_response(StatusCode::BAD_REQUEST, Value::Null, -32602, &message),
+                false => (StatusCode::GONE, message).into_response(),
+            };
+        }
         return refuse(StatusCode::NOT_FOUND, -32602, "Invalid session ID", "unknown or closed session");
     };
-    let (_bytes, object) = match read_message(body).await {
+    let (bytes, object) = match read_message(body).await {
         Ok(read) => read,
         Err(response) => return response,
     };
-    let id_value = object.get("id").cloned().unwrap_or(Value::Null);
-    let mut message: ClientJsonRpcMessage = match serde_json::from_value(Value::Object(object)) {
+    let mut message = match typed(&bytes, &object) {
         Ok(message) => message,
-        Err(e) => {
-            return error_response(StatusCode::BAD_REQUEST, id_value, -32600, &format!("invalid request: {e}"));
-        }
+        Err(response) => return *response,
     };
     message.insert_extension(parts);
     if sender.send(message).await.is_err() {

@@ -360,6 +360,9 @@ fn from_engine(error: sandlot_core::Error) -> ExecuteError {
             };
             ExecuteError::Invalid { field: field.to_owned(), message }
         }
+        error @ sandlot_core::Error::ConversationLimit { .. } => {
+            ExecuteError::Invalid { field: "thread_id".to_owned(), message: error.to_string() }
+        }
         other => ExecuteError::Engine(other),
     }
 }

@@ -22,7 +22,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use sandlot_core::{ConversationId, Error};
+use sandlot_core::{ConversationId, Error, rfc3339_seconds};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -75,12 +75,8 @@ fn internal(error: &Error) -> Response {
     refuse(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "cannot read the thread's files")
 }
 
-fn rfc3339(time: std::time::SystemTime) -> String {
-    humantime::format_rfc3339_seconds(time).to_string()
-}
-
 fn expires_at(expires: u64) -> String {
-    rfc3339(std::time::UNIX_EPOCH + std::time::Duration::from_secs(expires))
+    rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(expires))
 }
 
 #[derive(Deserialize)]
@@ -136,7 +132,7 @@ pub async fn list(State(rest): State<RestState>, caller: Option<Extension<Caller
                 "name": file.path.rsplit('/').next().unwrap_or(&file.path),
                 "path": file.path,
                 "size": file.size,
-                "modified": file.modified.map(rfc3339),
+                "modified": file.modified.map(rfc3339_seconds),
                 "is_directory": false,
             })
         })
@@ -243,6 +239,7 @@ pub async fn upload_url(State(rest): State<RestState>, caller: Option<Extension<
                 let id = &request.location.id;
                 return invalid(&format!("id: thread {id:?} is not available to this caller; use another id"));
             }
+            Err(error @ Error::ConversationLimit { .. }) => return invalid(&format!("id: {error}")),
             Err(error) => return internal(&error),
         }
     }

@@ -16,16 +16,16 @@ use axum::body::Bytes;
 use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use sandlot_core::{OutputChunk, RunEvent, RunReport, Stream, Termination};
+use sandlot_core::{RunEvent, RunReport, Stream, Termination};
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::ndjson::{KEEPALIVE, Ndjson};
 use super::rest::{RestState, invalid, refuse, tenant_of};
 use super::{ExecuteError, trace_id};
 use crate::kit::Caller;
+use crate::kit::live_chunks::live_chunks;
 
 /// Baponi's status of a finished run.
 fn status(report: &RunReport) -> &'static str {
@@ -123,15 +123,12 @@ pub async fn execute(
     }
     // Streaming: the response starts once the run has (so a busy thread or a bad request is still an HTTP error).
     let mut events = rest.baponi.app.engine.subscribe();
-    let (chunks_in, mut chunks) = mpsc::unbounded_channel::<OutputChunk>();
+    let (chunks_in, mut chunks) = live_chunks(); // bounded however slowly the client reads
     let running = rest.clone();
     let ephemeral = conversation.clone();
     let mut task = tokio::spawn(async move {
         let _registered = running.register(&ephemeral, cancel.clone());
-        let sink = move |chunk: OutputChunk| {
-            let _ = chunks_in.send(chunk);
-        };
-        super::execute::execute_as(&running.baponi, args, &tenant, &sink, cancel, ephemeral).await
+        super::execute::execute_as(&running.baponi, args, &tenant, &chunks_in, cancel, ephemeral).await
     });
     let run_id = loop {
         tokio::select! {

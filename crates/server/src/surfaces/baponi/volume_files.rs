@@ -17,7 +17,7 @@ use sandlot_core::Error;
 
 use super::BaponiState;
 use super::rest::refuse;
-use crate::kit::{InFlightSlot, MAX_UPLOAD_BYTES, serve_file, upload_unread};
+use crate::kit::{InFlightSlot, copy_body, serve_file};
 use crate::state::unix_now;
 
 /// The scope of a volume's download URL.
@@ -88,7 +88,7 @@ pub async fn download(
     }
 }
 
-/// `PUT <profile>/v1/volumes/{slug}/{path}`: writes the body (at most [`MAX_UPLOAD_BYTES`]) to a `:rw` volume;
+/// `PUT <profile>/v1/volumes/{slug}/{path}`: writes the body (at most [`crate::kit::MAX_UPLOAD_BYTES`], streamed) to a `:rw` volume;
 /// 201 `{path, size}`, 403 bad signature or a read-only volume, 400 a bad path (one through a symlink included).
 pub async fn upload(
     State(state): State<BaponiState>,
@@ -105,26 +105,44 @@ pub async fn upload(
     let Some(volume) = state.volumes.get(&slug).filter(|volume| volume.writable) else {
         return refuse(StatusCode::FORBIDDEN, "forbidden", "the volume is not writable");
     };
-    let bytes = match axum::body::to_bytes(body, MAX_UPLOAD_BYTES).await {
-        Ok(bytes) => bytes,
-        Err(error) => return upload_unread(&error),
-    };
     let owner = state.app.engine.storage_owner();
     let dir = volume.path.clone();
-    match tokio::task::spawn_blocking(move || sandlot_core::write_in_dir(&dir, &path, &bytes, owner)).await {
-        Ok(Ok(written)) => {
-            let body = serde_json::json!({ "path": written.path, "size": written.size });
-            (StatusCode::CREATED, axum::Json(body)).into_response()
+    let (name, opened) =
+        (path.clone(), tokio::task::spawn_blocking(move || sandlot_core::create_in_dir(&dir, &path, owner)));
+    let (pending, file) = match opened.await {
+        Ok(Ok(opened)) => opened,
+        Ok(Err(error)) => return volume_refused(&error),
+        Err(error) => return volume_refused(&Error::io("write file", name, std::io::Error::other(error))),
+    };
+    // Streamed to the file, never whole in memory.
+    let mut file = tokio::fs::File::from_std(file);
+    let copied = copy_body(body, &mut file).await;
+    let flushed = tokio::io::AsyncWriteExt::flush(&mut file).await;
+    let size = file.metadata().await.map(|m| m.len());
+    match (copied, flushed, size) {
+        (Err(Ok(response)), _, _) => response,
+        (Err(Err(error)), _, _) => volume_refused(&error),
+        (Ok(()), Err(error), _) | (Ok(()), Ok(()), Err(error)) => volume_refused(&Error::io("write file", name, error)),
+        (Ok(()), Ok(()), Ok(size)) => {
+            drop(file.into_std().await);
+            match tokio::task::spawn_blocking(move || pending.commit(size)).await {
+                Ok(Ok(written)) => {
+                    let body = serde_json::json!({ "path": written.path, "size": written.size });
+                    (StatusCode::CREATED, axum::Json(body)).into_response()
+                }
+                Ok(Err(error)) => volume_refused(&error),
+                Err(error) => volume_refused(&Error::io("write file", name, std::io::Error::other(error))),
+            }
         }
-        Ok(Err(error @ Error::InvalidPath { .. })) => {
-            refuse(StatusCode::BAD_REQUEST, "validation_error", &error.to_string())
-        }
-        Ok(Err(error)) => {
+    }
+}
+
+/// The answer to a volume upload that failed: 400 a bad path, else 500 (logged).
+fn volume_refused(error: &Error) -> Response {
+    match error {
+        Error::InvalidPath { .. } => refuse(StatusCode::BAD_REQUEST, "validation_error", &error.to_string()),
+        error => {
             tracing::error!(%error, "volume upload failed");
-            refuse(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "cannot write the file")
-        }
-        Err(error) => {
-            tracing::error!(%error, "volume upload task failed");
             refuse(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "cannot write the file")
         }
     }

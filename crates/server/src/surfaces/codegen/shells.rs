@@ -149,7 +149,7 @@ impl Shells {
             None => text.push_str("status: running\n"),
             Some(code) => text.push_str(&format!("status: completed (exit {code})\n")),
         }
-        text.push_str(&format!("started: {}\n\n", humantime::format_rfc3339_seconds(shell.started)));
+        text.push_str(&format!("started: {}\n\n", sandlot_core::rfc3339_seconds(shell.started)));
         for (name, bytes, truncated) in
             [("stdout", &state.stdout, state.stdout_truncated), ("stderr", &state.stderr, state.stderr_truncated)]
         {

@@ -4,6 +4,7 @@
 //!
 //! - `resources/list` lists the files of the most recently used conversations ([`LISTED_CONVERSATIONS`], at most
 //!   [`FILES_PER_CONVERSATION`] each), [`PAGE`] at a time with a `nextCursor`, so a listing never floods a client.
+//!   Its walks block ([`list`] is called on the blocking pool) and each stops at `sandlot_core::MAX_VISITED_ENTRIES`.
 //! - `resources/read` gives UTF-8 text as `text` and anything else as `blob` (base64), the MIME type guessed from the
 //!   name, up to the read limit (`SANDLOT_RESOURCE_READ_BYTES`); a larger file is refused with -32602 naming the limit
 //!   and a signed URL that serves it whole.

@@ -219,7 +219,11 @@ impl ServerHandler for SandlotMcp {
         // The newest runs on the first page, then the files of the newest conversations, a page at a time.
         let cursor = request.and_then(|r| r.cursor);
         let tenant = self.caller_of(&context).tenant();
-        let (files, next) = file_resources::list(&self.state, &tenant, cursor.as_deref())?;
+        // The listing walks directories, which blocks: on the blocking pool, never on the runtime's workers.
+        let (state, caller, page) = (self.state.clone(), tenant.clone(), cursor.clone());
+        let (files, next) = tokio::task::spawn_blocking(move || file_resources::list(&state, &caller, page.as_deref()))
+            .await
+            .map_err(|e| McpError::internal_error(format!("resources/list failed: {e}"), None))??;
         let mut result = match cursor {
             None if self.state.engine.history().is_some() => history::list(&self.state, &tenant)?,
             None => ListResourcesResult::with_all_items(Vec::new()),

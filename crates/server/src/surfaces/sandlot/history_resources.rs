@@ -1,6 +1,6 @@
 //! The run history as MCP resources: `sandlot://runs/{runId}` (one run's record),
-//! `sandlot://runs/{runId}/output` (what it printed, whole: each stream up to `SANDLOT_MAX_OUTPUT_BYTES`, where a
-//! tool result shows only a head and a tail) and `sandlot://conversations/{conversationId}/runs` (a conversation's
+//! `sandlot://runs/{runId}/output` (what it printed as kept: each stream up to `SANDLOT_MAX_OUTPUT_BYTES`, its first
+//! and last halves when longer, where a tool result shows only a head and a tail) and `sandlot://conversations/{conversationId}/runs` (a conversation's
 //! newest runs), announced as resource templates. `resources/list` lists the newest runs. Contents are JSON, the
 //! same as `GET /v1/runs`, `GET /v1/runs/{runId}` and `GET /v1/runs/{runId}/output` serve. A tenant reads and lists
 //! only its own runs; another tenant's run id is answered as one that does not exist.

@@ -11,7 +11,8 @@
 //! out as it is (a prompt, a progress bar), and at most [`MAX_MESSAGE_BYTES`] go in one notification (a longer text
 //! is split, at a line end when there is one). Nothing is dropped, and the order of the two streams is kept.
 //!
-//! One task sends them in order, and all of them go out before the tool's result.
+//! One task sends them in order, and all of them go out before the tool's result. The output waits for it in a
+//! [`live_chunks`](crate::kit::live_chunks) queue, bounded however slowly the client reads.
 #![allow(deprecated)] // MCP logging is deprecated by SEP-2577, but clients of earlier protocol versions use it
 
 use rmcp::RoleServer;
@@ -22,7 +23,8 @@ use rmcp::model::{
 use rmcp::service::Peer;
 use sandlot_core::{OutputChunk, OutputSink, Stream};
 use std::time::Duration;
-use tokio::sync::mpsc;
+
+use crate::kit::live_chunks::{LiveSender, live_chunks};
 
 /// Longest text in one notification; a longer one is split.
 const MAX_MESSAGE_BYTES: usize = 4096;
@@ -53,12 +55,12 @@ pub fn log_level_of_request(
 
 /// A sink that hands chunks to the task sending the notifications.
 pub struct LiveOutputSink {
-    chunks: mpsc::UnboundedSender<OutputChunk>,
+    chunks: LiveSender,
 }
 
 impl OutputSink for LiveOutputSink {
     fn output(&self, chunk: OutputChunk) {
-        let _ = self.chunks.send(chunk);
+        self.chunks.output(chunk);
     }
 }
 
@@ -68,7 +70,7 @@ pub fn forward(peer: Peer<RoleServer>, listeners: Listeners) -> Option<(LiveOutp
     if listeners.progress.is_none() && listeners.log_level.is_none() {
         return None;
     }
-    let (chunks, mut received) = mpsc::unbounded_channel::<OutputChunk>();
+    let (chunks, mut received) = live_chunks();
     let task = tokio::spawn(async move {
         let mut sender = Sender { peer, listeners, bytes: 0 };
         let mut lines = Lines::default();

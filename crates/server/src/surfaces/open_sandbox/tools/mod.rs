@@ -119,6 +119,8 @@ pub fn not_available(workspace: &ConversationId) -> ToolError {
 fn refusal(prefix: &str, workspace: &ConversationId, error: &sandlot_core::Error) -> ToolError {
     match error {
         sandlot_core::Error::ConversationTaken { .. } => not_available(workspace),
+        // A new workspace past a bound of the conversations: what to change is the caller's, not the server's.
+        error @ sandlot_core::Error::ConversationLimit { .. } => ToolError::InvalidParams(error.to_string()),
         other => ToolError::Tool(format!("{prefix}{other}")),
     }
 }

@@ -55,7 +55,8 @@ fn refusal(conversation: &ConversationId, error: Error) -> Response {
 
 /// `POST /v1/conversations/{conversationId}/uploads {path}` → 200 `{url, method: "PUT", path, expiresAt}`: a signed
 /// URL that lets whoever holds it `PUT` one file at `path` in the conversation's `/data` for
-/// [`crate::kit::UPLOAD_URL_TTL`] (see `files::upload`). 400 for an invalid id or path.
+/// [`crate::kit::UPLOAD_URL_TTL`] (see `files::upload`). 400 for an invalid id or path; 429 when the id is new and
+/// no new conversation may be made (a bound of `sandlot_core::ConversationBounds`).
 pub async fn upload_url(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -81,8 +82,12 @@ pub async fn upload_url(
     }
     // The URL is signed only for the conversation's owner (the caller, who becomes it if the id is new).
     let tenant = caller.tenant();
-    if let Err(error) = conversation_access::claim(&state.engine, &tenant, &conversation) {
-        return rest_error(StatusCode::BAD_REQUEST, "invalid_argument", &error.to_string());
+    match conversation_access::claim(&state.engine, &tenant, &conversation) {
+        Ok(()) => {}
+        Err(error @ Error::ConversationLimit { .. }) => {
+            return rest_error(StatusCode::TOO_MANY_REQUESTS, "conversation_limit", &error.to_string());
+        }
+        Err(error) => return rest_error(StatusCode::BAD_REQUEST, "invalid_argument", &error.to_string()),
     }
     let expires = crate::state::unix_now().saturating_add(crate::kit::UPLOAD_URL_TTL.as_secs());
     let url =

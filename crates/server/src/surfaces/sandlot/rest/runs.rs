@@ -1,7 +1,7 @@
 //! The run history over REST: `GET /v1/runs?conversationId=&limit=` (newest first; `limit` 1–500, default 50)
 //! → `{"runs": [record]}`, `GET /v1/runs/{runId}` → one record, and `GET /v1/runs/{runId}/output` → what the run
-//! printed, whole (`{runId, stdout, stderr, stdoutTruncated, stderrTruncated}`, each stream up to
-//! `SANDLOT_MAX_OUTPUT_BYTES`; a tool result shows only a head and a tail); 404 when the run is unknown or its output is
+//! printed as kept (`{runId, stdout, stderr, stdoutTruncated, stderrTruncated}`, each stream up to
+//! `SANDLOT_MAX_OUTPUT_BYTES`, its first and last halves when longer; a tool result shows only a head and a tail); 404 when the run is unknown or its output is
 //! not kept (still running, cancelled, or dropped to keep the history within `SANDLOT_HISTORY_OUTPUT_MB`). A record is [`sandlot_core::RunRecord`]
 //! (camelCase JSON), the same as the MCP resources serve. 400 for a bad parameter, 404 for an unknown run.
 

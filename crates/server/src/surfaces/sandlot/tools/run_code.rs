@@ -136,9 +136,11 @@ fn render(state: &AppState, report: &RunReport) -> CallToolResult {
     let mut notes: Vec<String> = outcome.termination.diagnostic(report.limits.timeout).into_iter().collect();
     for (name, capped) in [("stdout", outcome.stdout_truncated), ("stderr", outcome.stderr_truncated)] {
         if capped {
+            let kept = report.limits.max_output_bytes;
             notes.push(format!(
-                "{name} cut: the run printed more than the {} bytes kept of each stream",
-                report.limits.max_output_bytes
+                "{name} cut: the run printed more than the {kept} bytes kept of each stream (its first {} and last {})",
+                kept / 2,
+                kept - kept / 2
             ));
         }
     }
