@@ -36,17 +36,24 @@ pub async fn call(call: Call) -> Reply {
     let limit = call.optional_int("limit").filter(|l| *l > 0).unwrap_or(DEFAULT_LIMIT) as usize;
     let workspace = call.view()?;
     let relative = paths::relative(&file_path)?;
-    let (text, (workspace, relative)) = files::blocking(&call.cancel, move |_| {
+    let (text, (workspace, relative)) = files::blocking(&call.cancel, move |cancel| {
         let file = files::open(&workspace, &relative, &file_path)?;
-        Ok((numbered(file, offset, limit, &file_path)?, (workspace, relative)))
+        Ok((numbered(file, offset, limit, &file_path, &cancel)?, (workspace, relative)))
     })
     .await?;
     call.state.reads.mark(workspace.id(), &relative);
     Ok(text)
 }
 
-/// Lines `offset..offset + limit` of `file`, numbered, within the result's budget.
-fn numbered(file: std::fs::File, offset: usize, limit: usize, shown: &str) -> Result<String, String> {
+/// Lines `offset..offset + limit` of `file`, numbered, within the result's budget; stopped when `cancel` is (the
+/// lines before `offset` are read too, as many as the file holds).
+fn numbered(
+    file: std::fs::File,
+    offset: usize,
+    limit: usize,
+    shown: &str,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<String, String> {
     let mut reader = BufReader::new(file);
     let mut text = String::new();
     let mut budget = ResultBudget::tool();
@@ -62,6 +69,9 @@ fn numbered(file: std::fs::File, offset: usize, limit: usize, shown: &str) -> Re
             return Err(format!("read: line {} of {shown} is longer than 1 MiB", number + 1));
         }
         number += 1;
+        if number.is_multiple_of(4096) && cancel.is_cancelled() {
+            return Err("cancelled".to_owned());
+        }
         if number >= offset.saturating_add(limit) {
             break;
         }
