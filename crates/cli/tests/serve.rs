@@ -11,7 +11,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::dechunk;
+use common::{dechunk, request_at};
 
 const TOKEN: &str = "serve-test-token";
 
@@ -124,29 +124,6 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// One request on a new connection to `addr`, read to its end: (status, body).
-fn request_at(addr: SocketAddr, request: &str, timeout: Duration) -> std::io::Result<(u16, Vec<u8>)> {
-    {
-        let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
-        stream.set_read_timeout(Some(timeout))?;
-        stream.set_write_timeout(Some(timeout))?;
-        stream.write_all(request.as_bytes())?;
-        let mut response = Vec::new();
-        stream.read_to_end(&mut response)?;
-        let head_end = response
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .ok_or_else(|| std::io::Error::other(format!("no HTTP head in {} bytes", response.len())))?;
-        let head = String::from_utf8_lossy(&response[..head_end]).into_owned();
-        let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-        let mut body = response.split_off(head_end + 4);
-        if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-            body = dechunk(&body);
-        }
-        Ok((status, body))
     }
 }
 

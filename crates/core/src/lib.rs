@@ -54,7 +54,8 @@ pub use log_text::Escaped;
 pub use mount::{MAX_MOUNTS, Mount, hand_over_writable};
 pub use outcome::{RunOutcome, Termination};
 pub use output::{
-    CapturedStream, Excerpt, OutputChunk, OutputSink, Stream, cut_marker, head_and_tail, json_prefix, json_suffix,
+    CapturedStream, Excerpt, OutputChunk, OutputSink, Stream, cut_marker, head_and_tail, json_len, json_prefix,
+    json_suffix,
 };
 pub use quota::{
     DISK_CHECK_INTERVAL, WALK_COST_FACTOR, at_quota, measure_conversation, over_quota, quota_exceeded,
@@ -73,6 +74,6 @@ pub use uploads::{MAX_UPLOADS_PER_CONVERSATION, Upload, UploadSize};
 pub use workspaces::{
     Budgeted, Claim, ConversationBounds, DEFAULT_FREE_SPACE_PERCENT, DEFAULT_MAX_CONVERSATIONS,
     DEFAULT_TENANT_MAX_CONVERSATIONS, DiskUsage, FileEntry, FileListing, MAX_VISITED_ENTRIES, PendingFile, Spent,
-    Workspaces, create_in_dir, directory_usage, hand_over, list_in_dir, open_in_dir, validate_relative_path,
-    validate_upload_path, write_in_dir,
+    WalkEnd, WalkLimits, Workspaces, create_in_dir, directory_usage, hand_over, list_in_dir, open_in_dir,
+    validate_relative_path, validate_upload_path, write_in_dir,
 };

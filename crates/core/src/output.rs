@@ -130,6 +130,11 @@ pub fn json_prefix(text: &str, budget: usize) -> &str {
     text
 }
 
+/// Bytes `text` takes inside a JSON string as serde_json writes it, quotes excluded (see [`json_prefix`]).
+pub fn json_len(text: &str) -> usize {
+    text.bytes().map(json_cost).sum()
+}
+
 /// Bytes `byte` takes inside a JSON string as serde_json writes it (see [`json_prefix`]).
 fn json_cost(byte: u8) -> usize {
     match byte {
@@ -193,6 +198,12 @@ pub fn head_and_tail(text: &str, budget: usize) -> Excerpt<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_len_is_what_serde_json_writes() {
+        let text = "a\"\\\n\u{1}é\u{7f}";
+        assert_eq!(json_len(text), serde_json::to_string(text).unwrap().len() - 2);
+    }
 
     #[test]
     fn json_prefix_counts_bytes_as_json_writes_them() {

@@ -155,6 +155,11 @@ async fn bad_ids_and_paths_are_invalid_params_and_a_missing_file_is_not_found() 
         assert!(message.contains(named), "{uri}: {message}");
         assert!(!answer.to_string().contains("other conversation"), "{uri}: {answer}");
     }
+    // No file system names a segment over 255 bytes: the caller's invalid path, not the server's fault.
+    let long = format!("sandlot://conversations/c1/files/{}/a.txt", "n".repeat(256));
+    let answer = read(&router, &long).await;
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("has a segment longer than 255 bytes"), "{answer}");
     for uri in ["sandlot://conversations/c1/files/nope.txt", "sandlot://conversations/c3/files/a.txt"] {
         let answer = read(&router, uri).await;
         assert_eq!(answer["error"]["code"], -32002, "{uri}: {answer}");

@@ -162,11 +162,32 @@ async fn tools_call_wraps_the_result_and_methods_return_it_raw() {
     assert_eq!(
         answer,
         json!({"jsonrpc":"2.0","id":"x","result":{
-            "content":[{"type":"text","text":result.to_string()}],
+            "content":[{"type":"text","text":"file.read: the result is in structuredContent"}],
             "structuredContent":result,
             "result":result,
         }})
     );
+}
+
+#[tokio::test]
+async fn attack_a_sparse_16_mib_file_is_answered_within_its_budget_never_three_times() {
+    let (root, _state, router) = router();
+    let workspace = open_sandbox::workspace_of("api-token").unwrap();
+    let dir = root.path().join(workspace.as_str()).join("files");
+    std::fs::create_dir_all(&dir).unwrap();
+    // 16 MiB of NUL bytes that take no disk: 96 MiB as JSON, which the answer carried three times (304 MiB).
+    std::fs::File::create(dir.join("sparse")).unwrap().set_len(16 << 20).unwrap();
+    let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"file.read","arguments":{"path":"sparse"}}});
+    let json = "application/json";
+    let (status, _, text) = send(&router, request("POST", "/mcp", Some("tok"), json, json, &body.to_string())).await;
+    assert_eq!(status, StatusCode::OK);
+    // The result twice (structuredContent and result), each within the 1 MiB budget, and a one-line text.
+    assert!(text.len() < 2 * 1024 * 1024 + 1024, "{} bytes", text.len());
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    let text_block = "file.read: the result is in structuredContent (truncated: the result holds 1 MiB)";
+    assert_eq!(answer["result"]["content"], json!([{"type": "text", "text": text_block}]));
+    assert_eq!(answer["result"]["structuredContent"]["truncated"], true);
+    assert_eq!(answer["result"]["structuredContent"], answer["result"]["result"]);
 }
 
 #[tokio::test]

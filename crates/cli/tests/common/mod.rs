@@ -1,8 +1,12 @@
-//! Helpers shared by the CLI's integration tests: talking to a real `sandlot serve` over raw HTTP/1.1, and an
-//! engine over the native jail with the sandlot binary as its init.
+//! Helpers shared by the CLI's integration tests: talking to a real `sandlot serve` over raw HTTP/1.1, an engine over
+//! the native jail with the sandlot binary as its init, and a memory cgroup to start a server in
+//! ([`memory_cgroup`]).
 
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod memory_cgroup;
+
+use std::io::{Read as _, Write as _};
 use std::time::{Duration, Instant};
 
 /// The body of a `Transfer-Encoding: chunked` response, its chunks joined.
@@ -18,6 +22,27 @@ pub fn dechunk(mut body: &[u8]) -> Vec<u8> {
         body = &body[(start + size + 2).min(body.len())..];
     }
     out
+}
+
+/// One request on a new connection to `addr`, read to its end: (status, body).
+pub fn request_at(addr: std::net::SocketAddr, request: &str, timeout: Duration) -> std::io::Result<(u16, Vec<u8>)> {
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    stream.write_all(request.as_bytes())?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response)?;
+    let head_end = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other(format!("no HTTP head in {} bytes", response.len())))?;
+    let head = String::from_utf8_lossy(&response[..head_end]).into_owned();
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let mut body = response.split_off(head_end + 4);
+    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        body = dechunk(&body);
+    }
+    Ok((status, body))
 }
 
 /// Polls `done` every 50 ms for up to `limit`; whether it became true.

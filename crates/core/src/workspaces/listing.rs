@@ -1,8 +1,9 @@
 //! Listing a conversation's files (or a volume's): every regular file beneath the directory, bounded in number and
 //! in bytes of paths, walked by descriptor so that no symlink is followed and nothing deeper than the walk goes is
 //! listed. A walk also examines at most [`MAX_VISITED_ENTRIES`] entries of any kind (a tree of empty directories
-//! lists nothing yet costs as much as one of files). A walk blocks: callers on an async runtime run it with
-//! `spawn_blocking`.
+//! lists nothing yet costs as much as one of files; hard links cost no inode), and one a caller drives
+//! ([`Workspaces::list_limited`], the file tools) stops when its caller gives up. A walk blocks: callers on an async
+//! runtime run it with `spawn_blocking`.
 
 use std::ffi::CStr;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -33,6 +34,35 @@ pub struct FileListing {
     pub truncated: bool,
 }
 
+/// Most entries (files, directories, anything else) one listing examines; past them it stops, marked truncated.
+pub const MAX_VISITED_ENTRIES: usize = 100_000;
+
+/// How far a walk a caller drives may go ([`Workspaces::list_limited`]).
+#[derive(Clone, Copy)]
+pub struct WalkLimits<'a> {
+    /// Regular files listed at most.
+    pub max_files: usize,
+    /// Bytes of listed paths at most.
+    pub max_path_bytes: usize,
+    /// Directory entries examined at most, whatever they are (files, hard links, directories, symlinks, devices).
+    pub max_visited: usize,
+    /// Polled at every entry; true stops the walk ([`WalkEnd::Stopped`]).
+    pub stop: &'a (dyn Fn() -> bool + Sync),
+}
+
+/// Why a walk ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalkEnd {
+    /// Every entry was examined.
+    Complete,
+    /// [`WalkLimits::max_files`] or [`WalkLimits::max_path_bytes`] was reached.
+    Listed,
+    /// [`WalkLimits::max_visited`] entries were examined.
+    Visited,
+    /// [`WalkLimits::stop`] said so.
+    Stopped,
+}
+
 impl Workspaces {
     /// Every regular file under the conversation's directory (symlinks and special files are skipped, never
     /// followed), at most `max_entries` of them.
@@ -42,38 +72,54 @@ impl Workspaces {
 
     /// [`Workspaces::list`], also stopped (and marked truncated) before the listed paths would hold more than
     /// `max_path_bytes` bytes in all: a tree of long, deeply nested names must not make a listing (and the result
-    /// built from it) of any size.
+    /// built from it) of any size; and after [`MAX_VISITED_ENTRIES`] entries examined.
     pub fn list_within(&self, id: &ConversationId, max_entries: usize, max_path_bytes: usize) -> Result<FileListing> {
+        let limits =
+            WalkLimits { max_files: max_entries, max_path_bytes, max_visited: MAX_VISITED_ENTRIES, stop: &|| false };
+        Ok(self.list_limited(id, &limits)?.0)
+    }
+
+    /// [`Workspaces::list_within`] for a walk a caller drives: also stopped after `limits.max_visited` entries
+    /// examined or when `limits.stop` says so (then marked truncated), and saying why it ended.
+    pub fn list_limited(&self, id: &ConversationId, limits: &WalkLimits<'_>) -> Result<(FileListing, WalkEnd)> {
         let Some(root) = self.open_files_dir(id)? else {
-            return Ok(FileListing::default());
+            return Ok((FileListing::default(), WalkEnd::Complete));
         };
-        list_fd(root.as_fd(), max_entries, max_path_bytes)
-            .map_err(|e| Error::io("list conversation directory", self.files_dir(id), e))
+        list_fd(root.as_fd(), limits).map_err(|e| Error::io("list conversation directory", self.files_dir(id), e))
     }
 }
 
-/// Most entries (files, directories, anything else) one listing examines; past them it stops, marked truncated.
-pub const MAX_VISITED_ENTRIES: usize = 100_000;
-
-/// The regular files beneath `root` (see [`Workspaces::list_within`]), sorted by path.
-fn list_fd(root: BorrowedFd<'_>, max_entries: usize, max_path_bytes: usize) -> std::io::Result<FileListing> {
+/// The regular files beneath `root` (see [`Workspaces::list_limited`]), sorted by path.
+fn list_fd(root: BorrowedFd<'_>, limits: &WalkLimits<'_>) -> std::io::Result<(FileListing, WalkEnd)> {
     let mut listing = FileListing::default();
     let mut path_bytes = 0usize;
-    let mut budget = MAX_VISITED_ENTRIES;
-    let complete = walk(root, Some(""), 0, &mut budget, &mut |path, size, modified| {
+    let mut visited = 0usize;
+    let mut end = WalkEnd::Complete;
+    let mut examine = || {
+        visited += 1;
+        if visited > limits.max_visited {
+            end = WalkEnd::Visited;
+        } else if (limits.stop)() {
+            end = WalkEnd::Stopped;
+        }
+        end == WalkEnd::Complete
+    };
+    let mut listed = WalkEnd::Complete;
+    walk(root, Some(""), 0, &mut examine, &mut |path, size, modified| {
         // Not UTF-8, or a control character: cannot be named in a URL (see signer.rs).
         let Some(path) = path.filter(|p| !p.chars().any(char::is_control)) else { return true };
-        if listing.files.len() == max_entries || path_bytes.saturating_add(path.len()) > max_path_bytes {
-            listing.truncated = true;
+        if listing.files.len() == limits.max_files || path_bytes.saturating_add(path.len()) > limits.max_path_bytes {
+            listed = WalkEnd::Listed;
             return false;
         }
         path_bytes += path.len();
         listing.files.push(FileEntry { path: path.to_owned(), size, modified });
         true
     })?;
-    listing.truncated |= !complete;
+    let end = if listed == WalkEnd::Complete { end } else { listed };
+    listing.truncated = end != WalkEnd::Complete;
     listing.files.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(listing)
+    Ok((listing, end))
 }
 
 /// [`Workspaces::list_within`] for a directory that is not a conversation's (a configured volume): `dir` itself is
@@ -81,7 +127,9 @@ fn list_fd(root: BorrowedFd<'_>, max_entries: usize, max_path_bytes: usize) -> s
 pub fn list_in_dir(dir: &Path, max_entries: usize, max_path_bytes: usize) -> Result<FileListing> {
     let root = rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
         .map_err(|e| Error::io("open directory", dir, e.into()))?;
-    list_fd(root.as_fd(), max_entries, max_path_bytes).map_err(|e| Error::io("list directory", dir, e))
+    let limits =
+        WalkLimits { max_files: max_entries, max_path_bytes, max_visited: MAX_VISITED_ENTRIES, stop: &|| false };
+    list_fd(root.as_fd(), &limits).map(|(listing, _)| listing).map_err(|e| Error::io("list directory", dir, e))
 }
 
 /// What [`walk`] calls for each regular file: its path (None when not UTF-8), size and modification time; false
@@ -97,12 +145,12 @@ fn modified(stat: &rustix::fs::Stat) -> Option<std::time::SystemTime> {
 
 /// Visits every regular file under `dir` (see [`Visit`]) without following symlinks, skipping what it
 /// cannot read and what is nested deeper than `MAX_DEPTH`; the path is `None` when a component is not UTF-8. The
-/// visitor returns false to stop; the walk also stops (false) when it has examined `budget` entries.
+/// visitor returns false to stop; so does `examine`, called before each entry is looked at.
 fn walk(
     dir: BorrowedFd<'_>,
     prefix: Option<&str>,
     depth: usize,
-    budget: &mut usize,
+    examine: &mut dyn FnMut() -> bool,
     visit: &mut Visit<'_>,
 ) -> std::io::Result<bool> {
     if depth > MAX_DEPTH {
@@ -114,8 +162,9 @@ fn walk(
         if name == c"." || name == c".." {
             continue;
         }
-        let Some(left) = budget.checked_sub(1) else { return Ok(false) };
-        *budget = left;
+        if !examine() {
+            return Ok(false);
+        }
         let path = match (prefix, name.to_str()) {
             (Some(""), Ok(name)) => Some(name.to_owned()),
             (Some(prefix), Ok(name)) => Some(format!("{prefix}/{name}")),
@@ -137,7 +186,7 @@ fn walk(
                     Err(rustix::io::Errno::ACCESS) => continue,
                     Err(e) => return Err(e.into()),
                 };
-                if !walk(sub.as_fd(), path.as_deref(), depth + 1, budget, visit)? {
+                if !walk(sub.as_fd(), path.as_deref(), depth + 1, examine, visit)? {
                     return Ok(false);
                 }
             }
@@ -207,6 +256,24 @@ mod tests {
         assert_eq!((listing.files.len(), listing.truncated), (2, true));
         let listing = ws.list_within(&id, 10, 12).unwrap();
         assert_eq!((listing.files.len(), listing.truncated), (3, false));
+    }
+
+    #[test]
+    fn a_limited_walk_stops_at_its_entries_hard_links_and_directories_counted() {
+        let (_tmp, ws, id, dir) = setup();
+        std::fs::write(dir.join("one"), "x").unwrap();
+        for i in 0..9 {
+            std::fs::hard_link(dir.join("one"), dir.join(format!("link{i}"))).unwrap();
+        }
+        std::fs::create_dir(dir.join("empty")).unwrap();
+        let limits = |max_visited| WalkLimits { max_files: 100, max_path_bytes: 1 << 20, max_visited, stop: &|| false };
+        let (listing, end) = ws.list_limited(&id, &limits(11)).unwrap();
+        assert_eq!((listing.files.len(), listing.truncated, end), (10, false, WalkEnd::Complete));
+        let (listing, end) = ws.list_limited(&id, &limits(5)).unwrap();
+        assert_eq!((listing.files.len() <= 5, listing.truncated, end), (true, true, WalkEnd::Visited));
+        let stopped = WalkLimits { stop: &|| true, ..limits(100) };
+        let (listing, end) = ws.list_limited(&id, &stopped).unwrap();
+        assert_eq!((listing.files.len(), listing.truncated, end), (0, true, WalkEnd::Stopped));
     }
 
     /// A tree of empty directories lists nothing, yet its walk cost as much as one of files: past

@@ -24,7 +24,7 @@ pub use budget::{
     Budgeted, ConversationBounds, DEFAULT_FREE_SPACE_PERCENT, DEFAULT_MAX_CONVERSATIONS,
     DEFAULT_TENANT_MAX_CONVERSATIONS, Spent,
 };
-pub use listing::{FileEntry, FileListing, MAX_VISITED_ENTRIES, list_in_dir};
+pub use listing::{FileEntry, FileListing, MAX_VISITED_ENTRIES, WalkEnd, WalkLimits, list_in_dir};
 pub use safe_open::{open_in_dir, validate_relative_path};
 pub use usage::{DiskUsage, directory_usage};
 pub use write::{PendingFile, create_in_dir, validate_upload_path, write_in_dir};

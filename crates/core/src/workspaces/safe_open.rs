@@ -74,6 +74,9 @@ pub fn open_in_dir(dir: &Path, path: &str) -> Result<File> {
     open_beneath(&root, dir, path).map_err(|e| not_a_file_is_missing(path, e))
 }
 
+/// The longest name of one path segment (`NAME_MAX`).
+const MAX_SEGMENT_BYTES: usize = 255;
+
 /// Checks the shape of a path relative to a conversation's `/data`, as every read does first: a read of a conversation
 /// that does not exist gives this error, else [`Error::FileNotFound`].
 pub fn validate_relative_path(path: &str) -> Result<()> {
@@ -94,6 +97,8 @@ pub fn validate_relative_path(path: &str) -> Result<()> {
         match segment {
             "" => return invalid("has an empty segment"),
             "." | ".." => return invalid("has a '.' or '..' segment"),
+            // No file system names one (`ENAMETOOLONG`): the caller's mistake, never the server's fault.
+            _ if segment.len() > MAX_SEGMENT_BYTES => return invalid("has a segment longer than 255 bytes"),
             _ => {}
         }
     }
@@ -130,6 +135,7 @@ mod tests {
     #[test]
     fn malformed_paths_are_rejected_before_any_lookup() {
         let (_tmp, ws, id, _dir) = setup();
+        let long = format!("d/{}/f", "x".repeat(256));
         let cases = [
             ("", "is empty"),
             ("/etc/passwd", "is absolute"),
@@ -139,6 +145,7 @@ mod tests {
             ("a\0b", "contains a control character"),
             ("P\n1000", "contains a control character"),
             ("a\u{85}b", "contains a control character"),
+            (long.as_str(), "has a segment longer than 255 bytes"),
         ];
         for (path, message) in cases {
             match ws.open(&id, path).unwrap_err() {

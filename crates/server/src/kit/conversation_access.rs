@@ -9,7 +9,7 @@
 
 use std::fs::File;
 
-use sandlot_core::{ConversationId, Engine, Error, FileListing, Result, Tenant, Workspaces};
+use sandlot_core::{ConversationId, Engine, Error, FileListing, Result, Tenant, WalkEnd, WalkLimits, Workspaces};
 
 use super::tenant_workspaces::{derived_for_another, refuse_derived_for_another};
 
@@ -82,6 +82,14 @@ impl TenantView {
             return Ok(FileListing::default());
         }
         self.workspaces.list_within(&self.id, max_entries, max_path_bytes)
+    }
+
+    /// [`Workspaces::list_limited`].
+    pub fn list_limited(&self, limits: &WalkLimits<'_>) -> Result<(FileListing, WalkEnd)> {
+        if self.hidden {
+            return Ok((FileListing::default(), WalkEnd::Complete));
+        }
+        self.workspaces.list_limited(&self.id, limits)
     }
 }
 

@@ -1,5 +1,6 @@
 //! `Edit`: replaces `old_string` by `new_string` in a file that was Read first: exactly one match, or every match
-//! with `replace_all`; saved atomically as `Write` does.
+//! with `replace_all`; saved atomically as `Write` does. The edited file's size is computed before it is built and
+//! refused past 16 MiB (`kit::file_limits`) (16 MiB of `a` with `replace_all` of `a` by 128 bytes would be a 2 GiB string).
 
 use std::io::Read as _;
 
@@ -7,10 +8,11 @@ use rmcp::model::Tool;
 use serde_json::json;
 
 use super::{Call, Reply, files, write};
+use crate::kit::file_limits;
 use crate::kit::workspace_paths as paths;
 
 /// The largest file Edit rewrites.
-const MAX_BYTES: u64 = 16 * 1024 * 1024;
+const MAX_BYTES: u64 = file_limits::MAX_FILE_BYTES;
 
 pub fn tool() -> Tool {
     super::tool(
@@ -40,7 +42,7 @@ pub async fn call(call: Call) -> Reply {
     let reads = call.state.reads.clone();
     let text = {
         let (workspace, relative, file_path) = (workspace.clone(), relative.clone(), file_path.clone());
-        files::blocking(move || {
+        files::blocking(&call.cancel, move |_| {
             // As codegen-sandbox: a missing file or a directory is said before the missing Read.
             let file = files::open(&workspace, &relative, &file_path)?;
             if !reads.contains(workspace.id(), &relative) {
@@ -63,6 +65,10 @@ pub async fn call(call: Call) -> Reply {
         return Err(format!(
             "old_string matched {matches} times in {file_path}; add context to make it unique or set replace_all=true"
         ));
+    }
+    let size = file_limits::replaced_size(text.len(), matches, old.len(), new.len());
+    if let Some(refusal) = file_limits::refuse_replaced_size(&file_path, size) {
+        return Err(refusal);
     }
     let edited = text.replace(old.as_str(), &new);
     write::save(&call, workspace.id(), &relative, &file_path, edited.into_bytes()).await?;

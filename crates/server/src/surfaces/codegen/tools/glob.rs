@@ -1,11 +1,13 @@
 //! `Glob`: the workspace's files matching a glob (`*`, `?`, `[..]`, `**`; without `/` it matches base names),
 //! under `path` if given, `.gitignore` honoured; newest first (then by name), at most `limit` (default 100),
-//! newline-joined workspace-relative paths.
+//! newline-joined workspace-relative paths, within the result's byte budget (`kit::result_budget`), then a line for
+//! each thing cut short (the walk, ignore files, the budget).
 
 use rmcp::model::Tool;
 use serde_json::json;
 
-use super::{Call, Reply, files};
+use super::{Call, Reply, files, visible};
+use crate::kit::result_budget::{ResultBudget, TOOL_RESULT_BYTES};
 use crate::kit::workspace_paths as paths;
 
 const DEFAULT_LIMIT: i64 = 100;
@@ -30,13 +32,15 @@ pub async fn call(call: Call) -> Reply {
     let limit = call.optional_int("limit").filter(|l| *l > 0).unwrap_or(DEFAULT_LIMIT) as usize;
     let workspace = call.view()?;
     let shown = call.optional_str("path").unwrap_or("").to_owned();
-    files::blocking(move || {
+    files::blocking(&call.cancel, move |cancel| {
         match files::target(&workspace, &dir) {
             files::Target::Dir => {}
             files::Target::File => return Err(format!("path is not a directory: {shown}")),
             files::Target::Missing => return Err(format!("stat path: {}", files::missing(&dir))),
         }
-        let mut found: Vec<_> = files::visible_files(&workspace, &dir)?
+        let visible = visible::visible_files(&workspace, &dir, &cancel)?;
+        let mut found: Vec<_> = visible
+            .files
             .into_iter()
             .filter(|file| {
                 let within = if dir.is_empty() { &file.path[..] } else { &file.path[dir.len() + 1..] };
@@ -44,7 +48,18 @@ pub async fn call(call: Call) -> Reply {
             })
             .collect();
         found.sort_by(|a, b| b.modified.cmp(&a.modified).then_with(|| a.path.cmp(&b.path)));
-        Ok(found.into_iter().take(limit).map(|file| file.path).collect::<Vec<_>>().join("\n"))
+        let mut budget = ResultBudget::tool();
+        let mut lines: Vec<String> = Vec::new();
+        for file in found.into_iter().take(limit) {
+            if !budget.take(&file.path) || !budget.take("\n") {
+                let kept = lines.len();
+                lines.push(format!("[cut: {kept} paths shown, the {} KiB a result holds]", TOOL_RESULT_BYTES >> 10));
+                break;
+            }
+            lines.push(file.path);
+        }
+        lines.extend(visible.cut);
+        Ok(lines.join("\n"))
     })
     .await
 }

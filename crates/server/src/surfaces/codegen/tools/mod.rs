@@ -22,6 +22,7 @@ mod glob;
 mod grep;
 mod kill_shell;
 mod read;
+mod visible;
 mod write;
 
 /// A tool's reply: its text, or the text of an `isError` result.

@@ -28,7 +28,7 @@ pub async fn call(call: Call) -> Reply {
     let relative = paths::relative(&file_path)?;
     let exists = {
         let (workspace, relative, file_path) = (workspace.clone(), relative.clone(), file_path.clone());
-        files::blocking(move || match files::open(&workspace, &relative, &file_path) {
+        files::blocking(&call.cancel, move |_| match files::open(&workspace, &relative, &file_path) {
             Ok(_) => Ok(true),
             Err(_) if matches!(workspace.open_file(&relative), Err(sandlot_core::Error::FileNotFound { .. })) => {
                 Ok(false)

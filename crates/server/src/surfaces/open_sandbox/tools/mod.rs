@@ -100,7 +100,7 @@ pub async fn call(
     cancel: CancellationToken,
 ) -> Result<Value, ToolError> {
     if let Some(tool) = name.strip_prefix("file.") {
-        return file::call(app, tenant, workspace, tool, arguments).await;
+        return file::call(app, tenant, workspace, tool, arguments, &cancel).await;
     }
     match name {
         "shell.exec" | "code.exec" => exec::call(app, tenant, workspace, name, arguments, cancel).await,
