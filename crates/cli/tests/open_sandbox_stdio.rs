@@ -68,7 +68,7 @@ fn stdio_serves_the_open_sandbox_profile() {
     assert_eq!(
         lines[4],
         json!({"jsonrpc":"2.0","id":5,"result":{
-            "content":[{"type":"text","text":"code.exec: the result is in structuredContent"}],
+            "content":[{"type":"text","text":ran.to_string()}],
             "structuredContent":ran, "result":ran,
         }})
     );

@@ -162,7 +162,7 @@ async fn tools_call_wraps_the_result_and_methods_return_it_raw() {
     assert_eq!(
         answer,
         json!({"jsonrpc":"2.0","id":"x","result":{
-            "content":[{"type":"text","text":"file.read: the result is in structuredContent"}],
+            "content":[{"type":"text","text":result.to_string()}],
             "structuredContent":result,
             "result":result,
         }})
@@ -181,10 +181,11 @@ async fn attack_a_sparse_16_mib_file_is_answered_within_its_budget_never_three_t
     let json = "application/json";
     let (status, _, text) = send(&router, request("POST", "/mcp", Some("tok"), json, json, &body.to_string())).await;
     assert_eq!(status, StatusCode::OK);
-    // The result twice (structuredContent and result), each within the 1 MiB budget, and a one-line text.
-    assert!(text.len() < 2 * 1024 * 1024 + 1024, "{} bytes", text.len());
+    // The result three times, as the product sends it (structuredContent, result, and the text block's JSON,
+    // escaped once more), each within the 1 MiB budget: about 3.2 MiB, where it was 304 MiB.
+    assert!(text.len() < 7 * 1024 * 1024 / 2, "{} bytes", text.len());
     let answer: Value = serde_json::from_str(&text).unwrap();
-    let text_block = "file.read: the result is in structuredContent (truncated: the result holds 1 MiB)";
+    let text_block = answer["result"]["structuredContent"].to_string();
     assert_eq!(answer["result"]["content"], json!([{"type": "text", "text": text_block}]));
     assert_eq!(answer["result"]["structuredContent"]["truncated"], true);
     assert_eq!(answer["result"]["structuredContent"], answer["result"]["result"]);

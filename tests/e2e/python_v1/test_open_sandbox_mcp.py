@@ -4,6 +4,7 @@ dotted names), file.write → file.read → file.search → file.replace → fil
 shell string), `code.exec` with Python writing into the workspace, and a path outside the workspace refused with the
 unified error."""
 
+import json
 
 import pytest
 from mcp import ClientSession
@@ -16,9 +17,9 @@ def url(server):
 
 
 def result_of(call):
-    """The tool's result object: the structured content; the text block only says where it is."""
+    """The tool's result object: the structured content, which the text block holds as JSON too."""
     assert call.isError is not True, call
-    assert call.content[0].text.endswith(": the result is in structuredContent"), call.content[0].text
+    assert json.loads(call.content[0].text) == call.structuredContent
     return call.structuredContent
 
 

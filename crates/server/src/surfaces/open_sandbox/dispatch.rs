@@ -99,8 +99,10 @@ async fn answer(session: &Session, request: &Map<String, Value>) -> Result<Value
                 Some(_) => return Err(RpcError::new(Kind::InvalidParams, "arguments must be an object")),
             };
             let result = call_tool(session, identity, name, arguments).await?;
+            // The product's wire: the result three times, the text block its JSON (clients that read only text,
+            // as the MCP spec asks a server to serve, see it there); each tool bounds its result (1 MiB as JSON).
             Ok(json!({
-                "content": [{ "type": "text", "text": summary(name, &result) }],
+                "content": [{ "type": "text", "text": result.to_string() }],
                 "structuredContent": result,
                 "result": result,
             }))
@@ -121,15 +123,6 @@ async fn call_tool(session: &Session, identity: &Identity, name: &str, arguments
             ToolError::Tool(message) => RpcError::new(Kind::ToolError, message),
         }
     })
-}
-
-/// The text block of a `tools/call` result: one line naming where the result is, never the result again (it is
-/// already carried twice, as `structuredContent` and `result`; a third copy, escaped once more, made a 16 MiB read a
-/// 304 MiB answer), and saying when it was cut.
-fn summary(name: &str, result: &Value) -> String {
-    let cut =
-        if result.get("truncated") == Some(&Value::Bool(true)) { " (truncated: the result holds 1 MiB)" } else { "" };
-    format!("{name}: the result is in structuredContent{cut}")
 }
 
 /// The `protocolVersion` (or `protocol_version`) of `params`, checked on every method: present, it must be a
