@@ -9,7 +9,9 @@
 //! quota plus [`OVER_QUOTA_ROOM`], and holds at least the inode limit plus that room, so a run can go past the quota
 //! (and be stopped as over it) before the kernel says `ENOSPC`; an image never shrinks (a lower quota is the
 //! watchdog's to enforce, see `quota.rs`), and grows, unmounted, when the quota grew. A plain `files` directory an
-//! older version made, with files in it, is left as it is (the watchdog walks it); an empty one gets an image.
+//! older version made, with files in it, is left as it is (the watchdog walks it); an empty one gets an image. An image is
+//! made, grown, mounted and named by one thread or process at a time (an exclusive `flock` of `files.img.lock` beside
+//! it): a mounted image not yet named is a crashed server's only when nobody holds that lock.
 //!
 //! The tools are e2fsprogs' `mkfs.ext4`, `e2fsck`, `resize2fs` and util-linux's `mount` (whose `-o loop` reuses a
 //! loop device already set up for the same file, so a filesystem is never mounted through two devices at once).
@@ -27,6 +29,9 @@ pub const OVER_QUOTA_ROOM: u64 = MIB;
 
 /// The name of a conversation's image, beside its `files` directory.
 pub const IMAGE_NAME: &str = "files.img";
+
+/// The file whose `flock` serialises making, growing and mounting a conversation's image, beside it.
+const LOCK_NAME: &str = "files.img.lock";
 
 /// Inodes ext4 keeps for itself (1 to 10, the root directory's among them): what an empty image has used (its
 /// `lost+found` is removed once made).
@@ -93,20 +98,25 @@ impl DiskImages {
     pub fn ensure_mounted(&self, files: &Path) -> std::io::Result<bool> {
         let conversation = files.parent().unwrap_or(files);
         let image = conversation.join(IMAGE_NAME);
+        if is_mounted(files)? && image.exists() {
+            return Ok(true);
+        }
+        // One at a time makes, grows, mounts or renames it (threads, or a server and a `sandlot run` on the same
+        // root): an exclusive lock on a file of its own beside it, never on `files` (a mount changes what that
+        // path opens) nor on `<root>/<id>` (runs hold that one shared for as long as they run).
+        use rustix::fs::OFlags;
+        let lock = rustix::fs::open(
+            conversation.join(LOCK_NAME),
+            OFlags::CREATE | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )?;
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)?;
         if is_mounted(files)? {
             // A server that crashed between mounting a new image and naming it: the mounted one is it.
             let building = image.with_extension("img.new");
             if !image.exists() && building.exists() {
                 std::fs::rename(&building, &image)?;
             }
-            return Ok(true);
-        }
-        // One at a time makes, grows or mounts it (threads, or a server and a `sandlot run` on the same root): a
-        // lock on the directory under the mount point, which nothing else locks.
-        let flags = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::NOFOLLOW;
-        let lock = rustix::fs::open(files, flags | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())?;
-        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)?;
-        if is_mounted(files)? {
             return Ok(true);
         }
         let fresh = !image.exists();

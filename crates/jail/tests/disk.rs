@@ -24,6 +24,7 @@ fn main() {
         ("unlinked_open_files_count_towards_the_quota", unlinked_open_files_count_towards_the_quota),
         ("an_image_holds_the_quota_and_little_more", an_image_holds_the_quota_and_little_more),
         ("an_image_is_reused_grown_and_never_shrunk", an_image_is_reused_grown_and_never_shrunk),
+        ("first_uses_at_once_mount_one_image", first_uses_at_once_mount_one_image),
         (
             "an_image_mounted_before_the_server_started_is_freed_when_removed",
             an_image_mounted_before_the_server_started_is_freed_when_removed,
@@ -200,6 +201,44 @@ fn an_image_is_reused_grown_and_never_shrunk() -> Result<(), Failed> {
     check_eq(writable(&files)?, size, "the image's size under a smaller quota")?;
     check_eq(std::fs::read_to_string(files.join("kept.txt"))?.as_str(), "kept", "the file")?;
     smaller.unmount_images();
+    Ok(())
+}
+
+/// Sixteen first uses of a new conversation at once (uploads into it, say): each gets the one image, mounted once.
+/// Before, one that saw another's image mounted but not yet named took it for a crashed server's and renamed it
+/// under the maker, which then failed (`No such file or directory`: a 500 for that upload).
+fn first_uses_at_once_mount_one_image() -> Result<(), Failed> {
+    let root = tempfile::tempdir()?;
+    let id = sandlot_core::ConversationId::parse("raced").unwrap();
+    let workspaces =
+        sandlot_core::Workspaces::new(root.path()).with_images(sandlot_core::DiskImages::detect(1024, 100_000)?);
+    let image = root.path().join("raced/files.img");
+    // Each asks again and again until the image is named, so some ask while it is being made.
+    let prepared: Vec<_> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..16u64)
+            .map(|i| {
+                let (workspaces, id, image) = (&workspaces, &id, &image);
+                scope.spawn(move || {
+                    // Arrivals spread over the time an image takes to make, as uploads arrive.
+                    std::thread::sleep(std::time::Duration::from_micros(i * 1500));
+                    let mut answers = vec![workspaces.prepare(id)];
+                    while !image.exists() && answers.len() < 100_000 {
+                        answers.push(workspaces.prepare(id));
+                    }
+                    answers
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|handle| handle.join().unwrap()).collect()
+    });
+    let mut devices = std::collections::BTreeSet::new();
+    for files in prepared {
+        devices.insert(std::fs::metadata(files?)?.dev());
+    }
+    let conversation = std::fs::metadata(root.path().join("raced"))?.dev();
+    check(devices.len() == 1 && !devices.contains(&conversation), || format!("devices {devices:?}"))?;
+    check(image.exists(), || "the image is named".into())?;
+    check_eq(workspaces.unmount_images(), 1, "images unmounted")?;
     Ok(())
 }
 
