@@ -33,10 +33,17 @@ struct Server {
 }
 
 impl Server {
+    /// Over a root in memory, so the test makes its trees quickly; pages the test writes are charged to the test,
+    /// not the server.
     fn start(name: &str) -> Server {
+        Server::start_in(name, "/dev/shm")
+    }
+
+    /// Over a root in `parent`: on disk for attacks whose bytes the server writes (tmpfs pages the server writes
+    /// would be charged to its group, as memory).
+    fn start_in(name: &str, parent: &str) -> Server {
         let cgroup = MemoryCgroup::new(name, LIMIT);
-        // In memory, so the test makes its trees quickly; pages the test writes are charged to the test, not the server.
-        let root = tempfile::tempdir_in("/dev/shm").unwrap();
+        let root = tempfile::tempdir_in(parent).unwrap();
         let addr = common::free_addr();
         let child = cgroup
             .command(env!("CARGO_BIN_EXE_sandlot"))
@@ -105,6 +112,32 @@ fn post(addr: SocketAddr, path: &str, body: &str) -> std::io::Result<(u16, Vec<u
         body.len()
     );
     common::request_at(addr, &request, Duration::from_secs(120))
+}
+
+/// `PUT target` (a signed upload URL's path and query) of `size` bytes of `x`, sent in 1 MiB writes: the status.
+fn put(addr: SocketAddr, target: &str, size: usize) -> std::io::Result<u16> {
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(120)))?;
+    let head =
+        format!("PUT {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {size}\r\nConnection: close\r\n\r\n");
+    stream.write_all(head.as_bytes())?;
+    let chunk = vec![b'x'; 1 << 20];
+    let mut sent = 0;
+    while sent < size {
+        let n = chunk.len().min(size - sent);
+        // A server that answered early (a refusal) may close before the body is whole: its answer is what counts.
+        if stream.write_all(&chunk[..n]).is_err() {
+            break;
+        }
+        sent += n;
+    }
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer);
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| std::io::Error::other(text.into_owned()))
 }
 
 /// A codegen-sandbox session over the legacy SSE transport: requests POSTed to its endpoint, answers read from the
@@ -337,4 +370,57 @@ fn the_file_tools_cannot_take_the_servers_memory() {
     assert_eq!((text.as_str(), is_error), ("1\tx\n", false));
     let answer = server.open_sandbox(9, "file.read", json!({"path": "seed.txt"}));
     assert_eq!(answer["result"]["result"], json!({"content": "x"}));
+}
+
+/// Item 5 and item 15 under 1 GiB: twelve 64 MiB signed uploads at once into three conversations (each body was
+/// read whole into memory twice: ~850 MiB for eight), and a legacy SSE stream that is never read while its client
+/// keeps asking for 512 KiB files (+116 MB for 200 reads, without end before the bound).
+#[test]
+fn uploads_and_unread_streams_cannot_take_the_servers_memory() {
+    let mut server = Server::start_in("uploads-streams", "/var/tmp");
+    let targets: Vec<String> = (0..12)
+        .map(|i| {
+            let body = json!({"path": format!("in/{i}.bin")}).to_string();
+            let (status, answer) =
+                post(server.addr, &format!("/v1/conversations/mem-{}/uploads", i % 3), &body).unwrap();
+            assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+            let url = serde_json::from_slice::<Value>(&answer).unwrap()["url"].as_str().unwrap().to_owned();
+            let path_start = url.find("/files/").expect("a /files/ URL");
+            url[path_start..].to_owned()
+        })
+        .collect();
+    let uploads: Vec<_> = targets
+        .into_iter()
+        .map(|target| {
+            let addr = server.addr;
+            std::thread::spawn(move || put(addr, &target, 64 << 20))
+        })
+        .collect();
+    for upload in uploads {
+        // Each is written (201) or, past what the conversation's quota or its uploads in flight allow, refused.
+        let status = upload.join().unwrap().unwrap();
+        assert!([200, 201, 413, 429].contains(&status), "upload status {status}");
+    }
+    server.survived();
+
+    // Never read: open the stream and make the workspace, then only POST.
+    let mut codegen = Codegen::open(&server);
+    assert_eq!(codegen.call("Write", json!({"file_path": "seed.txt", "content": "x"})).1, false);
+    std::fs::write(server.workspace("codegen-").join("half.txt"), format!("{}\n", "y".repeat(1023)).repeat(512))
+        .unwrap();
+    let read = json!({"file_path": "half.txt"});
+    let mut refused = None;
+    for id in 1..=400u64 {
+        let message =
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "Read", "arguments": read}});
+        let (status, _) = post(server.addr, &codegen.endpoint, &message.to_string()).unwrap();
+        if status != 202 {
+            refused = Some((id, status));
+            break;
+        }
+    }
+    // 400 reads of 512 KiB are ~200 MiB of answers: the stream's 16 MiB bound closes it long before.
+    let (id, status) = refused.expect("a stream that is never read is closed, and its POSTs refused");
+    assert!(id < 200 && (400..500).contains(&status), "refused at call {id} with {status}");
+    server.survived();
 }
