@@ -9,9 +9,9 @@
 //! quota plus [`OVER_QUOTA_ROOM`], and holds at least the inode limit plus that room, so a run can go past the quota
 //! (and be stopped as over it) before the kernel says `ENOSPC`; an image never shrinks (a lower quota is the
 //! watchdog's to enforce, see `quota.rs`), and grows, unmounted, when the quota grew. A plain `files` directory an
-//! older version made, with files in it, is left as it is (the watchdog walks it); an empty one gets an image. An image is
-//! made, grown, mounted and named by one thread or process at a time (an exclusive `flock` of `files.img.lock` beside
-//! it): a mounted image not yet named is a crashed server's only when nobody holds that lock.
+//! older version made, with files in it, is left as it is (the watchdog walks it); an empty one gets an image. An
+//! image is made, grown, mounted and named by one thread or process at a time (an exclusive `flock` of
+//! `files.img.lock` beside it): a mounted image not yet named is a crashed server's only when nobody holds that lock.
 //!
 //! The tools are e2fsprogs' `mkfs.ext4`, `e2fsck`, `resize2fs` and util-linux's `mount` (whose `-o loop` reuses a
 //! loop device already set up for the same file, so a filesystem is never mounted through two devices at once).
