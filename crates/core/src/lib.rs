@@ -42,7 +42,7 @@ mod workspaces;
 
 pub use backend::{Backend, Job, RunnerInfo};
 pub use conversation_id::ConversationId;
-pub use disk_image::{DiskImages, IMAGE_NAME, OVER_QUOTA_ROOM};
+pub use disk_image::{DiskImages, IMAGE_NAME, OVER_QUOTA_ROOM, is_mounted as image_is_mounted};
 pub use engine::{DEFAULT_RESULT_TEXT_BYTES, Deletion, Engine, EngineConfig, MAX_METADATA_BYTES, RunReport};
 pub use error::{Error, Result};
 pub use events::{EVENT_BUFFER, RunEvent};

@@ -145,7 +145,30 @@ pub async fn app_state(
 /// `workspaces` with each conversation on a disk image of its own where the host allows (the kernel's bound on
 /// `/data`; see `sandlot_core::DiskImages`), else plain directories the quota's watchdog walks.
 pub fn with_disk_images(workspaces: sandlot_core::Workspaces, sandbox: &SandboxArgs) -> sandlot_core::Workspaces {
-    match sandlot_core::DiskImages::detect(sandbox.disk_mb, sandbox.disk_inodes) {
+    images_or_not(workspaces, sandlot_core::DiskImages::detect(sandbox.disk_mb, sandbox.disk_inodes))
+}
+
+/// [`with_disk_images`] for one run into `conversation`: when its image is mounted already, loop mounts work here
+/// and the probe is skipped (a `sandlot run` into a conversation used before pays no test image).
+pub fn with_disk_images_for(
+    workspaces: sandlot_core::Workspaces,
+    sandbox: &SandboxArgs,
+    conversation: &str,
+) -> sandlot_core::Workspaces {
+    let mounted = sandlot_core::ConversationId::parse(conversation)
+        .is_ok_and(|id| sandlot_core::image_is_mounted(&workspaces.files_dir(&id)).unwrap_or(false));
+    let images = match mounted {
+        true => sandlot_core::DiskImages::find(sandbox.disk_mb, sandbox.disk_inodes),
+        false => sandlot_core::DiskImages::detect(sandbox.disk_mb, sandbox.disk_inodes),
+    };
+    images_or_not(workspaces, images)
+}
+
+fn images_or_not(
+    workspaces: sandlot_core::Workspaces,
+    images: Result<sandlot_core::DiskImages, String>,
+) -> sandlot_core::Workspaces {
+    match images {
         Ok(images) => workspaces.with_images(images),
         Err(why) => {
             tracing::info!("no disk images for conversations ({why}): the quota's watchdog walks /data");

@@ -48,7 +48,8 @@ pub async fn run(args: RunArgs, forked_init: Option<sandlot_jail::ForkedInit>) -
         crate::cli::BackendKind::Docker => super::backend(&args.sandbox, 0).await?,
     };
     sandlot_core::marks::mark("c.backend");
-    let workspaces = super::with_disk_images(Workspaces::unbounded(&args.sandbox.root), &args.sandbox);
+    let workspaces =
+        super::with_disk_images_for(Workspaces::unbounded(&args.sandbox.root), &args.sandbox, &args.conversation);
     let engine = Engine::new(backend, workspaces, args.sandbox.engine_config());
     let request = RunRequest {
         conversation_id: args.conversation.clone(),
