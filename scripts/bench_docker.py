@@ -10,7 +10,7 @@ import os
 import shutil
 import tempfile
 
-from benchlib import Connection, free_port, print_latency_table, round_robin, spawn_and_wait, start_server
+from benchlib import Connection, free_port, print_latency_table, remove_work, round_robin, spawn_and_wait, start_server
 
 
 def main():
@@ -45,7 +45,7 @@ def main():
     finally:
         server.terminate()
         server.wait(timeout=20)
-        shutil.rmtree(work, ignore_errors=True)
+        remove_work(work)
 
 
 if __name__ == "__main__":

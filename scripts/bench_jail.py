@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import print_latency_table, round_robin, spawn_and_wait
+from benchlib import print_latency_table, remove_work, round_robin, spawn_and_wait
 
 PYTHON = "/usr/bin/python3"
 CODE = "print(1)"
@@ -72,7 +72,7 @@ def main():
     samples = round_robin(rows, args.runs // 2, args.warmup)
     print(f"\nthe same, a new conversation every run, {args.runs // 2} runs each")
     print_latency_table(samples, [name for name, _ in rows], "bare python3", "bare")
-    shutil.rmtree(work, ignore_errors=True)
+    remove_work(work)
 
 
 if __name__ == "__main__":

@@ -8,11 +8,10 @@ Usage: bench_server.py SANDLOT [--runs N] [--seconds S] [--env NAME=VALUE ...]  
 import argparse
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 
-from benchlib import Connection, free_port, print_latency_table, round_robin, spawn_and_wait, start_server
+from benchlib import Connection, free_port, print_latency_table, remove_work, round_robin, spawn_and_wait, start_server
 
 PYTHON = "/usr/bin/python3"
 
@@ -71,7 +70,7 @@ def main():
     finally:
         server.terminate()
         server.wait(timeout=20)
-        shutil.rmtree(work, ignore_errors=True)
+        remove_work(work)
 
 
 if __name__ == "__main__":

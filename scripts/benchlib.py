@@ -4,7 +4,9 @@ import json
 import os
 import random
 import re
+import shutil
 import socket
+import subprocess
 import statistics
 import time
 
@@ -103,7 +105,6 @@ class Connection:
 
 def start_server(sandlot, env, port):
     """Starts `sandlot serve` with `env` and waits for /healthz."""
-    import subprocess
     import urllib.request
     server = subprocess.Popen([sandlot, "serve"], env=env, stderr=subprocess.DEVNULL)
     for _ in range(600):
@@ -120,3 +121,15 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def remove_work(path):
+    """Removes a benchmark's work directory. `sandlot run` leaves its conversation's disk image mounted (as root, for
+    the next run), so first detach every mount below `path`, deepest first: a directory with mounts in it cannot be
+    removed, and each would hold a loop device."""
+    with open("/proc/self/mountinfo") as mountinfo:
+        points = [line.split(" ")[4] for line in mountinfo]
+    below = [p for p in points if p == path or p.startswith(path.rstrip("/") + "/")]
+    for point in sorted(below, key=len, reverse=True):
+        subprocess.run(["umount", "--lazy", point], capture_output=True)
+    shutil.rmtree(path, ignore_errors=True)

@@ -57,6 +57,19 @@ def free_port():
         return s.getsockname()[1]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def detach_leftover_images(tmp_path_factory):
+    """After the session, detaches every mount left below pytest's temporary directories: a test that kills its
+    server (or runs `sandlot run`, which keeps its image mounted for the next run) leaves conversations' disk images
+    mounted, each holding a loop device, and a directory with mounts in it cannot be removed."""
+    yield
+    base = str(tmp_path_factory.getbasetemp().parent)
+    with open("/proc/self/mountinfo") as mountinfo:
+        points = [line.split(" ")[4] for line in mountinfo]
+    for point in sorted((p for p in points if p.startswith(base + "/")), key=len, reverse=True):
+        subprocess.run(["umount", "--lazy", point], capture_output=True)
+
+
 @pytest.fixture
 def root(tmp_path):
     assert os.geteuid() == 0, "the end-to-end tests start sandboxes and need root (run scripts/test.sh as root)"

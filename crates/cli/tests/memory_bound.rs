@@ -28,7 +28,7 @@ const LIMIT: u64 = 1 << 30;
 struct Server {
     child: Child,
     addr: SocketAddr,
-    root: tempfile::TempDir,
+    root: common::TempRoot,
     cgroup: MemoryCgroup,
 }
 
@@ -43,7 +43,7 @@ impl Server {
     /// would be charged to its group, as memory).
     fn start_in(name: &str, parent: &str) -> Server {
         let cgroup = MemoryCgroup::new(name, LIMIT);
-        let root = tempfile::tempdir_in(parent).unwrap();
+        let root = common::TempRoot::new_in(parent);
         let addr = common::free_addr();
         let child = cgroup
             .command(env!("CARGO_BIN_EXE_sandlot"))

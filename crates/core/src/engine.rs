@@ -400,9 +400,15 @@ pub struct Deletion {
 impl Engine {
     /// The conversation's directory, claimed for a run ([`Workspaces::try_claim`]); waits while it is being removed
     /// (by another process on the same root: this one's removals hold the conversation's turn, which the run has).
+    /// Off the async threads: a conversation's first use makes and mounts its disk image (`mkfs.ext4` and `mount`,
+    /// tens of milliseconds).
     async fn claim(&self, conversation: &ConversationId) -> Result<(std::path::PathBuf, crate::Claim)> {
         loop {
-            if let Some(claimed) = self.workspaces.try_claim(conversation)? {
+            let (workspaces, id) = (self.workspaces.clone(), conversation.clone());
+            let claimed = tokio::task::spawn_blocking(move || workspaces.try_claim(&id))
+                .await
+                .map_err(|e| Error::io("claim conversation", self.workspaces.files_dir(conversation), e.into()))??;
+            if let Some(claimed) = claimed {
                 return Ok(claimed);
             }
             tokio::time::sleep(Duration::from_millis(10)).await;

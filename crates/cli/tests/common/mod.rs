@@ -104,6 +104,11 @@ impl TempRoot {
         Self(tempfile::tempdir().expect("a temporary root"))
     }
 
+    /// A temporary root in `parent` (`/dev/shm`, say).
+    pub fn new_in(parent: &str) -> Self {
+        Self(tempfile::tempdir_in(parent).expect("a temporary root"))
+    }
+
     pub fn path(&self) -> &std::path::Path {
         self.0.path()
     }
