@@ -20,7 +20,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::DiskUsage;
-use crate::spare_images::Spares;
 
 const MIB: u64 = 1024 * 1024;
 
@@ -56,8 +55,6 @@ pub struct DiskImages {
     e2fsck: PathBuf,
     resize2fs: PathBuf,
     mount: PathBuf,
-    /// Blank images made ahead, for a long-running server (see `spare_images.rs`).
-    spares: Option<Spares>,
 }
 
 impl DiskImages {
@@ -85,7 +82,6 @@ impl DiskImages {
             e2fsck: find_tool("e2fsck")?,
             resize2fs: find_tool("resize2fs")?,
             mount: find_tool("mount")?,
-            spares: None,
         };
         Ok(images)
     }
@@ -96,31 +92,11 @@ impl DiskImages {
         let dir = std::env::temp_dir().join(format!("sandlot-image-probe-{}", std::process::id()));
         let files = dir.join("files");
         std::fs::create_dir_all(&files)?;
-        let small = Self { quota: MIB, inodes: 64, spares: None, ..self.clone() };
+        let small = Self { quota: MIB, inodes: 64, ..self.clone() };
         let made = small.make(&dir.join(IMAGE_NAME), &files);
         let unmounted = unmount(&files);
         let _ = std::fs::remove_dir_all(&dir);
         made.and(unmounted)
-    }
-
-    /// These images, with blank ones kept ready in `dir` (made from now on, in the background), so a conversation's
-    /// first use takes one instead of formatting one.
-    pub fn with_spares(self, dir: PathBuf) -> Self {
-        let images = Self { spares: Some(Spares::new(dir)), ..self };
-        images.refill_spares();
-        images
-    }
-
-    /// Makes spares until enough are ready, in the background (nothing without [`DiskImages::with_spares`]).
-    fn refill_spares(&self) {
-        if let Some(spares) = &self.spares {
-            spares.refill(self);
-        }
-    }
-
-    /// How many blank images are ready.
-    pub fn spares_ready(&self) -> usize {
-        self.spares.as_ref().map_or(0, Spares::ready)
     }
 
     /// Mounts the conversation's image on `files` unless something is mounted there already: made on first use
@@ -155,13 +131,7 @@ impl DiskImages {
             if std::fs::read_dir(files)?.next().is_some() {
                 return Ok(false);
             }
-            match self.spares.as_ref().is_some_and(|spares| spares.take(&image)) {
-                true => {
-                    self.mount_sized(&image, files)?;
-                    self.refill_spares();
-                }
-                false => self.make(&image, files)?,
-            }
+            self.make(&image, files)?;
         } else {
             self.mount_sized(&image, files)?;
         }
@@ -170,7 +140,7 @@ impl DiskImages {
 
     /// Makes a new image at `image`, sized so that its users may write at least the quota and the room past it,
     /// and mounts it on `files` (empty). Built under a temporary name, so a crash never leaves half an image.
-    pub(crate) fn make(&self, image: &Path, files: &Path) -> std::io::Result<()> {
+    fn make(&self, image: &Path, files: &Path) -> std::io::Result<()> {
         let building = image.with_extension("img.new");
         let mut size = first_guess(self.quota, self.inodes);
         for _ in 0..SIZING_ATTEMPTS {

@@ -25,7 +25,6 @@ fn main() {
         ("an_image_holds_the_quota_and_little_more", an_image_holds_the_quota_and_little_more),
         ("an_image_is_reused_grown_and_never_shrunk", an_image_is_reused_grown_and_never_shrunk),
         ("first_uses_at_once_mount_one_image", first_uses_at_once_mount_one_image),
-        ("a_first_use_takes_a_spare_image_made_ahead", a_first_use_takes_a_spare_image_made_ahead),
         (
             "an_image_mounted_before_the_server_started_is_freed_when_removed",
             an_image_mounted_before_the_server_started_is_freed_when_removed,
@@ -239,38 +238,6 @@ fn first_uses_at_once_mount_one_image() -> Result<(), Failed> {
     let conversation = std::fs::metadata(root.path().join("raced"))?.dev();
     check(devices.len() == 1 && !devices.contains(&conversation), || format!("devices {devices:?}"))?;
     check(image.exists(), || "the image is named".into())?;
-    check_eq(workspaces.unmount_images(), 1, "images unmounted")?;
-    Ok(())
-}
-
-/// A server's images made ahead (the defaults): a new conversation's first use takes one of the spares (its file,
-/// by inode, becomes the conversation's image) instead of formatting one, and the spares are made again.
-fn a_first_use_takes_a_spare_image_made_ahead() -> Result<(), Failed> {
-    use std::os::unix::fs::MetadataExt;
-    let root = tempfile::tempdir()?;
-    let spares = root.path().join(".sandlot/spare-images");
-    let images = sandlot_core::DiskImages::detect(1024, 100_000)?.with_spares(spares.clone());
-    // Polled: the spares are made by a thread of their own (tens of ms each; 60 s on the busiest machine).
-    let ready = |count: usize| {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while images.spares_ready() != count && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        images.spares_ready() == count
-    };
-    check(ready(sandlot_core::SPARES), || format!("{} spares ready", images.spares_ready()))?;
-    let inodes: std::collections::BTreeSet<u64> =
-        std::fs::read_dir(&spares)?.map(|entry| Ok(entry?.metadata()?.ino())).collect::<std::io::Result<_>>()?;
-    let workspaces = sandlot_core::Workspaces::new(root.path()).with_images(images.clone());
-    let id = sandlot_core::ConversationId::parse("new").unwrap();
-    let files = workspaces.prepare(&id)?;
-    let image = std::fs::metadata(root.path().join("new/files.img"))?.ino();
-    check(inodes.contains(&image), || format!("the image {image} is not one of the spares {inodes:?}"))?;
-    check(std::fs::metadata(&files)?.dev() != std::fs::metadata(root.path())?.dev(), || "not mounted".into())?;
-    let stat = nix::sys::statvfs::statvfs(&files)?;
-    let writable = stat.blocks_available() * stat.fragment_size();
-    check(writable >= 1024 << 20, || format!("a spare holds {writable} bytes for a 1024 MiB quota"))?;
-    check(ready(sandlot_core::SPARES), || format!("{} spares after one was taken", images.spares_ready()))?;
     check_eq(workspaces.unmount_images(), 1, "images unmounted")?;
     Ok(())
 }

@@ -144,12 +144,8 @@ pub async fn app_state(
 
 /// `workspaces` with each conversation on a disk image of its own where the host allows (the kernel's bound on
 /// `/data`; see `sandlot_core::DiskImages`), else plain directories the quota's watchdog walks.
-/// For a long-running server: a few blank images are kept ready (`<root>/.sandlot/spare-images`), so a new
-/// conversation's first run mounts one instead of formatting one.
 pub fn with_disk_images(workspaces: sandlot_core::Workspaces, sandbox: &SandboxArgs) -> sandlot_core::Workspaces {
-    let spares = sandbox.root.join(sandlot_core::STATE_DIR_NAME).join("spare-images");
-    let images = sandlot_core::DiskImages::detect(sandbox.disk_mb, sandbox.disk_inodes);
-    images_or_not(workspaces, images.map(|images| images.with_spares(spares)))
+    images_or_not(workspaces, sandlot_core::DiskImages::detect(sandbox.disk_mb, sandbox.disk_inodes))
 }
 
 /// [`with_disk_images`] for one run into `conversation`: when its image is mounted already, loop mounts work here
