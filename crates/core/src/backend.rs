@@ -75,4 +75,9 @@ pub trait Backend: Send + Sync {
     async fn readiness(&self) -> Vec<ReadinessCheck> {
         Vec::new()
     }
+
+    /// The backend's live sandboxes (`session: true` runs), or `None` when it cannot keep a sandbox up.
+    fn live(&self) -> Option<&dyn crate::LiveBackend> {
+        None
+    }
 }

@@ -18,6 +18,7 @@ mod language;
 mod layout;
 mod ledger;
 mod limits;
+mod live;
 mod log_text;
 pub mod marks;
 mod mount;
@@ -50,6 +51,7 @@ pub use history::{DEFAULT_OUTPUT_BUDGET, History, MAX_LISTED_RUNS, Outcome, Outp
 pub use language::Language;
 pub use layout::Layout;
 pub use limits::{Limits, MIN_TIMEOUT, timeout_from_secs};
+pub use live::{LiveBackend, LiveProcess, LiveSandbox, LiveSpec, ProcessHandle, SandboxProcess, SandboxUsage, Spawn};
 pub use log_text::Escaped;
 pub use mount::{MAX_MOUNTS, Mount, hand_over_writable};
 pub use outcome::{RunOutcome, Termination};

@@ -31,6 +31,11 @@ pub struct RunRequest {
     /// its own turn, and takes a place in the pool): codegen-sandbox's background shells, which outlive their call.
     /// Such runs of one tenant hold at most half the pool's places (at least one).
     pub alongside: bool,
+    /// Runs in the conversation's live sandbox (started when it has none) instead of a fresh one: in the language's
+    /// persistent interpreter, whose variables, functions, imports (and for Bash, working directory) the next
+    /// `session` call sees. With `alongside` too, the code runs as a process of its own in the live sandbox (a
+    /// background shell), not in the interpreter. See `sessions`.
+    pub session: bool,
     /// Cancelling it stops the run (its sandbox is killed; the outcome is `Cancelled`).
     pub cancel: tokio_util::sync::CancellationToken,
 }

@@ -338,6 +338,7 @@ pub async fn execute_as(
         layout: LAYOUT,
         mounts: state.volumes.mounts(),
         alongside: false,
+        session: false,
         cancel,
     };
     state.app.engine.run_as(tenant, request, sink).await.map_err(from_engine)
