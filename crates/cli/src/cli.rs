@@ -422,6 +422,22 @@ pub struct SandboxArgs {
     /// instead of creating one per run (about a millisecond of CPU less per run). `false`: a new one every run.
     #[arg(long, env = "SANDLOT_KEEP_NETNS", default_value_t = true, action = clap::ArgAction::Set)]
     pub keep_netns: bool,
+    /// A conversation's live sandbox (its `session: true` calls') ends after this many seconds without a call.
+    #[arg(long, env = "SANDLOT_SANDBOX_IDLE_SECS", default_value_t = sandlot_core::DEFAULT_SANDBOX_IDLE.as_secs(), value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_SECS))]
+    pub sandbox_idle_secs: u64,
+    /// A live sandbox ends this many seconds after it started (after the call then running).
+    #[arg(long, env = "SANDLOT_SANDBOX_MAX_LIFETIME_SECS", default_value_t = sandlot_core::DEFAULT_SANDBOX_LIFETIME.as_secs(), value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_SECS))]
+    pub sandbox_max_lifetime_secs: u64,
+    /// Live sandboxes at once (default: twice what the host's memory holds at --memory-mb each, 4 to 1024); a new
+    /// one ends the least recently used idle one.
+    #[arg(long, env = "SANDLOT_MAX_LIVE_SANDBOXES", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_live_sandboxes: Option<u64>,
+    /// Idle live sandboxes end, least recently used first, while the host has less memory available than this (MiB).
+    #[arg(long, env = "SANDLOT_SANDBOX_MIN_FREE_MB", default_value_t = 512)]
+    pub sandbox_min_free_mb: u64,
+    /// Whether `sandbox_run_code` runs in the conversation's live sandbox when the call does not say `session`.
+    #[arg(long, env = "SANDLOT_SESSION_DEFAULT", default_value_t = false, action = clap::ArgAction::Set)]
+    pub session_default: bool,
 }
 
 /// The longest deadline a server may be configured with: a year. Deadlines are added to clocks and to grace
@@ -472,6 +488,16 @@ impl SandboxArgs {
                 ..Limits::default()
             },
             max_timeout: Duration::from_secs(self.max_timeout_secs),
+            sessions: sandlot_core::SessionConfig {
+                idle: Duration::from_secs(self.sandbox_idle_secs),
+                max_lifetime: Duration::from_secs(self.sandbox_max_lifetime_secs),
+                max_live: self.max_live_sandboxes.map_or_else(
+                    || sandlot_core::default_max_live(self.memory_mb),
+                    |max| usize::try_from(max).unwrap_or(usize::MAX),
+                ),
+                min_free_mb: self.sandbox_min_free_mb,
+                session_default: self.session_default,
+            },
             ..EngineConfig::default()
         }
     }

@@ -40,6 +40,8 @@ pub struct EngineConfig {
     pub max_listed_path_bytes: usize,
     /// Bytes of output a tool result shows a model (as JSON, head and tail); the rest stays in the history.
     pub result_text_bytes: usize,
+    /// Live sandboxes: how long they live, how many there may be (`session` runs).
+    pub sessions: crate::SessionConfig,
 }
 
 impl Default for EngineConfig {
@@ -54,6 +56,7 @@ impl Default for EngineConfig {
             max_files_listed: 1000,
             max_listed_path_bytes: 64 * 1024,
             result_text_bytes: DEFAULT_RESULT_TEXT_BYTES,
+            sessions: crate::SessionConfig::default(),
         }
     }
 }
@@ -71,6 +74,8 @@ pub struct RunReport {
     /// When the run started (just before the backend got it): a listed file modified since was made or changed
     /// by the run (see `FileEntry::modified`).
     pub started_at: std::time::SystemTime,
+    /// The live sandbox a `session` run ran in.
+    pub session: Option<crate::SessionReport>,
 }
 
 /// Runs requests on a backend; shared by every face.
@@ -82,6 +87,7 @@ pub struct Engine {
     ledger: Ledger,
     readiness: ReadinessCache,
     uploads: Arc<crate::uploads::Uploads>,
+    sessions: Arc<crate::Sessions>,
 }
 
 impl Engine {
@@ -89,7 +95,8 @@ impl Engine {
     pub fn new(backend: Arc<dyn Backend>, workspaces: Workspaces, config: EngineConfig) -> Self {
         let admission = Admission::new(config.max_concurrent_runs, config.max_queued, config.queue_wait_limit);
         let (ledger, readiness, uploads) = (Ledger::new(None), ReadinessCache::default(), Default::default());
-        Self { backend, workspaces, config, admission, ledger, readiness, uploads }
+        let sessions = Arc::new(crate::Sessions::new(config.sessions.clone()));
+        Self { backend, workspaces, config, admission, ledger, readiness, uploads, sessions }
     }
 
     /// The same engine, recording every run in `history`.
@@ -138,9 +145,21 @@ impl Engine {
         self.admission.waiting()
     }
 
-    /// Kills every run still going (see [`Backend::abort_all`]); for a server that is about to exit.
+    /// Kills every run still going (see [`Backend::abort_all`]) and ends every live sandbox; for a server that is
+    /// about to exit.
     pub async fn abort_all(&self) {
+        self.sessions.close_all("the server stopped").await;
         self.backend.abort_all().await;
+    }
+
+    /// The live sandboxes (`session` runs): their status, restart and close.
+    pub fn sessions(&self) -> &crate::Sessions {
+        &self.sessions
+    }
+
+    /// Whether the backend can keep a sandbox between calls (`session: true`).
+    pub fn supports_sessions(&self) -> bool {
+        self.backend.live().is_some()
     }
 
     /// Cleans up after a predecessor that crashed: runs it left in flight are marked interrupted in the history, and
@@ -232,6 +251,17 @@ impl Engine {
         if let Some(metadata) = &request.metadata {
             validate_metadata(metadata)?;
         }
+        if request.session {
+            if self.backend.live().is_none() {
+                return Err(Error::invalid(
+                    "session",
+                    format!("the {} backend cannot keep a sandbox between calls", self.backend.name()),
+                ));
+            }
+            if !request.alongside && !request.stdin.is_empty() {
+                return Err(Error::invalid("stdin", "is not supported with session: true (the interpreter is shared)"));
+            }
+        }
         request.layout.validate()?;
         crate::mount::validate(&request.mounts, request.layout)?;
         let mut limits = self.config.limits.clone();
@@ -317,6 +347,7 @@ impl Engine {
                     outcome,
                     files,
                     started_at,
+                    session: None,
                 });
             }
         };
@@ -351,7 +382,8 @@ impl Engine {
             turn.release_conversation(); // its place in the pool stays held to the end of the run
         }
         let started_at = std::time::SystemTime::now();
-        let result = self.backend.run(job, &entry.sink(sink)).await;
+        let (session, alongside) = (request.session, request.alongside);
+        let (result, session) = self.execute(&conversation, job, session, alongside, &entry.sink(sink)).await;
         let mut outcome = match result {
             Ok(outcome) => outcome,
             Err(error) => {
@@ -384,7 +416,40 @@ impl Engine {
             files = files.files.len(),
             "run finished"
         );
-        Ok(RunReport { run_id, conversation_id: conversation, language, limits, outcome, files, started_at })
+        Ok(RunReport { run_id, conversation_id: conversation, language, limits, outcome, files, started_at, session })
+    }
+
+    /// Runs a job: in a fresh sandbox, or in the conversation's live sandbox for a `session` run (in its interpreter,
+    /// or with `alongside` as a process of its own).
+    async fn execute(
+        &self,
+        conversation: &ConversationId,
+        job: Job,
+        session: bool,
+        alongside: bool,
+        sink: &dyn OutputSink,
+    ) -> (Result<RunOutcome>, Option<crate::SessionReport>) {
+        let live = match (session, self.backend.live()) {
+            (true, Some(live)) => live,
+            _ => return (self.backend.run(job, sink).await, None),
+        };
+        let parts = crate::sessions::SandboxParts {
+            conversation: conversation.clone(),
+            conversation_dir: self.workspaces.root().join(conversation.as_str()),
+            limits: job.limits.clone(),
+            workspace: job.workspace.clone(),
+            layout: job.layout,
+            mounts: job.mounts.clone(),
+        };
+        let ran = if alongside {
+            self.sessions.run_process(live, job, parts, sink).await
+        } else {
+            self.sessions.call(live, job, parts, sink).await
+        };
+        match ran {
+            Ok((outcome, report)) => (Ok(outcome), Some(report)),
+            Err(error) => (Err(error), None),
+        }
     }
 }
 
@@ -507,6 +572,10 @@ impl Engine {
     ) -> Result<Deletion> {
         let busy = || Error::ConversationBusy { id: conversation.to_string() };
         let Some(turn) = self.admission.try_hold(conversation) else { return Err(busy()) };
+        if unused_since.is_some() && self.sessions.status(conversation).await.is_some() {
+            return Err(busy()); // its live sandbox is in use, however quiet its files are
+        }
+        self.sessions.close(conversation, "its conversation was deleted").await;
         if let Some(history) = self.history() {
             if history.has_live_runs(conversation)? {
                 return Err(busy());

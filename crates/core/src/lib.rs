@@ -32,6 +32,7 @@ mod request;
 mod retention;
 pub mod run_metrics;
 mod scrub;
+mod sessions;
 mod signer;
 mod state_dir;
 mod stop;
@@ -67,6 +68,8 @@ pub use readiness::{READINESS_TIMEOUT, READINESS_TTL, Readiness, ReadinessCheck}
 pub use request::RunRequest;
 pub use retention::{Retention, keep_tidy};
 pub use scrub::{SECRET_PATTERNS, scrub_secrets};
+pub use sessions::config::{DEFAULT_SANDBOX_IDLE, DEFAULT_SANDBOX_LIFETIME, default_max_live};
+pub use sessions::{InterpreterStatus, SessionConfig, SessionReport, SessionStatus, Sessions};
 pub use signer::Signer;
 pub use state_dir::{STATE_DIR_NAME, StateDir};
 pub use stop::{Stop, stop_reason};

@@ -27,6 +27,11 @@ pub const BUSY_REFUSALS: &str = "sandlot_busy_refusals_total";
 /// Counter, label `backend`: runs the backend could not run (a fault of sandlot or its host, not of the code).
 pub const BACKEND_ERRORS: &str = "sandlot_backend_errors_total";
 
+/// Gauge: live sandboxes now (`session` calls' sandboxes, kept between calls).
+pub const LIVE_SANDBOXES: &str = "sandlot_live_sandboxes";
+/// Gauge, bytes: memory the live sandboxes use together (their cgroups), refreshed every few seconds.
+pub const LIVE_SANDBOX_MEMORY: &str = "sandlot_live_sandbox_memory_bytes";
+
 /// The `reason` label values of [`BUSY_REFUSALS`].
 pub const BUSY_REASONS: [&str; 3] = ["queue_full", "wait_limit", "shutting_down"];
 
@@ -48,6 +53,8 @@ pub fn describe(backend: &str) {
     describe_histogram!(RUN_DURATION, Unit::Seconds, "Time from a run's start to its end, by language.");
     describe_gauge!(RUNS_IN_FLIGHT, Unit::Count, "Runs executing now.");
     describe_gauge!(QUEUE_DEPTH, Unit::Count, "Runs waiting for their turn now.");
+    describe_gauge!(LIVE_SANDBOXES, Unit::Count, "Live sandboxes now (kept between a conversation's session calls).");
+    describe_gauge!(LIVE_SANDBOX_MEMORY, Unit::Bytes, "Memory the live sandboxes use together.");
     describe_histogram!(QUEUE_WAIT, Unit::Seconds, "Time a run waited in the queue before its start.");
     describe_counter!(BUSY_REFUSALS, Unit::Count, "Runs refused as busy (queue full, wait limit passed), by reason.");
     describe_counter!(BACKEND_ERRORS, Unit::Count, "Runs the backend failed to run (not the code's failures).");
@@ -62,6 +69,8 @@ pub fn describe(backend: &str) {
     metrics::counter!(BACKEND_ERRORS, "backend" => backend.to_owned()).increment(0);
     metrics::gauge!(RUNS_IN_FLIGHT).set(0.0);
     metrics::gauge!(QUEUE_DEPTH).set(0.0);
+    metrics::gauge!(LIVE_SANDBOXES).set(0.0);
+    metrics::gauge!(LIVE_SANDBOX_MEMORY).set(0.0);
 }
 
 /// A run ended: counted by outcome and language, its duration recorded if it started.

@@ -140,6 +140,7 @@ mod tests {
             outcome: sandlot_core::RunOutcome::empty(sandlot_core::Termination::Exited { code: 0 }, Duration::ZERO),
             files: sandlot_core::FileListing { files: files.iter().map(entry).collect(), truncated: false },
             started_at,
+            session: None,
         }
     }
 

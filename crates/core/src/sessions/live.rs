@@ -1,0 +1,257 @@
+//! One live sandbox and its interpreters: when it counts as idle or expired, its calls, its end.
+//!
+//! The interpreters are behind an async lock held for a whole cell, so a restart waits for the call in progress;
+//! a snapshot of them (for status reports, which must not wait for a call) is refreshed after each change.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
+
+use super::call::{self, Driver};
+use super::{InterpreterStatus, SandboxParts, SessionConfig, SessionReport, SessionStatus, driver, marker};
+use crate::{ConversationId, Job, Language, LiveBackend, LiveSandbox, LiveSpec, OutputSink, Result, RunOutcome};
+
+pub(crate) struct Live {
+    id: String,
+    conversation: ConversationId,
+    conversation_dir: PathBuf,
+    boot: String,
+    sandbox: Arc<dyn LiveSandbox>,
+    memory_mb: u64,
+    started_at: SystemTime,
+    started: Instant,
+    /// When its last call ended (or it started), both clocks.
+    last_used: Mutex<(Instant, SystemTime)>,
+    /// Calls running in it now (a cell, or a background command).
+    busy: AtomicUsize,
+    calls: AtomicU64,
+    closed: AtomicBool,
+    interpreters: tokio::sync::Mutex<Interpreters>,
+    snapshot: Mutex<Vec<InterpreterStatus>>,
+}
+
+#[derive(Default)]
+struct Interpreters {
+    /// One per driver language (`driver::driver_language`).
+    drivers: HashMap<Language, Driver>,
+    /// Why a language's previous interpreter is gone, told by its next call.
+    lost: HashMap<Language, String>,
+    /// OOM kills of the sandbox already accounted to an interpreter's end.
+    oom_kills_seen: u64,
+}
+
+/// Decrements `busy` when dropped, so a call that is cancelled mid-way still counts as ended.
+struct BusyGuard<'a>(&'a AtomicUsize);
+
+impl Drop for BusyGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Live {
+    pub async fn start(
+        backend: &dyn LiveBackend,
+        conversation: &ConversationId,
+        parts: SandboxParts,
+        boot: &str,
+    ) -> Result<Self> {
+        let id = format!("s-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let memory_mb = parts.limits.memory_mb;
+        let spec = LiveSpec {
+            sandbox_id: id.clone(),
+            conversation: conversation.clone(),
+            limits: parts.limits,
+            workspace: parts.workspace,
+            layout: parts.layout,
+            mounts: parts.mounts,
+        };
+        let sandbox = backend.start(spec).await?;
+        tracing::info!(session = id, conversation = %conversation, "live sandbox started");
+        let live = Self {
+            id,
+            conversation: conversation.clone(),
+            conversation_dir: parts.conversation_dir,
+            boot: boot.to_owned(),
+            sandbox,
+            memory_mb,
+            started_at: SystemTime::now(),
+            started: Instant::now(),
+            last_used: Mutex::new((Instant::now(), SystemTime::now())),
+            busy: AtomicUsize::new(0),
+            calls: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+            interpreters: Default::default(),
+            snapshot: Mutex::default(),
+        };
+        live.note(None);
+        Ok(live)
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn conversation(&self) -> &ConversationId {
+        &self.conversation
+    }
+
+    pub fn sandbox_alive(&self) -> bool {
+        !self.closed.load(Ordering::SeqCst) && self.sandbox.is_alive()
+    }
+
+    pub fn is_busy(&self) -> bool {
+        self.busy.load(Ordering::SeqCst) > 0
+    }
+
+    pub fn last_used(&self) -> Instant {
+        self.last_used.lock().unwrap_or_else(|e| e.into_inner()).0
+    }
+
+    /// Alive, not idle past the timeout (a busy one never is) and not past its lifetime.
+    pub fn is_usable(&self, config: &SessionConfig) -> bool {
+        self.sandbox_alive()
+            && (self.is_busy() || self.last_used().elapsed() < config.idle)
+            && self.started.elapsed() < config.max_lifetime
+    }
+
+    /// Why [`Live::is_usable`] is false, in the words a later call's notice uses.
+    pub fn end_reason(&self, config: &SessionConfig) -> String {
+        if self.closed.load(Ordering::SeqCst) {
+            "closed".into()
+        } else if !self.sandbox.is_alive() {
+            "its sandbox ended by itself".into()
+        } else if self.started.elapsed() >= config.max_lifetime {
+            format!("it reached its maximum lifetime of {} s", config.max_lifetime.as_secs())
+        } else {
+            format!("idle for {} s", config.idle.as_secs())
+        }
+    }
+
+    /// Ends the sandbox and notes why; true for the call that ended it.
+    pub async fn close(&self, reason: &str) -> bool {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        self.sandbox.close().await;
+        self.note(Some(reason));
+        tracing::info!(session = self.id, conversation = %self.conversation, reason, "live sandbox ended");
+        true
+    }
+
+    fn note(&self, ended: Option<&str>) {
+        let note = marker::Marker {
+            session: self.id.clone(),
+            boot: self.boot.clone(),
+            calls: self.calls.load(Ordering::SeqCst),
+            ended: ended.map(Into::into),
+        };
+        marker::write(&self.conversation_dir, &note);
+    }
+
+    fn begin(&self) -> BusyGuard<'_> {
+        self.busy.fetch_add(1, Ordering::SeqCst);
+        BusyGuard(&self.busy)
+    }
+
+    fn end_call(&self) -> u64 {
+        *self.last_used.lock().unwrap_or_else(|e| e.into_inner()) = (Instant::now(), SystemTime::now());
+        let calls = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        self.note(None);
+        calls
+    }
+
+    /// A cell in the language's interpreter, started first when there is none.
+    pub async fn call(&self, job: Job, sink: &dyn OutputSink) -> Result<(RunOutcome, SessionReport)> {
+        let _busy = self.begin();
+        let mut interpreters = self.interpreters.lock().await;
+        let key = driver::driver_language(job.language);
+        let mut notice = interpreters.lost.remove(&key);
+        if !interpreters.drivers.contains_key(&key) {
+            let driver = Driver::start(self.sandbox.as_ref(), key).await?;
+            interpreters.drivers.insert(key, driver);
+            self.refresh_snapshot(&interpreters);
+        }
+        let driver = interpreters.drivers.get_mut(&key).ok_or_else(|| crate::Error::invalid("language", "none"))?;
+        let cell = call::run_cell(driver, &job, sink).await;
+        let mut termination = cell.termination;
+        if let Some(gone) = cell.gone {
+            interpreters.drivers.remove(&key);
+            let usage = self.sandbox.usage().await;
+            let out_of_memory = usage.oom_kills > interpreters.oom_kills_seen;
+            interpreters.oom_kills_seen = usage.oom_kills;
+            if out_of_memory && !gone.interrupted {
+                termination = crate::Termination::OutOfMemory;
+            }
+            let cause = gone.cause(key, out_of_memory, self.memory_mb, &termination);
+            let lost = format!("{cause}; its variables, functions and imports are lost");
+            interpreters.lost.insert(key, format!("the previous call's {lost}; this call ran in a new interpreter"));
+            notice = Some(match notice {
+                Some(earlier) => format!("{earlier}; then {lost}"),
+                None => format!("{lost}; the next call starts a new interpreter"),
+            });
+        }
+        self.refresh_snapshot(&interpreters);
+        drop(interpreters);
+        let calls = self.end_call();
+        let outcome = crate::RunOutcome::from_streams(termination, cell.stdout, cell.stderr, cell.duration);
+        Ok((outcome, self.report(calls, notice)))
+    }
+
+    /// A command as a process of its own (see `Sessions::run_process`).
+    pub async fn run_process(&self, job: Job, sink: &dyn OutputSink) -> Result<(RunOutcome, SessionReport)> {
+        let _busy = self.begin();
+        let outcome = call::run_process(self.sandbox.as_ref(), &job, sink).await?;
+        let calls = self.end_call();
+        Ok((outcome, self.report(calls, None)))
+    }
+
+    fn report(&self, calls: u64, notice: Option<String>) -> SessionReport {
+        SessionReport { id: self.id.clone(), calls, started_at: self.started_at, state_lost: notice.is_some(), notice }
+    }
+
+    /// Kills every interpreter (not the processes they started); their next calls say why their state is gone.
+    pub async fn restart_interpreters(&self, reason: &str) {
+        let mut interpreters = self.interpreters.lock().await;
+        let drivers: Vec<_> = interpreters.drivers.drain().collect();
+        for (language, driver) in drivers {
+            driver.kill().await;
+            interpreters.lost.insert(language, format!("the {} interpreter was {reason}; its state is gone", language));
+        }
+        self.refresh_snapshot(&interpreters);
+    }
+
+    fn refresh_snapshot(&self, interpreters: &Interpreters) {
+        let mut statuses: Vec<_> = interpreters.drivers.iter().map(|(language, d)| d.status(*language)).collect();
+        statuses.sort_by_key(|status| status.language.to_string());
+        *self.snapshot.lock().unwrap_or_else(|e| e.into_inner()) = statuses;
+    }
+
+    pub async fn usage(&self) -> crate::SandboxUsage {
+        self.sandbox.usage().await
+    }
+
+    pub async fn status(&self, config: &SessionConfig) -> SessionStatus {
+        let (last_used, last_used_at) = *self.last_used.lock().unwrap_or_else(|e| e.into_inner());
+        let idle_left = config.idle.saturating_sub(last_used.elapsed());
+        let life_left = config.max_lifetime.saturating_sub(self.started.elapsed());
+        let (processes, usage) = (self.sandbox.processes().await, self.sandbox.usage().await);
+        let interpreters = self.snapshot.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let now = SystemTime::now();
+        SessionStatus {
+            id: self.id.clone(),
+            conversation: self.conversation.clone(),
+            started_at: self.started_at,
+            last_used: last_used_at,
+            calls: self.calls.load(Ordering::SeqCst),
+            busy: self.is_busy(),
+            idle_ends_at: now + if self.is_busy() { config.idle } else { idle_left.min(life_left) },
+            ends_at: now + life_left,
+            interpreters,
+            processes,
+            usage,
+        }
+    }
+}
