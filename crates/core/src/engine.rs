@@ -251,14 +251,14 @@ impl Engine {
         if let Some(metadata) = &request.metadata {
             validate_metadata(metadata)?;
         }
-        if request.session {
+        if request.session.is_live() {
             if self.backend.live().is_none() {
                 return Err(Error::invalid(
                     "session",
                     format!("the {} backend cannot keep a sandbox between calls", self.backend.name()),
                 ));
             }
-            if !request.alongside && !request.stdin.is_empty() {
+            if request.session == crate::SessionUse::Interpreter && !request.stdin.is_empty() {
                 return Err(Error::invalid("stdin", "is not supported with session: true (the interpreter is shared)"));
             }
         }
@@ -382,8 +382,7 @@ impl Engine {
             turn.release_conversation(); // its place in the pool stays held to the end of the run
         }
         let started_at = std::time::SystemTime::now();
-        let (session, alongside) = (request.session, request.alongside);
-        let (result, session) = self.execute(&conversation, job, session, alongside, &entry.sink(sink)).await;
+        let (result, session) = self.execute(&conversation, job, request.session, &entry.sink(sink)).await;
         let mut outcome = match result {
             Ok(outcome) => outcome,
             Err(error) => {
@@ -419,17 +418,16 @@ impl Engine {
         Ok(RunReport { run_id, conversation_id: conversation, language, limits, outcome, files, started_at, session })
     }
 
-    /// Runs a job: in a fresh sandbox, or in the conversation's live sandbox for a `session` run (in its interpreter,
-    /// or with `alongside` as a process of its own).
+    /// Runs a job: in a fresh sandbox, or in the conversation's live sandbox (in its interpreter, or as a process of
+    /// its own).
     async fn execute(
         &self,
         conversation: &ConversationId,
         job: Job,
-        session: bool,
-        alongside: bool,
+        session: crate::SessionUse,
         sink: &dyn OutputSink,
     ) -> (Result<RunOutcome>, Option<crate::SessionReport>) {
-        let live = match (session, self.backend.live()) {
+        let live = match (session.is_live(), self.backend.live()) {
             (true, Some(live)) => live,
             _ => return (self.backend.run(job, sink).await, None),
         };
@@ -441,7 +439,7 @@ impl Engine {
             layout: job.layout,
             mounts: job.mounts.clone(),
         };
-        let ran = if alongside {
+        let ran = if session == crate::SessionUse::Process {
             self.sessions.run_process(live, job, parts, sink).await
         } else {
             self.sessions.call(live, job, parts, sink).await

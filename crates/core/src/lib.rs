@@ -65,7 +65,7 @@ pub use quota::{
     volumes_over_quota,
 };
 pub use readiness::{READINESS_TIMEOUT, READINESS_TTL, Readiness, ReadinessCheck};
-pub use request::RunRequest;
+pub use request::{RunRequest, SessionUse};
 pub use retention::{Retention, keep_tidy};
 pub use scrub::{SECRET_PATTERNS, scrub_secrets};
 pub use sessions::config::{DEFAULT_SANDBOX_IDLE, DEFAULT_SANDBOX_LIFETIME, default_max_live};

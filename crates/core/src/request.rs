@@ -31,11 +31,29 @@ pub struct RunRequest {
     /// its own turn, and takes a place in the pool): codegen-sandbox's background shells, which outlive their call.
     /// Such runs of one tenant hold at most half the pool's places (at least one).
     pub alongside: bool,
-    /// Runs in the conversation's live sandbox (started when it has none) instead of a fresh one: in the language's
-    /// persistent interpreter, whose variables, functions, imports (and for Bash, working directory) the next
-    /// `session` call sees. With `alongside` too, the code runs as a process of its own in the live sandbox (a
-    /// background shell), not in the interpreter. See `sessions`.
-    pub session: bool,
+    /// Whether it runs in the conversation's live sandbox (started when it has none) instead of a fresh one, and how.
+    pub session: SessionUse,
     /// Cancelling it stops the run (its sandbox is killed; the outcome is `Cancelled`).
     pub cancel: tokio_util::sync::CancellationToken,
+}
+
+/// Where a run executes: a fresh sandbox, or the conversation's live sandbox (see `sessions`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SessionUse {
+    /// A fresh sandbox, for this run alone (the default).
+    #[default]
+    Off,
+    /// The language's persistent interpreter in the live sandbox: its variables, functions and imports (for Bash,
+    /// its working directory too) are the next `Interpreter` run's. Python, JavaScript, TypeScript, Bash.
+    Interpreter,
+    /// A process of its own in the live sandbox (`python3 -c`, `node -e`, `bash -c`): it sees the sandbox's files,
+    /// `/tmp`, loopback and processes, and what it leaves running stays. Python, JavaScript, Bash.
+    Process,
+}
+
+impl SessionUse {
+    /// Whether the run uses the live sandbox.
+    pub fn is_live(self) -> bool {
+        self != SessionUse::Off
+    }
 }

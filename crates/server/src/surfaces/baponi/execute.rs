@@ -338,7 +338,7 @@ pub async fn execute_as(
         layout: LAYOUT,
         mounts: state.volumes.mounts(),
         alongside: false,
-        session: false,
+        session: Default::default(),
         cancel,
     };
     state.app.engine.run_as(tenant, request, sink).await.map_err(from_engine)

@@ -60,7 +60,7 @@ fn parse(
         layout: Default::default(),
         mounts: Vec::new(),
         alongside: false,
-        session: false,
+        session: Default::default(),
     })
 }
 
