@@ -6,6 +6,7 @@
 
 mod backend;
 mod error;
+mod hardening;
 mod nosuid_root;
 
 pub use backend::{DockerBackend, DockerConfig};
