@@ -76,9 +76,11 @@ const ABORT_POLL: Duration = Duration::from_millis(100);
 
 /// The Docker backend.
 pub struct DockerBackend {
-    docker: Docker,
-    config: DockerConfig,
+    pub(crate) docker: Docker,
+    pub(crate) config: DockerConfig,
     runners: Vec<Runner>,
+    /// The live sandboxes' image (labelled `sandbox.live=true`), found at start; without it there are none.
+    pub(crate) live_image: Option<String>,
     /// Set by [`Backend::abort_all`]: no container is created after it (the process is about to exit).
     closing: AtomicBool,
     /// Container creations under way: their containers may not be listed yet, so `abort_all` waits for them.
@@ -105,6 +107,7 @@ impl DockerBackend {
             .map_err(|e| Error::engine("negotiate the API version", e))?;
         Ok(Self {
             runners: discover(&docker).await?,
+            live_image: crate::live::find_image(&docker).await?,
             docker,
             config,
             closing: AtomicBool::new(false),
@@ -370,6 +373,10 @@ impl Backend for DockerBackend {
             }
             tokio::time::sleep(ABORT_POLL).await;
         }
+    }
+
+    fn live(&self) -> Option<&dyn sandlot_core::LiveBackend> {
+        self.live_image.is_some().then_some(self as &dyn sandlot_core::LiveBackend)
     }
 
     fn storage_owner(&self) -> Option<(u32, u32)> {

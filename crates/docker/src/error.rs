@@ -14,6 +14,18 @@ pub enum Error {
     #[error("sandlot is shutting down")]
     ShuttingDown,
 
+    /// No image is labelled `sandbox.live=true` (scripts/build-runners.sh builds runner-live).
+    #[error("no live sandbox image (an image labelled sandbox.live=true): run scripts/build-runners.sh")]
+    NoLiveImage,
+
+    /// A live sandbox's container is no longer running.
+    #[error("live sandbox {sandbox} has ended")]
+    SandboxEnded { sandbox: String },
+
+    /// A `docker exec` did not go as the engine promises.
+    #[error("docker: exec {exec}: {reason}")]
+    Exec { exec: String, reason: String },
+
     /// A host operation failed.
     #[error("{action}: {source}")]
     Io { action: String, source: std::io::Error },

@@ -7,8 +7,10 @@
 mod backend;
 mod error;
 mod hardening;
+mod live;
 mod nosuid_root;
 
 pub use backend::{DockerBackend, DockerConfig};
 pub use error::{Error, Result};
+pub use live::LIVE_LABEL;
 pub use nosuid_root::ensure_nosuid_nodev;
