@@ -249,11 +249,12 @@ pub(crate) async fn remove_container(docker: &Docker, id: &str) {
     }
 }
 
-/// Removes a run's container if the run's future is dropped before it removed it (a cancelled run).
-struct ContainerGuard {
-    docker: Docker,
-    id: String,
-    armed: bool,
+/// Removes a container if the future that made it is dropped before it removed it or handed it on (a cancelled run,
+/// a cancelled start of a live sandbox).
+pub(crate) struct ContainerGuard {
+    pub(crate) docker: Docker,
+    pub(crate) id: String,
+    pub(crate) armed: bool,
 }
 
 impl Drop for ContainerGuard {

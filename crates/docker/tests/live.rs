@@ -226,19 +226,18 @@ async fn another_conversations_sandbox_cannot_reach_see_or_read_this_one() {
         for i in $(seq 300); do (exec 3<>/dev/tcp/127.0.0.1/8766) 2>/dev/null && break; sleep 0.1; done; echo up";
     assert_eq!(run(&victim, bash(start)).await.0, "up\n");
     let attacker = host.start("attacker").await;
-    let attack = "import os, socket\ns = socket.socket()\ntry:\n    s.connect(('127.0.0.1', 8766))\n    \
-        print('connected')\nexcept OSError as e:\n    print('refused', e.errno)\n\
-        print(sorted(open(f'/proc/{p}/cmdline').read().split('\\0')[0] for p in os.listdir('/proc') if p.isdigit()))\n\
-        print(os.listdir('/data'), os.path.exists('/tmp/secret.txt'))\n\
-        print(sorted(os.listdir('/data/..')))";
-    let (out, err, _) = run(&attacker, python(attack)).await;
-    assert_eq!(
-        out,
-        "refused 111\n['/sbin/docker-init', 'python3', 'sleep']\n[] False\n\
-         ['.dockerenv', 'bin', 'boot', 'data', 'dev', 'etc', 'home', 'lib', 'lib64', 'media', 'mnt', 'opt', 'proc', \
-         'root', 'run', 'sbin', 'srv', 'sys', 'tmp', 'usr', 'var']\n",
-        "{err}"
+    // The victim's directory on the host, and its container's processes by the pids they have in their own
+    // namespace (the attacker's pid namespace is its own: pid 1 is its own init).
+    let victim_dir = host.root.path().join("victim").join("files");
+    let attack = format!(
+        "import os, socket\ns = socket.socket()\ntry:\n    s.connect(('127.0.0.1', 8766))\n    print('connected')\n\
+         except OSError as e:\n    print('refused', e.errno)\n\
+         print(sorted(open(f'/proc/{{p}}/cmdline').read().split('\\0')[0] for p in os.listdir('/proc') if p.isdigit()))\n\
+         print(os.listdir('/data'), os.path.exists('/tmp/secret.txt'), os.path.exists({:?}))",
+        victim_dir.display().to_string()
     );
+    let (out, err, _) = run(&attacker, python(&attack)).await;
+    assert_eq!(out, "refused 111\n['/sbin/docker-init', 'python3', 'sleep']\n[] False False\n", "{err}");
     // And the victim's server still answers its own sandbox.
     let fetch = "import urllib.request\nprint(urllib.request.urlopen('http://127.0.0.1:8766/secret.txt').read())";
     assert_eq!(run(&victim, python(fetch)).await.0, "b'secret\\n'\n");
@@ -256,11 +255,14 @@ async fn a_setsid_nohup_process_does_not_outlive_close() {
     let script =
         format!("setsid nohup python3 -c 'import time; time.sleep(1000)  # {marker}' >/dev/null 2>&1 & echo ok");
     assert_eq!(run(&sandbox, bash(&script)).await.0, "ok\n");
+    // And a process still running in the foreground: close ends it as it ends the container, with SIGKILL.
+    let foreground = sandbox.spawn(bash("sleep 1000")).await.unwrap();
     assert!(wait_for(Duration::from_secs(20), async || !host_processes_with(&marker).is_empty()).await);
     assert_eq!(containers_of(&sandbox).len(), 1);
     assert!(sandbox.is_alive());
     sandbox.close().await;
     assert!(!sandbox.is_alive());
+    assert_eq!(finish(foreground).await, (String::new(), String::new(), Termination::Signaled { signal: 9 }));
     assert_eq!(containers_of(&sandbox), Vec::<String>::new());
     assert_eq!(host_processes_with(&marker), Vec::<u32>::new());
     sandbox.close().await;
@@ -284,6 +286,22 @@ async fn dropping_the_sandbox_removes_its_container() {
     };
     // A removal takes well under a second; 20 s for a loaded machine.
     assert!(wait_for(Duration::from_secs(20), async || left() == 0).await, "the container is still there");
+}
+
+/// A container that stops by itself (here killed from outside) leaves a sandbox that is no longer alive and
+/// refuses to spawn.
+#[tokio::test]
+async fn a_sandbox_whose_container_stopped_is_not_alive() {
+    let host = host().await;
+    let sandbox = host.start("stopped").await;
+    assert!(sandbox.is_alive());
+    let killed = std::process::Command::new("docker").arg("kill").args(containers_of(&sandbox)).output().unwrap();
+    assert!(killed.status.success(), "{killed:?}");
+    // The engine reports the stop at once; 20 s for a loaded machine.
+    assert!(wait_for(Duration::from_secs(20), async || !sandbox.is_alive()).await);
+    assert!(sandbox.spawn(python("print(1)")).await.is_err());
+    sandbox.close().await;
+    assert_eq!(containers_of(&sandbox), Vec::<String>::new());
 }
 
 /// Attack: a memory bomb in the background, with the default limits (256 MiB for the whole container). The kernel

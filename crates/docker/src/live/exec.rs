@@ -167,6 +167,8 @@ impl ExecHandle {
             match record {
                 Ok(record) if record.running == Some(false) => break record.exit_code,
                 Ok(_) => {}
+                // The container was removed (the sandbox closed), which kills every process in it with SIGKILL.
+                Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => break Some(137),
                 Err(e) => {
                     tracing::warn!(exec = self.exec, "cannot read how the process ended: {e}");
                     break None;

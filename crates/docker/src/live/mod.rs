@@ -21,7 +21,7 @@ use bollard::query_parameters::{ListImagesOptionsBuilder, WaitContainerOptionsBu
 use futures::StreamExt;
 use sandlot_core::{Layout, LiveBackend, LiveSandbox, LiveSpec};
 
-use crate::backend::{DockerBackend, OWNER_LABEL, RUN_LABEL, remove_container};
+use crate::backend::{ContainerGuard, DockerBackend, OWNER_LABEL, RUN_LABEL};
 use crate::hardening::Confinement;
 use crate::{Error, Result};
 use cgroup::Cgroup;
@@ -91,19 +91,15 @@ impl DockerBackend {
         // From here the container is listed: `abort_all` finds it.
         drop(creating);
         let container = created.id;
-        let started = self.started(&container).await;
-        let init = match started {
-            Ok(pid) => pid,
-            Err(e) => {
-                remove_container(&self.docker, &container).await;
-                return Err(e);
-            }
-        };
+        // Removes the container if this start fails or is cancelled before the sandbox owns it.
+        let mut guard = ContainerGuard { docker: self.docker.clone(), id: container.clone(), armed: true };
+        let init = self.started(&container).await?;
         let cgroup = Cgroup::of_process(init)
             .inspect_err(|e| tracing::warn!(container, "cannot find the live sandbox's cgroup: {e}"))
             .ok();
         // The sleeper is the init's one child as it starts: nothing else runs in the container yet.
         let sleeper = host_proc::children(init).first().copied().unwrap_or(0);
+        guard.armed = false;
         let running = Arc::new(AtomicBool::new(true));
         let (docker, id, flag) = (self.docker.clone(), container.clone(), running.clone());
         tokio::spawn(async move {
