@@ -22,6 +22,12 @@ pub enum Error {
     #[error("live sandbox {sandbox} has ended")]
     SandboxEnded { sandbox: String },
 
+    /// sandlot does not see the processes of a live sandbox's container among its pids.
+    #[error(
+        "live sandbox {container}: its processes are not among sandlot's pids (run sandlot in the host's pid namespace)"
+    )]
+    NoHostPids { container: String },
+
     /// A `docker exec` did not go as the engine promises.
     #[error("docker: exec {exec}: {reason}")]
     Exec { exec: String, reason: String },

@@ -346,18 +346,26 @@ async fn a_fork_bomb_stops_at_the_pids_limit() {
 }
 
 /// The goal: a live container with python waiting on stdin uses under 16 MiB. Prints what it measures
-/// (`cargo nextest run -p sandlot-docker --test live idle --no-capture`): the container's cgroup (which counts the
+/// (`cargo nextest run -p sandlot-docker --test live idle --no-capture`), with the time a start and a `print(1)` take: the container's cgroup (which counts the
 /// page cache of what it read) and the processes' resident memory.
 #[tokio::test]
 async fn idle_memory_of_a_container_with_python_waiting_on_stdin() {
     let host = host().await;
+    let started = Instant::now();
     let sandbox = host.start("idle").await;
+    let start_time = started.elapsed();
+    let spawned = Instant::now();
+    assert_eq!(run(&sandbox, python("print(1)")).await.0, "1\n");
+    let print_time = spawned.elapsed();
     let process = sandbox.spawn(spawn(Language::Python, &[])).await.unwrap();
     assert!(wait_for(Duration::from_secs(20), async || sandbox.processes().await.len() == 1).await);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let usage = sandbox.usage().await;
     let processes = sandbox.processes().await;
     let rss: u64 = processes.iter().map(|p| p.memory_bytes).sum();
+    eprintln!(
+        "live sandbox: started in {start_time:?}; a spawn of python3 -c 'print(1)' to its end took {print_time:?}"
+    );
     eprintln!(
         "idle live sandbox: cgroup memory {:.1} MiB, python's resident memory {:.1} MiB, {} pids ({processes:?})",
         usage.memory_bytes as f64 / 1048576.0,

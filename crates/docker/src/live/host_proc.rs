@@ -15,6 +15,13 @@ pub(crate) fn namespace_pid(host_pid: u32) -> Option<u32> {
     line.split_whitespace().last()?.parse().ok()
 }
 
+/// Whether the host pid `host_pid` is a process of the container `container` (its id in the process's cgroup
+/// paths, as both cgroup drivers name them): false when sandlot does not see the host's pids (it runs in a pid
+/// namespace of its own), where the number is another process or none.
+pub(crate) fn in_container(host_pid: u32, container: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{host_pid}/cgroup")).is_ok_and(|cgroups| cgroups.contains(container))
+}
+
 /// The direct children of `host_pid` (of its main thread), as host pids.
 pub(crate) fn children(host_pid: u32) -> Vec<u32> {
     std::fs::read_to_string(format!("/proc/{host_pid}/task/{host_pid}/children"))

@@ -94,6 +94,11 @@ impl DockerBackend {
         // Removes the container if this start fails or is cancelled before the sandbox owns it.
         let mut guard = ContainerGuard { docker: self.docker.clone(), id: container.clone(), armed: true };
         let init = self.started(&container).await?;
+        // Signals, waits, usage and processes work on the host's pids: refuse rather than run a sandbox whose
+        // processes could not be interrupted (sandlot in a container of its own needs the host's pid namespace).
+        if !host_proc::in_container(init, &container) {
+            return Err(Error::NoHostPids { container });
+        }
         let cgroup = Cgroup::of_process(init)
             .inspect_err(|e| tracing::warn!(container, "cannot find the live sandbox's cgroup: {e}"))
             .ok();
