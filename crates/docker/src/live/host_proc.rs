@@ -29,9 +29,14 @@ pub(crate) fn children(host_pid: u32) -> Vec<u32> {
         .unwrap_or_default()
 }
 
-/// The process `host_pid` as the sandbox sees it.
+/// The process `host_pid` as the sandbox sees it; `None` for one that is exiting or a zombie (ended, waiting for the
+/// init to reap it).
 pub(crate) fn process(host_pid: u32) -> Option<SandboxProcess> {
     let pid = namespace_pid(host_pid)?;
+    let stat = std::fs::read_to_string(format!("/proc/{host_pid}/stat")).ok()?;
+    if matches!(stat.rsplit_once(')')?.1.split_whitespace().next(), Some("Z" | "X")) {
+        return None;
+    }
     let status = std::fs::read_to_string(format!("/proc/{host_pid}/status")).ok()?;
     let rss_kib: u64 = status
         .lines()
@@ -39,6 +44,9 @@ pub(crate) fn process(host_pid: u32) -> Option<SandboxProcess> {
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0);
     let cmdline = std::fs::read(format!("/proc/{host_pid}/cmdline")).ok()?;
+    if cmdline.is_empty() {
+        return None; // exiting: its memory, command line included, is already released
+    }
     let mut command = String::from_utf8_lossy(&cmdline).replace('\0', " ").trim_end().to_owned();
     if command.len() > COMMAND_BYTES {
         let cut = (0..=COMMAND_BYTES).rev().find(|&i| command.is_char_boundary(i)).unwrap_or(0);

@@ -33,6 +33,8 @@ pub(crate) const IMAGE_LABEL: &str = "sandbox.live=true";
 pub const LIVE_LABEL: &str = "sandlot.live";
 /// Where runner-live has esbuild (runners/Dockerfile-live), given to TypeScript processes as `SANDLOT_ESBUILD`.
 pub(crate) const ESBUILD_PATH: &str = "/opt/esbuild/node_modules/esbuild";
+/// How long the init may take to start the sleeper (a fork and an exec: milliseconds).
+const SLEEPER_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
 /// The container's main process: it only waits, under Docker's init.
 const SLEEPER: [&str; 2] = ["sleep", "infinity"];
 
@@ -102,8 +104,7 @@ impl DockerBackend {
         let cgroup = Cgroup::of_process(init)
             .inspect_err(|e| tracing::warn!(container, "cannot find the live sandbox's cgroup: {e}"))
             .ok();
-        // The sleeper is the init's one child as it starts: nothing else runs in the container yet.
-        let sleeper = host_proc::children(init).first().copied().unwrap_or(0);
+        let sleeper = sleeper(init).await;
         guard.armed = false;
         let running = Arc::new(AtomicBool::new(true));
         let (docker, id, flag) = (self.docker.clone(), container.clone(), running.clone());
@@ -140,6 +141,23 @@ impl DockerBackend {
             .and_then(|pid| u32::try_from(pid).ok())
             .filter(|&pid| pid > 0)
             .ok_or_else(|| Error::SandboxEnded { sandbox: container.to_owned() })
+    }
+}
+
+/// The host pid of the sleeper: the init's one child as the container starts, since nothing else runs in it yet. The
+/// init forks it after the engine answers the start, so it is waited for (0 if it never shows, which only lists it
+/// among the conversation's processes).
+async fn sleeper(init: u32) -> u32 {
+    let deadline = tokio::time::Instant::now() + SLEEPER_BOUND;
+    loop {
+        match host_proc::children(init).first() {
+            Some(&pid) => return pid,
+            None if tokio::time::Instant::now() >= deadline => {
+                tracing::warn!(init, "the live sandbox's sleeper does not show");
+                return 0;
+            }
+            None => tokio::time::sleep(std::time::Duration::from_millis(2)).await,
+        }
     }
 }
 
