@@ -224,6 +224,14 @@ async fn sigint_interrupts_python_and_a_group_signal_ends_it() {
     handle.signal(nix::libc::SIGTERM, false).await.expect("a process that ended is no error");
     // The group's sleep may still be exiting when bash's end is read.
     assert!(wait_for(Duration::from_secs(20), async || sandbox.processes().await.is_empty()).await);
+
+    // A group whose leader has exited: what it left in the background (in its group) still gets the signal.
+    let process = sandbox.spawn(bash("sleep 70 & echo started")).await.unwrap();
+    let handle = process.handle.clone();
+    assert_eq!(finish(process).await, ("started\n".into(), String::new(), Termination::Exited { code: 0 }));
+    assert_eq!(sandbox.processes().await.iter().map(|p| p.command.as_str()).collect::<Vec<_>>(), ["sleep 70"]);
+    handle.signal(nix::libc::SIGTERM, true).await.unwrap();
+    assert!(wait_for(Duration::from_secs(20), async || sandbox.processes().await.is_empty()).await);
     sandbox.close().await;
 }
 

@@ -5,7 +5,8 @@
 //! The handle works on the host: Docker's runtime starts every exec in a session of its own (so its pgid is its
 //! pid), the engine reports its host pid, and sandlot, root beside dockerd, holds a pidfd on it. A single process is
 //! signalled through the pidfd (never a recycled pid); a group with `killpg` on that pid, which the kernel does not
-//! reuse while any member of the group lives. The end is the pidfd turning readable; Docker's record of the exec then
+//! reuse while any member of the group lives (once the leader has exited, only if a process of the container is
+//! still in the group). The end is the pidfd turning readable; Docker's record of the exec then
 //! gives the exit status, 128 + N for a signal N, as for a run's container.
 
 use std::os::fd::OwnedFd;
@@ -65,13 +66,9 @@ pub(crate) async fn start(
         return Err(Error::Exec { exec, reason: "the engine started it detached".into() });
     };
     let host_pid = started_pid(docker, &exec).await?;
-    // The pidfd first, then the namespace pid: a pid read after the pidfd is the pidfd's process. An exec that has
-    // already ended has neither (and nothing left to signal).
-    let pidfd = host_pid.and_then(|pid| {
-        let pid = rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)?;
-        rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
-    });
-    let pid = host_pid.filter(|_| pidfd.is_some()).and_then(host_proc::namespace_pid).unwrap_or(0);
+    let pidfd = host_pid.and_then(|pid| pidfd_in(pid, container));
+    let pid = host_pid.filter(|_| pidfd.as_ref().is_some_and(|fd| !exited(fd))).and_then(host_proc::namespace_pid);
+    let pid = pid.unwrap_or(0);
 
     let (stdout, mut stdout_in) = tokio::io::simplex(PIPE_BYTES);
     let (stderr, mut stderr_in) = tokio::io::simplex(PIPE_BYTES);
@@ -121,6 +118,15 @@ async fn started_pid(docker: &Docker, exec: &str) -> Result<Option<u32>> {
     }
 }
 
+/// A pidfd on `host_pid` if that is a process of `container`. The pidfd is opened first, then the process checked:
+/// a pid recycled after a quick exit (by a host process) fails the check, or passes it only when the pidfd's process
+/// has ended too, so a signal through it never reaches a process outside the container.
+fn pidfd_in(host_pid: u32, container: &str) -> Option<OwnedFd> {
+    let pid = rustix::process::Pid::from_raw(i32::try_from(host_pid).ok()?)?;
+    let pidfd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()?;
+    host_proc::in_container(host_pid, container).then_some(pidfd)
+}
+
 /// Whether a pidfd's process has exited (its pidfd is readable); an error counts as exited.
 fn exited(pidfd: &OwnedFd) -> bool {
     let mut fds = [rustix::event::PollFd::new(pidfd, rustix::event::PollFlags::IN)];
@@ -134,6 +140,7 @@ struct ExecHandle {
     exec: String,
     /// Its pid in the container (0 when it ended before it was seen).
     pid: u32,
+    /// Its pid on the host, also its process group's id there (0 when the engine never reported it).
     host_pid: u32,
     /// `None` when the exec ended before it was seen.
     pidfd: Option<OwnedFd>,
@@ -146,6 +153,13 @@ struct ExecHandle {
 }
 
 impl ExecHandle {
+    /// Whether a process of the container is in the exec's process group (whose id is the exec's host pid). While
+    /// one is, the kernel does not give that number to another process or group.
+    fn group_lives(&self) -> bool {
+        let Some(cgroup) = &self.cgroup else { return false };
+        cgroup.host_pids().into_iter().any(|pid| host_proc::process_group(pid) == Some(self.host_pid))
+    }
+
     /// Waits for the process to end and reads its status from the engine.
     async fn termination(&self) -> Termination {
         let mut streams_ended = self.streams_ended.clone();
@@ -207,13 +221,18 @@ impl ProcessHandle for ExecHandle {
 
     async fn signal(&self, signal: i32, group: bool) -> sandlot_core::Result<()> {
         let invalid = || sandlot_core::Error::invalid("signal", format!("{signal} is no signal"));
-        let Some(pidfd) = &self.pidfd else { return Ok(()) };
         let result = if group {
             let signal = nix::sys::signal::Signal::try_from(signal).map_err(|_| invalid())?;
-            let group = nix::unistd::Pid::from_raw(i32::try_from(self.host_pid).map_err(|_| invalid())?);
-            nix::sys::signal::killpg(group, signal).map_err(std::io::Error::from)
+            // The leader holds the group's number while it runs; after it, only a member of the container does.
+            let leader_runs = self.pidfd.as_ref().is_some_and(|pidfd| !exited(pidfd));
+            let Ok(leader) = i32::try_from(self.host_pid) else { return Ok(()) };
+            if leader == 0 || !(leader_runs || self.group_lives()) {
+                return Ok(()); // nothing of the group is left, and its number may be another's by now
+            }
+            nix::sys::signal::killpg(nix::unistd::Pid::from_raw(leader), signal).map_err(std::io::Error::from)
         } else {
             let signal = rustix::process::Signal::from_named_raw(signal).ok_or_else(invalid)?;
+            let Some(pidfd) = &self.pidfd else { return Ok(()) }; // it ended before it was seen
             rustix::process::pidfd_send_signal(pidfd, signal).map_err(std::io::Error::from)
         };
         match result {

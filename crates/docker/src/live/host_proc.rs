@@ -22,6 +22,12 @@ pub(crate) fn in_container(host_pid: u32, container: &str) -> bool {
     std::fs::read_to_string(format!("/proc/{host_pid}/cgroup")).is_ok_and(|cgroups| cgroups.contains(container))
 }
 
+/// The process group of `host_pid`, as the host numbers it (field 5 of its stat).
+pub(crate) fn process_group(host_pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{host_pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(2)?.parse().ok()
+}
+
 /// The direct children of `host_pid` (of its main thread), as host pids.
 pub(crate) fn children(host_pid: u32) -> Vec<u32> {
     std::fs::read_to_string(format!("/proc/{host_pid}/task/{host_pid}/children"))
