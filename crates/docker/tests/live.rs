@@ -308,6 +308,23 @@ async fn dropping_the_sandbox_removes_its_container() {
     assert!(wait_for(Duration::from_secs(20), async || left() == 0).await, "the container is still there");
 }
 
+/// A live container left by a sandlot that crashed (its handle never dropped) is removed by the next start's
+/// leftovers removal, as a run's container is: it carries the same labels.
+#[tokio::test]
+async fn a_crashed_servers_live_container_is_removed_at_the_next_start() {
+    let host = host().await;
+    let sandbox = host.start("crashed").await;
+    assert_eq!(containers_of(&sandbox).len(), 1);
+    let id = sandbox.id().to_owned();
+    std::mem::forget(sandbox); // as a crash leaves it: no close, no drop
+    host.backend.remove_leftovers().await;
+    let out = std::process::Command::new("docker")
+        .args(["ps", "-aq", "--filter", &format!("label=sandlot.run={id}")])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+}
+
 /// A container that stops by itself (here killed from outside) leaves a sandbox that is no longer alive and
 /// refuses to spawn.
 #[tokio::test]

@@ -38,13 +38,14 @@ const EXIT_POLL: Duration = Duration::from_millis(20);
 /// Without a pidfd: between two looks at the engine's record while the process's output is still open.
 const RUNNING_POLL: Duration = Duration::from_millis(200);
 
-/// Starts `cmd` in the container `container` with `env` (added to the container's) in `working_dir`.
+/// Starts `cmd` in the container `container` with `env` (added to the container's), in `working_dir` as `user` (the
+/// container's, named again so no image setting can change it).
 pub(crate) async fn start(
     docker: &Docker,
     container: &str,
     cmd: Vec<String>,
     env: Vec<String>,
-    working_dir: &str,
+    (working_dir, user): (&str, &str),
     cgroup: Option<Cgroup>,
 ) -> Result<LiveProcess> {
     let config = ExecConfig {
@@ -55,6 +56,7 @@ pub(crate) async fn start(
         env: Some(env),
         cmd: Some(cmd),
         working_dir: Some(working_dir.to_owned()),
+        user: Some(user.to_owned()),
         ..Default::default()
     };
     let exec = docker.create_exec(container, config).await.map_err(|e| Error::engine("create exec", e))?.id;

@@ -118,6 +118,7 @@ impl DockerBackend {
             sandbox_id: spec.sandbox_id,
             container,
             working_dir: spec.layout.conversation_path().to_owned(),
+            user: format!("{}:{}", self.config.runner_uid, self.config.runner_gid),
             helpers: [init, sleeper],
             cgroup,
             running,

@@ -26,6 +26,8 @@ pub(crate) struct DockerSandbox {
     pub(crate) sandbox_id: String,
     pub(crate) container: String,
     pub(crate) working_dir: String,
+    /// `uid:gid`, the container's user, named again for each exec.
+    pub(crate) user: String,
     /// Host pids of Docker's init (the container's pid 1) and of the command that only waits, its child: neither
     /// is the conversation's.
     pub(crate) helpers: [u32; 2],
@@ -65,9 +67,15 @@ impl LiveSandbox for DockerSandbox {
             return Err(crate::Error::SandboxEnded { sandbox: self.sandbox_id.clone() }.into());
         }
         let cmd = std::iter::once(interpreter(spawn.language).to_owned()).chain(spawn.args.iter().cloned()).collect();
-        let process =
-            exec::start(&self.docker, &self.container, cmd, exec_env(&spawn), &self.working_dir, self.cgroup.clone())
-                .await?;
+        let process = exec::start(
+            &self.docker,
+            &self.container,
+            cmd,
+            exec_env(&spawn),
+            (&self.working_dir, &self.user),
+            self.cgroup.clone(),
+        )
+        .await?;
         Ok(process)
     }
 
