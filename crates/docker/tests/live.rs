@@ -144,6 +144,12 @@ async fn python_runs_with_exact_streams_stdin_and_exit_code() {
     process.stdin.write_all(b"hello live").await.unwrap();
     assert_eq!(finish(process).await, ("HELLO LIVE\n".into(), String::new(), Termination::Exited { code: 0 }));
 
+    // Dropping stdin closes it too, as a pipe's end: the process reads to the end of its input.
+    let mut process = sandbox.spawn(python("import sys\nprint(len(sys.stdin.read()))")).await.unwrap();
+    process.stdin.write_all(b"four").await.unwrap();
+    drop(std::mem::replace(&mut process.stdin, Box::pin(tokio::io::sink())));
+    assert_eq!(finish(process).await.0, "4\n");
+
     let mut with_env = python("import os\nprint(os.environ['GREETING'], os.environ['TMPDIR'])");
     with_env.env.insert("GREETING".into(), "hi".into());
     assert_eq!(run(&sandbox, with_env).await.0, "hi /tmp\n");

@@ -1,6 +1,6 @@
 //! One process of a live sandbox: a `docker exec` of the language's interpreter, attached (stdin, stdout, stderr, no
 //! tty). The engine's multiplexed output is split into two pipes by a task; stdin is the exec's hijacked connection,
-//! whose shutdown half-closes it, which Docker passes on as end of file.
+//! whose shutdown or drop half-closes it, which Docker passes on as end of file (`stdin.rs`).
 //!
 //! The handle works on the host: Docker's runtime starts every exec in a session of its own (so its pgid is its
 //! pid), the engine reports its host pid, and sandlot, root beside dockerd, holds a pidfd on it. A single process is
@@ -25,6 +25,7 @@ use tokio::sync::{OnceCell, watch};
 
 use super::cgroup::Cgroup;
 use super::host_proc;
+use super::stdin::ExecStdin;
 use crate::{Error, Result};
 
 /// Bytes an output pipe holds before the task that splits the exec's output waits for its reader.
@@ -88,7 +89,7 @@ pub(crate) async fn start(
         let _ = stderr_in.shutdown().await;
         let _ = ended.send(true);
     });
-    let stdin: std::pin::Pin<Box<dyn AsyncWrite + Send>> = input;
+    let stdin: std::pin::Pin<Box<dyn AsyncWrite + Send>> = Box::pin(ExecStdin::new(input));
     let handle = ExecHandle {
         docker: docker.clone(),
         exec,

@@ -9,6 +9,7 @@ mod cgroup;
 mod exec;
 mod host_proc;
 mod sandbox;
+mod stdin;
 
 use std::collections::HashMap;
 use std::sync::Arc;
