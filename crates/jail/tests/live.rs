@@ -25,6 +25,7 @@ fn main() {
         ("an_interpreter_keeps_its_state_between_inputs", an_interpreter_keeps_its_state_between_inputs),
         ("a_background_server_answers_a_later_spawn", a_background_server_answers_a_later_spawn),
         ("tmp_is_shared_between_spawns", tmp_is_shared_between_spawns),
+        ("spawns_signal_and_reach_each_others_processes", spawns_signal_and_reach_each_others_processes),
         ("sigint_gives_a_keyboard_interrupt", sigint_gives_a_keyboard_interrupt),
         ("a_group_signal_reaches_the_whole_group", a_group_signal_reaches_the_whole_group),
         ("processes_and_usage_are_the_sandboxs", processes_and_usage_are_the_sandboxs),
@@ -39,6 +40,7 @@ fn main() {
         ("live_sandboxes_cannot_read_each_others_files", live_sandboxes_cannot_read_each_others_files),
         ("nothing_of_a_sandbox_outlives_close", nothing_of_a_sandbox_outlives_close),
         ("dropping_the_last_handle_ends_the_sandbox", dropping_the_last_handle_ends_the_sandbox),
+        ("pid_1_outlives_its_processes_attacks", pid_1_outlives_its_processes_attacks),
         ("a_background_memory_bomb_is_oom_killed_alone", a_background_memory_bomb_is_oom_killed_alone),
         ("a_background_fork_bomb_hits_pids_max", a_background_fork_bomb_hits_pids_max),
     ]);
@@ -259,6 +261,25 @@ fn tmp_is_shared_between_spawns() -> Result<(), Failed> {
     Ok(())
 }
 
+/// Everything inside a sandbox is shared between its processes, whichever spawn started them: a later one signals
+/// what an earlier one left running, and reaches its abstract unix socket (Landlock's scopes, which fence a run's
+/// program off from what is outside its domain, are one domain for the whole sandbox).
+fn spawns_signal_and_reach_each_others_processes() -> Result<(), Failed> {
+    let live = Live::new();
+    let sandbox = live.start("shared");
+    let server = "import socket\ns = socket.socket(socket.AF_UNIX)\ns.bind('\\0sandlot-live-test')\ns.listen()\nopen('/tmp/listening', 'w').close()\nc, _ = s.accept()\nc.sendall(b'hello')\nimport time\ntime.sleep(600)";
+    let started = live
+        .bash(&sandbox, &format!("python3 -c \"{server}\" >/dev/null 2>&1 & echo $! > /tmp/server.pid; echo started"));
+    check_eq(started.stdout.as_str(), "started\n", "the server")?;
+    let client = "import os, socket, time\nwhile not os.path.exists('/tmp/listening'): time.sleep(0.05)\ns = socket.socket(socket.AF_UNIX)\ns.connect('\\0sandlot-live-test')\nprint(s.recv(5).decode())";
+    let reached = live.run(&sandbox, Language::Python, &["-c", client]);
+    check_eq((reached.termination, reached.stdout.as_str()), (exited(0), "hello\n"), &reached.stderr)?;
+    let killed = live.bash(&sandbox, "kill -TERM $(cat /tmp/server.pid) && echo killed");
+    check_eq((killed.termination, killed.stdout.as_str()), (exited(0), "killed\n"), &killed.stderr)?;
+    live.close(&sandbox);
+    Ok(())
+}
+
 fn sigint_gives_a_keyboard_interrupt() -> Result<(), Failed> {
     let live = Live::new();
     let sandbox = live.start("sigint");
@@ -413,7 +434,9 @@ fn live_sandboxes_cannot_see_or_signal_each_other() -> Result<(), Failed> {
     }
     let marker = "victim-marker-7f3a";
     let victim = live.spawn(&a, Language::Python, &["-c", &format!("import time; time.sleep(600)  # {marker}")]);
-    let host_pid = *host_pids_running(marker).first().ok_or("the victim is not on the host")?;
+    // Pid 1 reports a start once the exec began, which may be before the new image shows its command line.
+    eventually("the victim on the host", || host_pids_running(marker).len() == 1)?;
+    let host_pid = host_pids_running(marker)[0];
     let sandbox_pid = victim.handle.pid();
     let script = format!(
         "kill -9 {sandbox_pid} {host_pid}; echo killed=$?; \
@@ -452,15 +475,18 @@ fn live_sandboxes_cannot_reach_each_others_loopback() -> Result<(), Failed> {
     let same_port = live
         .bash(&b, "python3 -c 'import socket; s = socket.socket(); s.bind((\"127.0.0.1\", 8000)); print(\"bound\")'");
     check_eq(same_port.stdout.as_str(), "bound\n", "the same port elsewhere")?;
-    // Three network namespaces: the host's and one per sandbox.
-    let netns = |marker: &str| {
-        let pid = host_pids_running(marker).first().copied().unwrap_or(0);
-        std::fs::read_link(format!("/proc/{pid}/ns/net")).map(|p| p.display().to_string()).unwrap_or_default()
-    };
+    // Three network namespaces, the host's and one per sandbox; and a host uid per sandbox.
     let waiting_b = live.spawn(&b, Language::Python, &["-c", "import sys; sys.stdin.read()  # prober-netns"]);
-    let (in_a, in_b) = (netns("http.server"), netns("prober-netns"));
-    let host = std::fs::read_link("/proc/self/ns/net").unwrap().display().to_string();
-    check(!in_a.is_empty() && in_a != in_b && in_a != host && in_b != host, || format!("{in_a} {in_b} {host}"))?;
+    eventually("the prober on the host", || host_pids_running("prober-netns").len() == 1)?;
+    let (pid_a, pid_b) = (host_pids_running("http.server")[0], host_pids_running("prober-netns")[0]);
+    let netns = |pid: i32| std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap().display().to_string();
+    let (in_a, in_b, host) = (netns(pid_a), netns(pid_b), netns(std::process::id() as i32));
+    check(in_a != in_b && in_a != host && in_b != host, || format!("{in_a} {in_b} {host}"))?;
+    let uid = |pid: i32| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(format!("/proc/{pid}")).unwrap().uid()
+    };
+    check(uid(pid_a) != uid(pid_b), || format!("both sandboxes run as host uid {}", uid(pid_a)))?;
     drop(waiting_b);
     live.close(&a);
     live.close(&b);
@@ -595,6 +621,26 @@ fn dropping_the_last_handle_ends_the_sandbox() -> Result<(), Failed> {
     eventually("every process of the sandbox gone", || common::sandbox_processes().is_empty())
 }
 
+/// A live sandbox's pid 1 is in the sandbox's Landlock domain (one for all its processes), so Landlock's signal
+/// scoping does not fence it off: the kernel does (a pid namespace's init gets no signal from inside it that it
+/// does not handle; pid 1 handles none, and reads SIGCHLD only to reap), seccomp refuses `ptrace`, and `/proc`
+/// hides it. Every attack on it fails and the sandbox serves the next spawn.
+fn pid_1_outlives_its_processes_attacks() -> Result<(), Failed> {
+    let live = Live::new();
+    let sandbox = live.start("pid1");
+    let script = "for s in KILL STOP TERM INT HUP SEGV CHLD USR1; do kill -s $s 1 2>/dev/null; done; \
+        python3 -c 'import ctypes; print(\"ptrace\", ctypes.CDLL(None).ptrace(16, 1, 0, 0))'; \
+        cat /proc/1/environ 2>/dev/null | wc -c; kill -9 -1; echo survived";
+    let ran = live.bash(&sandbox, script);
+    // `kill -9 -1` reaches every process but the caller and pid 1: none here.
+    check_eq(ran.stdout.as_str(), "ptrace -1\n0\nsurvived\n", &format!("the attacker: {ran:?}"))?;
+    check(sandbox.is_alive(), || "the sandbox died".into())?;
+    let after = live.bash(&sandbox, "echo still serving");
+    check_eq(after.stdout.as_str(), "still serving\n", "a later spawn")?;
+    live.close(&sandbox);
+    Ok(())
+}
+
 fn a_background_memory_bomb_is_oom_killed_alone() -> Result<(), Failed> {
     let live = Live::new();
     let sandbox = live.start("memory-bomb");
@@ -616,6 +662,9 @@ fn a_background_memory_bomb_is_oom_killed_alone() -> Result<(), Failed> {
     eventually("the bomb gone", || live.block(sandbox.processes()).iter().all(|p| !p.command.contains("hog")))?;
     check(sandbox.is_alive(), || "the sandbox died".into())?;
     check_eq(live.block(ask(&mut stdin, &mut stdout, "2 + 2")), "4\n".to_owned(), "the survivor after")?;
+    // A bomb the sandbox's caller started itself is reported as out of memory.
+    let direct = live.run(&sandbox, Language::Python, &["-c", bomb]);
+    check_eq(direct.termination, Termination::OutOfMemory, "a spawned bomb's end")?;
     drop(stdin);
     check_eq(live.block(survivor.wait()), exited(0), "the survivor's end")?;
     live.close(&sandbox);

@@ -3,7 +3,10 @@
 //!
 //! - `Exec`: a worker per request, started as a run's is ([`worker::spawn`]: new session, the sandbox's cgroups,
 //!   rlimits, capabilities dropped, `no_new_privs`, Landlock, seccomp), its standard streams the three descriptors
-//!   that came with the frame; answered by `ProcessStarted` (its pid here) or `ProcessFailed`.
+//!   that came with the frame; answered by `ProcessStarted` (its pid here) or `ProcessFailed`. The Landlock domain
+//!   is pid 1's, entered once before the first request and inherited: one domain for the whole sandbox, so its
+//!   processes may signal each other and reach each other's abstract sockets whichever request started them (a
+//!   domain per process would fence them off from each other), and none may reach anything outside the sandbox.
 //! - `Signal`: `kill` of a process it started, or of its process group. Pid 1 is the parent of every process it
 //!   started and reaps them, so a pid it signals is still that process, or its unreaped zombie.
 //! - Every orphan of the sandbox is its child too: it reaps them all (SIGCHLD read from a signalfd, so it sleeps in
@@ -26,6 +29,7 @@ use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
 use sandlot_core::Termination;
 
 use super::events::{self, SetupError};
+use super::landlock;
 use super::worker::{self, ProgramToStart};
 use crate::protocol::{InitEvent, JailSpec, LiveRequest, MAX_REQUEST_BYTES};
 
@@ -50,6 +54,13 @@ pub fn serve(spec: &JailSpec, cgroups: &[File]) -> ! {
         Ok(children) => children,
         Err(e) => SetupError::new("signalfd", e).report_and_exit(),
     };
+    // Pid 1 has CAP_SYS_ADMIN in the sandbox's user namespace, which Landlock asks of a process without
+    // `no_new_privs` (the crate sets that too). Pid 1 opens no file from here on; what it holds stays usable.
+    if spec.landlock
+        && let Err(e) = landlock::apply(spec.home.as_ref().map(|home| home.path.as_path()))
+    {
+        SetupError::new("landlock", e).report_and_exit()
+    }
     events::send(&InitEvent::SandboxReady);
     let mut started: BTreeMap<u64, Started> = BTreeMap::new();
     loop {
@@ -102,6 +113,7 @@ fn handle(
                 cgroups,
                 stdio: Some(stdio.each_ref().map(AsRawFd::as_raw_fd)),
                 failure: Some(&failure),
+                landlocked: spec.landlock,
             };
             let spawned = worker::spawn(&program);
             drop(stdio); // the process has its own copies now

@@ -38,12 +38,25 @@ pub struct ProgramToStart<'a> {
     /// Where the worker leaves why it failed, for pid 1 (whose memory it shares) to report; `None`: it reports a
     /// failure itself, as the run's.
     pub failure: Option<&'a Cell<Option<SetupError>>>,
+    /// Already in the sandbox's Landlock domain, inherited from pid 1 (a live sandbox's, so that its processes share
+    /// one domain: Landlock's scopes would fence each process off from the others, its signals and abstract
+    /// sockets); `false`: the worker enters a domain of its own (when `spec.landlock`).
+    pub landlocked: bool,
 }
 
 impl<'a> ProgramToStart<'a> {
     /// The spec's own program, as a run starts it.
     pub fn of_spec(spec: &'a JailSpec, cgroups: &'a [File]) -> Self {
-        Self { spec, program: &spec.program, args: &spec.args, env: &spec.env, cgroups, stdio: None, failure: None }
+        Self {
+            spec,
+            program: &spec.program,
+            args: &spec.args,
+            env: &spec.env,
+            cgroups,
+            stdio: None,
+            failure: None,
+            landlocked: false,
+        }
     }
 }
 
@@ -140,7 +153,7 @@ fn prepare_and_exec(program: &ProgramToStart) -> Result<Infallible, SetupError> 
         return Err(SetupError::new("prctl(PR_SET_NO_NEW_PRIVS)", std::io::Error::last_os_error()));
     }
     sandlot_core::marks::mark("w.caps_nnp");
-    if spec.landlock {
+    if spec.landlock && !program.landlocked {
         landlock::apply(spec.home.as_ref().map(|home| home.path.as_path())).step(|| "landlock".into())?;
     }
 
