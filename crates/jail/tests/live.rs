@@ -16,7 +16,7 @@ use libtest_mimic::Failed;
 use sandlot_core::{
     ConversationId, Language, Layout, Limits, LiveProcess, LiveSandbox, LiveSpec, Spawn, Termination, Workspaces,
 };
-use sandlot_jail::{JailBackend, JailConfig, ProcessModel};
+use sandlot_jail::{CgroupSupport, JailBackend, JailConfig, ProcessModel};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 fn main() {
@@ -35,6 +35,7 @@ fn main() {
             a_missing_program_fails_to_start_and_the_sandbox_lives_on,
         ),
         ("an_idle_python_costs_little_host_memory", an_idle_python_costs_little_host_memory),
+        ("a_one_shot_backend_refuses_live_sandboxes", a_one_shot_backend_refuses_live_sandboxes),
         ("live_sandboxes_cannot_see_or_signal_each_other", live_sandboxes_cannot_see_or_signal_each_other),
         ("live_sandboxes_cannot_reach_each_others_loopback", live_sandboxes_cannot_reach_each_others_loopback),
         ("live_sandboxes_cannot_read_each_others_files", live_sandboxes_cannot_read_each_others_files),
@@ -425,6 +426,27 @@ fn an_idle_python_costs_little_host_memory() -> Result<(), Failed> {
     Ok(())
 }
 
+fn a_one_shot_backend_refuses_live_sandboxes() -> Result<(), Failed> {
+    let live = Live::new();
+    let mut config = JailConfig::new(std::env::current_exe()?);
+    config.sandbox_uids = common::sandbox_uids();
+    config.probe_versions = false;
+    config.model = ProcessModel::OneShot;
+    let one_shot = JailBackend::new(config)?;
+    let id = ConversationId::parse("one-shot")?;
+    let spec = LiveSpec {
+        sandbox_id: "live-one-shot".into(),
+        conversation: id.clone(),
+        limits: Limits::default(),
+        workspace: live.workspaces.prepare(&id)?,
+        layout: Layout::Data,
+        mounts: vec![],
+    };
+    let started = live.block(sandlot_core::Backend::live(&one_shot).ok_or("no live backend")?.start(spec));
+    let error = started.err().map(|e| e.to_string()).unwrap_or_default();
+    check(error.contains("one-shot backend (sandlot run) keeps no live sandbox"), || format!("{error:?}"))
+}
+
 fn live_sandboxes_cannot_see_or_signal_each_other() -> Result<(), Failed> {
     let live = Live::new();
     let (a, b) = (live.start("victim"), live.start("attacker"));
@@ -578,6 +600,10 @@ fn nothing_of_a_sandbox_outlives_close() -> Result<(), Failed> {
     );
     let ran = live.bash(&sandbox, &script);
     check_eq((ran.termination, ran.stdout.as_str()), (exited(0), "started\n"), &ran.stderr)?;
+    // Pages of /tmp and /dev/shm, charged to the sandbox's memory cgroup until their tmpfs are gone.
+    let filled =
+        live.bash(&sandbox, "head -c 48M /dev/zero > /tmp/fill && head -c 8M /dev/zero > /dev/shm/fill && echo filled");
+    check_eq(filled.stdout.as_str(), "filled\n", &filled.stderr)?;
     eventually("the escapees running", || host_pids_running(marker).len() >= 3)?;
     let escapee = host_pids_running(marker)[0];
     let namespaces = namespaces_of(escapee);
@@ -600,6 +626,12 @@ fn nothing_of_a_sandbox_outlives_close() -> Result<(), Failed> {
     let locked = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&first), libc::LOCK_EX | libc::LOCK_NB) };
     check_eq(locked, 0, "the slot's lock is free")?;
     drop(first);
+    // And it holds no page of the sandbox's tmpfs: the next sandbox or run that takes it starts from nothing.
+    let free = CgroupSupport::detect(false).shmem_of_free_slots();
+    let slot = free.iter().find(|(dir, _)| cgroups.contains(dir)).ok_or("the sandbox's slot is not free")?;
+    check(slot.1 < 4 << 20, || {
+        format!("the free slot {} still holds {} bytes of tmpfs pages", slot.0.display(), slot.1)
+    })?;
     // Closed is closed: again at once, and nothing starts.
     let again = Instant::now();
     live.close(&sandbox);
