@@ -450,3 +450,73 @@ fn lock_slot(dir: &Path) -> std::io::Result<Option<std::fs::File>> {
         _ => Err(error),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// A group over `dirs` holding `files` (name, content) in each, as the kernel would show them.
+    fn group(dirs: usize, files: &[(&str, &str)]) -> (tempfile::TempDir, RunCgroup) {
+        let root = tempfile::tempdir().unwrap();
+        let dirs: Vec<PathBuf> = (0..dirs).map(|n| root.path().join(n.to_string())).collect();
+        for dir in &dirs {
+            std::fs::create_dir(dir).unwrap();
+            for (name, content) in files {
+                std::fs::write(dir.join(name), content).unwrap();
+            }
+        }
+        let oom_file = dirs[0].join(if dirs.len() == 1 { "memory.events" } else { "memory.oom_control" });
+        let lock = std::fs::File::open(&dirs[0]).unwrap();
+        let group = RunCgroup { dirs, oom_file, oom_baseline: 1, lock };
+        (root, group)
+    }
+
+    #[test]
+    fn usage_reads_cgroup_v2_counters() {
+        let (_root, group) = group(
+            1,
+            &[
+                ("memory.current", "9437184\n"),
+                ("memory.max", "max\n"),
+                ("pids.current", "3\n"),
+                ("pids.max", "64\n"),
+                ("cpu.stat", "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n"),
+                ("memory.events", "low 0\nhigh 0\nmax 7\noom 2\noom_kill 2\noom_group_kill 0\n"),
+            ],
+        );
+        let expected = CgroupUsage {
+            memory_bytes: 9_437_184,
+            memory_limit_bytes: u64::MAX,
+            pids: 3,
+            pids_limit: 64,
+            cpu_usec: Some(2_500_000),
+            oom_kills: 1, // two since the group was made, one of them before the slot was taken
+        };
+        assert_eq!(group.usage(), expected);
+    }
+
+    #[test]
+    fn usage_reads_cgroup_v1_counters_without_cpu() {
+        let (_root, group) = group(
+            3,
+            &[
+                ("memory.usage_in_bytes", "1048576\n"),
+                ("memory.limit_in_bytes", "268435456\n"),
+                ("pids.current", "5\n"),
+                ("pids.max", "max\n"),
+                ("memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 4\n"),
+            ],
+        );
+        let expected = CgroupUsage {
+            memory_bytes: 1_048_576,
+            memory_limit_bytes: 268_435_456,
+            pids: 5,
+            pids_limit: u64::MAX,
+            cpu_usec: None,
+            oom_kills: 3,
+        };
+        assert_eq!(group.usage(), expected);
+    }
+}

@@ -228,4 +228,33 @@ mod tests {
         assert!(home.scratch_mb.is_some(), "the Home layout has a scratch /data");
         assert!(spec.env.contains(&("HOME".into(), "/home/user".into())));
     }
+
+    #[test]
+    fn a_live_spec_is_resident_with_a_loopback_of_its_own_and_every_bind() {
+        let live = LiveSpec {
+            sandbox_id: "s1".into(),
+            conversation: sandlot_core::ConversationId::parse("c1").unwrap(),
+            limits: Limits::default(),
+            workspace: "/srv/c/files".into(),
+            layout: Layout::Home { path: "/home/user" },
+            mounts: vec![],
+        };
+        let lock = HeldLock { holder_pid: 1, fd: 5 };
+        let held = Resources {
+            cgroup: Some((vec!["/sys/fs/cgroup/sandlot/slot-0/cgroup.procs".into()], lock)),
+            uid: Some((900_002, lock, 900_000)),
+            join_netns: Some("/proc/1/fd/9".into()),
+            workspace_tree: None,
+        };
+        let binds = vec![PathBuf::from("/opt/node"), PathBuf::from("/opt/py")];
+        let spec = build_live(&live, binds.clone(), held);
+        assert!(spec.resident);
+        assert_eq!(spec.join_netns, None, "never a kept namespace");
+        assert_eq!(spec.extra_ro_binds, binds);
+        assert_eq!(spec.rlimits.cpu_seconds, libc::RLIM_INFINITY);
+        assert_eq!((spec.rlimits.processes, spec.rlimits.data_bytes), (None, None));
+        assert_eq!(spec.home.unwrap().path, std::path::Path::new("/home/user"));
+        assert!(spec.env.contains(&("HOME".into(), "/home/user".into())));
+        assert_eq!(spec.env, live_environment(live.layout));
+    }
 }
