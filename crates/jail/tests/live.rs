@@ -383,9 +383,13 @@ fn a_missing_program_fails_to_start_and_the_sandbox_lives_on() -> Result<(), Fai
 /// space) add outside it, as their proportional set size. The goal of issue 31 is under 16 MiB.
 fn an_idle_python_costs_little_host_memory() -> Result<(), Failed> {
     let live = Live::new();
+    let started = Instant::now();
     let sandbox = live.start("idle");
+    let start = started.elapsed();
+    let spawned = Instant::now();
     let LiveProcess { stdin, handle, .. } =
         live.spawn(&sandbox, Language::Python, &["-c", "import sys; sys.stdin.read()"]);
+    let spawn = spawned.elapsed();
     std::thread::sleep(Duration::from_secs(1)); // the interpreter's start-up done
     let usage = live.block(sandbox.usage());
     let own: Vec<i32> =
@@ -422,7 +426,9 @@ fn an_idle_python_costs_little_host_memory() -> Result<(), Failed> {
     check(total < 16 * 1024 * 1024, || format!("an idle sandbox costs {} KiB", total / 1024))?;
     drop(stdin);
     live.block(handle.wait());
+    let closed = Instant::now();
     live.close(&sandbox);
+    eprintln!("start {start:?}, spawn (to the exec) {spawn:?}, close {:?}", closed.elapsed());
     Ok(())
 }
 
