@@ -19,7 +19,16 @@ use sandlot_core::{
 use sandlot_jail::{CgroupSupport, JailBackend, JailConfig, ProcessModel};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
+/// The variable that makes the test binary an unprivileged server keeping one live sandbox; its value is the
+/// conversation root (see [`unprivileged_child`]).
+const UNPRIVILEGED_CHILD: &str = "SANDLOT_TEST_LIVE_UNPRIVILEGED";
+
 fn main() {
+    // The zygote first (the child's backend re-executes this binary as one), then the child's own job.
+    sandlot_jail::run_hidden_subcommand();
+    if let Some(root) = std::env::var_os(UNPRIVILEGED_CHILD) {
+        unprivileged_child(root.into())
+    }
     common::main(vec![
         ("python_runs_and_its_output_is_read", python_runs_and_its_output_is_read),
         ("an_interpreter_keeps_its_state_between_inputs", an_interpreter_keeps_its_state_between_inputs),
@@ -36,6 +45,7 @@ fn main() {
         ),
         ("an_idle_python_costs_little_host_memory", an_idle_python_costs_little_host_memory),
         ("a_one_shot_backend_refuses_live_sandboxes", a_one_shot_backend_refuses_live_sandboxes),
+        ("an_unprivileged_server_keeps_live_sandboxes", an_unprivileged_server_keeps_live_sandboxes),
         ("live_sandboxes_cannot_see_or_signal_each_other", live_sandboxes_cannot_see_or_signal_each_other),
         ("live_sandboxes_cannot_reach_each_others_loopback", live_sandboxes_cannot_reach_each_others_loopback),
         ("live_sandboxes_cannot_read_each_others_files", live_sandboxes_cannot_read_each_others_files),
@@ -451,6 +461,80 @@ fn a_one_shot_backend_refuses_live_sandboxes() -> Result<(), Failed> {
     let started = live.block(sandlot_core::Backend::live(&one_shot).ok_or("no live backend")?.start(spec));
     let error = started.err().map(|e| e.to_string()).unwrap_or_default();
     check(error.contains("one-shot backend (sandlot run) keeps no live sandbox"), || format!("{error:?}"))
+}
+
+/// A server that is not root (no cgroups, no leased uid: its own uid, user namespaces only) keeps live sandboxes
+/// too: a child of the test binary running as a plain uid starts one, whose background server answers a later
+/// spawn over its own loopback, and closes it; nothing of that uid is left.
+fn an_unprivileged_server_keeps_live_sandboxes() -> Result<(), Failed> {
+    use std::os::unix::process::CommandExt;
+    let uid = common::unprivileged_uid();
+    let root = tempfile::tempdir()?;
+    std::fs::set_permissions(root.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    let files = root.path().join("unprivileged/files");
+    std::fs::create_dir_all(&files)?;
+    for dir in [root.path().join("unprivileged"), files] {
+        std::os::unix::fs::chown(dir, Some(uid), Some(uid))?;
+    }
+    let output = std::process::Command::new(std::env::current_exe()?)
+        .env(UNPRIVILEGED_CHILD, root.path())
+        .uid(uid)
+        .gid(uid)
+        .output()?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let answer = stdout.lines().last().unwrap_or_default();
+    check_eq(
+        answer,
+        "uid 1000, served 200, alive after close false",
+        &format!("the child ({}): {stderr}", output.status),
+    )?;
+    eventually("no process of the child's uid", || common::processes_of_uid(uid).is_empty())
+}
+
+/// In the child, as a plain uid: a server's backend over `root` keeps a live sandbox; prints what its processes
+/// said (one line) and exits.
+fn unprivileged_child(root: std::path::PathBuf) -> ! {
+    let answer = unprivileged_live_sandbox(root).unwrap_or_else(|e| format!("failed: {e}"));
+    println!("{answer}");
+    std::process::exit(0)
+}
+
+fn unprivileged_live_sandbox(root: std::path::PathBuf) -> Result<String, Box<dyn std::error::Error>> {
+    let mut config = JailConfig::new(std::env::current_exe()?);
+    config.probe_versions = false;
+    config.model = ProcessModel::Server { warm_inits: 0 };
+    config.data_root = Some(root.clone());
+    let backend = JailBackend::new(config)?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let spec = LiveSpec {
+            sandbox_id: "live-unprivileged".into(),
+            conversation: ConversationId::parse("unprivileged")?,
+            limits: Limits::default(),
+            workspace: root.join("unprivileged/files"),
+            layout: Layout::Data,
+            mounts: vec![],
+        };
+        let live = sandlot_core::Backend::live(&backend).ok_or("no live sandboxes")?;
+        let sandbox = tokio::time::timeout(PATIENCE, live.start(spec)).await??;
+        let spawn = |language, args: &[&str]| Spawn {
+            language,
+            args: args.iter().map(|a| a.to_string()).collect(),
+            env: BTreeMap::new(),
+        };
+        let script = "python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 & id -u";
+        let first = finish(sandbox.spawn(spawn(Language::Bash, &["-c", script])).await?).await;
+        let client = "import time, urllib.request\nfor _ in range(600):\n    try:\n        print(urllib.request.urlopen('http://127.0.0.1:8000/').status)\n        break\n    except OSError:\n        time.sleep(0.1)\n";
+        let second = finish(sandbox.spawn(spawn(Language::Python, &["-c", client])).await?).await;
+        tokio::time::timeout(PATIENCE, sandbox.close()).await?;
+        Ok(format!(
+            "uid {}, served {}, alive after close {}",
+            first.stdout.trim(),
+            second.stdout.trim(),
+            sandbox.is_alive()
+        ))
+    })
 }
 
 fn live_sandboxes_cannot_see_or_signal_each_other() -> Result<(), Failed> {

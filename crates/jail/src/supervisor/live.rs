@@ -8,7 +8,9 @@
 //! `/tmp`, the conversation and its mounts as a run sees them, and every runner's install prefixes bound (it serves
 //! every language). Its pid 1 stays up and starts a process per `spawn` (see `sandbox::resident`).
 //!
-//! A one-shot backend (`sandlot run`) has no zygote, and its one init is a run's: it cannot start one.
+//! A server that is not root keeps them as it runs: without cgroups (rlimits stand in) and as its own uid. A
+//! one-shot backend (`sandlot run`) has no zygote, and its one init is a run's: it cannot start one.
+//! TypeScript's processes get `SANDLOT_ESBUILD` when tsx's esbuild was found (`runners::find_esbuild`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
