@@ -486,7 +486,7 @@ fn an_unprivileged_server_keeps_live_sandboxes() -> Result<(), Failed> {
     let answer = stdout.lines().last().unwrap_or_default();
     check_eq(
         answer,
-        "uid 1000, served 200, alive after close false",
+        "uid 1000, served 200, listed true, counted true, alive after close false",
         &format!("the child ({}): {stderr}", output.status),
     )?;
     eventually("no process of the child's uid", || common::processes_of_uid(uid).is_empty())
@@ -527,9 +527,13 @@ fn unprivileged_live_sandbox(root: std::path::PathBuf) -> Result<String, Box<dyn
         let first = finish(sandbox.spawn(spawn(Language::Bash, &["-c", script])).await?).await;
         let client = "import time, urllib.request\nfor _ in range(600):\n    try:\n        print(urllib.request.urlopen('http://127.0.0.1:8000/').status)\n        break\n    except OSError:\n        time.sleep(0.1)\n";
         let second = finish(sandbox.spawn(spawn(Language::Python, &["-c", client])).await?).await;
+        // Without a cgroup: the processes from the pid namespace, their resident memory against the limit.
+        let listed = sandbox.processes().await.iter().any(|p| p.command.contains("http.server"));
+        let usage = sandbox.usage().await;
+        let counted = usage.pids >= 1 && usage.memory_bytes > 0 && usage.memory_limit_bytes == 256 << 20;
         tokio::time::timeout(PATIENCE, sandbox.close()).await?;
         Ok(format!(
-            "uid {}, served {}, alive after close {}",
+            "uid {}, served {}, listed {listed}, counted {counted}, alive after close {}",
             first.stdout.trim(),
             second.stdout.trim(),
             sandbox.is_alive()
