@@ -34,6 +34,7 @@ fn main() {
         ("an_interpreter_keeps_its_state_between_inputs", an_interpreter_keeps_its_state_between_inputs),
         ("a_background_server_answers_a_later_spawn", a_background_server_answers_a_later_spawn),
         ("tmp_is_shared_between_spawns", tmp_is_shared_between_spawns),
+        ("a_writer_to_a_closed_pipe_dies_of_sigpipe", a_writer_to_a_closed_pipe_dies_of_sigpipe),
         ("spawns_signal_and_reach_each_others_processes", spawns_signal_and_reach_each_others_processes),
         ("sigint_gives_a_keyboard_interrupt", sigint_gives_a_keyboard_interrupt),
         ("a_group_signal_reaches_the_whole_group", a_group_signal_reaches_the_whole_group),
@@ -257,6 +258,20 @@ fn a_background_server_answers_a_later_spawn() -> Result<(), Failed> {
     let client = "import time, urllib.request\nfor _ in range(600):\n    try:\n        print(urllib.request.urlopen('http://127.0.0.1:8000/').status)\n        break\n    except OSError:\n        time.sleep(0.1)\n";
     let ran = live.run(&sandbox, Language::Python, &["-c", client]);
     check_eq((ran.termination, ran.stdout.as_str()), (exited(0), "200\n"), &format!("the client: {}", ran.stderr))?;
+    live.close(&sandbox);
+    Ok(())
+}
+
+/// A process starts with every signal at its default action: a writer to a closed pipe dies of SIGPIPE, as on any
+/// shell (sandlot's own processes, Rust programs, ignore it; `execve` would pass that on).
+fn a_writer_to_a_closed_pipe_dies_of_sigpipe() -> Result<(), Failed> {
+    let live = Live::new();
+    let sandbox = live.start("sigpipe");
+    let ran = live.bash(
+        &sandbox,
+        "yes | head -1; echo ${PIPESTATUS[@]}; while :; do echo x; done | head -1; grep SigIgn /proc/self/status",
+    );
+    check_eq(ran.stdout.as_str(), "y\n141 0\nx\nSigIgn:\t0000000000000000\n", &ran.stderr)?;
     live.close(&sandbox);
     Ok(())
 }

@@ -1,5 +1,5 @@
-//! The worker: the last steps before the interpreter runs, in the order that keeps each one possible. A new session
-//! (no terminal to inject into), the run's cgroups joined (and a cgroup namespace rooted there), rlimits, the working
+//! The worker: the last steps before the interpreter runs, in the order that keeps each one possible. Signals
+//! unblocked and at their default actions, a new session (no terminal to inject into), the run's cgroups joined (and a cgroup namespace rooted there), rlimits, the working
 //! directory, every capability dropped, `no_new_privs`, Landlock, stray descriptors closed, seccomp last, `execve`.
 //!
 //! Pid 1 starts it with [`spawn`], once per run, or once per process of a live sandbox (see `resident`), whose
@@ -102,6 +102,28 @@ pub fn spawn(program: &ProgramToStart) -> std::io::Result<Pid> {
     Ok(Pid::from_raw(pid))
 }
 
+/// Sets every signal's action to its default. `execve` resets handled signals but keeps ignored ones ignored, and
+/// the sandlot binary ignores SIGPIPE (Rust's runtime does, in the zygote and in `sandlot run`): without this, a
+/// program writing to a closed pipe would get `EPIPE` instead of dying, and a shell loop such as
+/// `while :; do echo x; done | head -1` would never end. The worker has its own signal actions (no `CLONE_SIGHAND`).
+/// The raw system call, as libc's wrapper refuses the two real-time signals it reserves (found ignored too).
+fn default_signal_actions() {
+    /// The kernel's `struct sigaction` (x86-64 and arm64 alike: handler, flags, restorer, mask).
+    #[repr(C)]
+    struct KernelSigaction {
+        handler: usize,
+        flags: u64,
+        restorer: usize,
+        mask: u64,
+    }
+    let default = KernelSigaction { handler: libc::SIG_DFL, flags: 0, restorer: 0, mask: 0 };
+    for signal in 1..=64 {
+        // SAFETY: rt_sigaction reads a valid struct of the kernel's layout (mask size 8) and writes nothing back;
+        // SIGKILL, SIGSTOP and numbers the kernel lacks give EINVAL, which changes nothing.
+        unsafe { libc::syscall(libc::SYS_rt_sigaction, signal, &default as *const KernelSigaction, 0usize, 8usize) };
+    }
+}
+
 /// Puts `stdio` on descriptors 0, 1 and 2 (each source is 3 or above, so no order can clobber one).
 fn take_stdio(stdio: [RawFd; 3]) -> Result<(), SetupError> {
     for (target, fd) in (0..).zip(stdio) {
@@ -137,6 +159,7 @@ fn prepare_and_exec(program: &ProgramToStart) -> Result<Infallible, SetupError> 
     }
     // A live sandbox's pid 1 blocks SIGCHLD (it reads it from a signalfd); the program starts with none blocked.
     sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None).step(|| "sigprocmask".into())?;
+    default_signal_actions();
     setsid().step(|| "setsid".into())?;
     join_cgroups(program.cgroups)?;
     sandlot_core::marks::mark("w.cgroups");
