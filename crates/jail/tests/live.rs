@@ -52,6 +52,7 @@ fn main() {
         ("live_sandboxes_cannot_read_each_others_files", live_sandboxes_cannot_read_each_others_files),
         ("nothing_of_a_sandbox_outlives_close", nothing_of_a_sandbox_outlives_close),
         ("dropping_the_last_handle_ends_the_sandbox", dropping_the_last_handle_ends_the_sandbox),
+        ("a_sandbox_whose_pid_1_dies_ends_and_is_released", a_sandbox_whose_pid_1_dies_ends_and_is_released),
         ("pid_1_outlives_its_processes_attacks", pid_1_outlives_its_processes_attacks),
         ("a_background_memory_bomb_is_oom_killed_alone", a_background_memory_bomb_is_oom_killed_alone),
         ("a_background_fork_bomb_hits_pids_max", a_background_fork_bomb_hits_pids_max),
@@ -760,6 +761,32 @@ fn dropping_the_last_handle_ends_the_sandbox() -> Result<(), Failed> {
     eventually("the sleeper running", || host_pids_running(marker).len() == 1)?;
     drop(sandbox);
     eventually("every process of the sandbox gone", || common::sandbox_processes().is_empty())
+}
+
+/// A sandbox also ends by itself, when its pid 1 dies (here killed from the host): it says so, its processes ended
+/// with it, and what it held is released without a `close`.
+fn a_sandbox_whose_pid_1_dies_ends_and_is_released() -> Result<(), Failed> {
+    let live = Live::new();
+    let sandbox = live.start("pid1-dies");
+    let LiveProcess { stdin: _stdin, handle, .. } =
+        live.spawn(&sandbox, Language::Python, &["-c", "import sys; sys.stdin.read()"]);
+    // Sandlot's own processes of the sandbox: the init and its child, pid 1.
+    let own: Vec<i32> =
+        common::sandbox_processes().into_iter().filter(|pid| !common::program_processes().contains(pid)).collect();
+    let parent = |pid: &i32| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok())
+    };
+    let pid1 = *own.iter().find(|pid| parent(pid).is_some_and(|p| own.contains(&p))).ok_or("no pid 1")?;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid1), nix::sys::signal::Signal::SIGKILL)?;
+    check_eq(live.block(handle.wait()), Termination::Signaled { signal: libc::SIGKILL }, "its process")?;
+    eventually("the sandbox ended", || !sandbox.is_alive())?;
+    eventually("every process of the sandbox gone", || common::sandbox_processes().is_empty())?;
+    let spawn = Spawn { language: Language::Bash, args: vec!["-c".into(), "true".into()], env: BTreeMap::new() };
+    check(live.block(sandbox.spawn(spawn)).is_err(), || "an ended sandbox started a process".into())?;
+    check_eq(live.block(sandbox.usage()), Default::default(), "an ended sandbox uses nothing")?;
+    live.close(&sandbox); // nothing left to do, at once
+    Ok(())
 }
 
 /// A live sandbox's pid 1 is in the sandbox's Landlock domain (one for all its processes), so Landlock's signal
