@@ -32,6 +32,7 @@ mod request;
 mod retention;
 pub mod run_metrics;
 mod scrub;
+mod sessions;
 mod signer;
 mod state_dir;
 mod stop;
