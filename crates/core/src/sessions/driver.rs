@@ -8,6 +8,9 @@
 //! `{"exit_code": n, "interrupted": bool}`); nothing else of its own goes to the streams. [`DriverOutput`] reads both
 //! streams, forwards the cell's bytes and strips the markers.
 
+// Until the session manager (sessions/mod.rs) uses this module, only its tests do.
+#![cfg_attr(not(test), allow(dead_code))]
+
 use std::collections::BTreeMap;
 use std::pin::Pin;
 

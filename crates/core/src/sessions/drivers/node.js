@@ -46,8 +46,32 @@
   if (globalThis.module === undefined) globalThis.module = { exports: {} };
   if (globalThis.exports === undefined) globalThis.exports = globalThis.module.exports;
 
-  const stdoutWrite = process.stdout.write.bind(process.stdout);
-  const stderrWrite = process.stderr.write.bind(process.stderr);
+  // process.stdout and process.stderr write straight to their descriptors, one system call per write: a SIGINT
+  // that ends a cell (V8's TerminateExecution) inside node's stream code would leave the stream stuck for good.
+  const writeAll = (fd, bytes) => {
+    for (let offset = 0; offset < bytes.length;) {
+      try {
+        offset += fs.writeSync(fd, bytes, offset);
+      } catch (error) {
+        if (error.code !== 'EAGAIN') throw error;
+      }
+    }
+  };
+  const directWrite = (fd) => function write(chunk, encoding, callback) {
+    if (typeof encoding === 'function') [callback, encoding] = [encoding, undefined];
+    try {
+      writeAll(fd, typeof chunk === 'string' ? Buffer.from(chunk, encoding || 'utf8') : Buffer.from(chunk));
+    } catch (error) {
+      if (typeof callback === 'function') process.nextTick(callback, error);
+      return false;
+    }
+    if (typeof callback === 'function') process.nextTick(callback);
+    return true;
+  };
+  process.stdout.write = directWrite(1);
+  process.stderr.write = directWrite(2);
+  const stdoutWrite = directWrite(1);
+  const stderrWrite = directWrite(2);
 
   class ExitRequest extends Error {
     constructor(code) {
@@ -85,8 +109,14 @@
   const isThenable = (value) => value !== null && (typeof value === 'object' || typeof value === 'function') &&
     typeof value.then === 'function';
 
+  // A SIGINT while a cell runs, and the wait it ends. The handler may run after the cell's synchronous part
+  // returned and before its promise is awaited: the flag keeps it for the wait.
+  let cellRunning = false;
+  let sigintPending = false;
   let interruptWait = null;
   process.on('SIGINT', () => {
+    if (!cellRunning) return;
+    sigintPending = true;
     if (interruptWait) interruptWait();
   });
   process.on('uncaughtException', (error) => printError(error));
@@ -97,6 +127,7 @@
   // Awaits `promise`, or rejects with Interrupted at SIGINT.
   const awaitInterruptible = (promise) => new Promise((resolve, reject) => {
     interruptWait = () => reject(new Interrupted('interrupted while awaiting the cell\'s promise'));
+    if (sigintPending) interruptWait();
     Promise.resolve(promise).then(resolve, reject);
   }).finally(() => {
     interruptWait = null;
@@ -108,6 +139,8 @@
     const filename = 'cell-' + number + '.js';
     let interrupted = false;
     let exitCode = 0;
+    cellRunning = true;
+    sigintPending = false;
     try {
       let source = language === 'typescript' ? stripTypes(code) : code;
       let unwrap = false;
@@ -140,17 +173,17 @@
         printError(error);
         exitCode = 1;
       }
+    } finally {
+      cellRunning = false;
     }
     return { exit_code: exitCode, interrupted };
   };
 
-  // Writes through the streams, after what the cell wrote to them (pipes and files are synchronous on Linux, and a
-  // stream keeps its writes in order anyway); stderr's marker first.
-  const writeEnd = (nonce, end) => new Promise((resolve) => {
-    stderrWrite('\0SANDLOT-END:' + nonce + '\n', () => {
-      stdoutWrite('\0SANDLOT-END:' + nonce + ':' + JSON.stringify(end) + '\n', () => resolve());
-    });
-  });
+  // After what the cell wrote (every write is synchronous, above); stderr's marker first.
+  const writeEnd = (nonce, end) => {
+    stderrWrite('\0SANDLOT-END:' + nonce + '\n');
+    stdoutWrite('\0SANDLOT-END:' + nonce + ':' + JSON.stringify(end) + '\n');
+  };
 
   let buffered = Buffer.alloc(0);
   let busy = false;
@@ -167,7 +200,7 @@
         const code = buffered.subarray(newline + 1, total).toString('utf8');
         buffered = buffered.subarray(total);
         const end = await runCell(language, code);
-        await writeEnd(nonce, end);
+        writeEnd(nonce, end);
       }
     } finally {
       busy = false;

@@ -30,7 +30,6 @@ def _sandlot_driver():
     main.__dict__["__builtins__"] = builtins
     sys.modules["__main__"] = main
     namespace = main.__dict__
-    driver_file = sys._getframe().f_code.co_filename
 
     state = {"running": False, "interrupted": False}
 
@@ -54,9 +53,10 @@ def _sandlot_driver():
                 pass
 
     def print_exception(error):
-        # The driver's frames (the outermost ones) are dropped: the traceback starts in the cell.
+        # The driver's frames (the outermost ones, and the compiler's for a SyntaxError) are dropped: the
+        # traceback starts in the cell, and a SyntaxError shows only where it is, as python shows a script's.
         tb = error.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename == driver_file:
+        while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<cell "):
             tb = tb.tb_next
         try:
             traceback.print_exception(type(error), error, tb)

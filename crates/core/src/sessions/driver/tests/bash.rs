@@ -29,7 +29,8 @@ async fn sigint_stops_a_loop_at_the_top_or_in_a_function_and_the_shell_survives(
     let cell = driver.run_interrupted(Bash, "echo started; while true; do :; done; echo after", true).await;
     assert_eq!((cell.stdout.as_str(), cell.stderr.as_str(), cell.end), ("started\n", "", interrupted));
     // In a function called by a function: the whole cell stops, not just the innermost function.
-    let cell = driver.run_interrupted(Bash, "outer() { spin; echo after-spin; }\necho started; outer; echo after", true);
+    let cell =
+        driver.run_interrupted(Bash, "outer() { spin; echo after-spin; }\necho started; outer; echo after", true);
     let cell = cell.await;
     assert_eq!((cell.stdout.as_str(), cell.stderr.as_str(), cell.end), ("started\n", "", interrupted));
     let cell = driver.run_interrupted(Bash, "echo started; sleep 60; echo after", true).await;

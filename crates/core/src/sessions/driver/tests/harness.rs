@@ -116,7 +116,12 @@ impl Driver {
     }
 
     /// Runs a cell; `interrupt` as in [`Driver::run_interrupted`].
-    pub async fn try_run(&mut self, language: Language, code: &str, interrupt: Option<bool>) -> Result<Cell, DriverGone> {
+    pub async fn try_run(
+        &mut self,
+        language: Language,
+        code: &str,
+        interrupt: Option<bool>,
+    ) -> Result<Cell, DriverGone> {
         let nonce = new_nonce();
         // A driver that is gone fails the write; read_cell then says how.
         let _ = self.stdin.write_all(&encode_request(&nonce, language, code)).await;
@@ -131,7 +136,7 @@ impl Driver {
             }
             if let Some(group) = interrupt
                 && !signalled
-                && stdout.windows(7).any(|w| w == b"started")
+                && stdout.windows(8).any(|w| w == b"started\n")
             {
                 signalled = true;
                 let sent = if group { kill_process_group(pid, Signal::INT) } else { kill_process(pid, Signal::INT) };

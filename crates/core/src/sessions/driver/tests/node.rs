@@ -8,13 +8,16 @@ use crate::sessions::driver::CellEnd;
 #[tokio::test]
 async fn javascript_declarations_functions_and_requires_persist_and_values_are_shown() {
     let mut driver = Driver::start(JavaScript).await;
-    driver.run(JavaScript, "const path = require('path');\nvar x = 41;\nfunction inc(n) { return n + 1 }").await.expect(
-        "",
+    driver
+        .run(JavaScript, "const path = require('path');\nvar x = 41;\nfunction inc(n) { return n + 1 }")
+        .await
+        .expect("", "", 0);
+    driver.run(JavaScript, "console.log(path.join('a', String(inc(x))))").await.expect("a/42\n", "", 0);
+    driver.run(JavaScript, "({ sum: x + 1, list: [1, 'two'] })").await.expect(
+        "{ sum: 42, list: [ 1, 'two' ] }\n",
         "",
         0,
     );
-    driver.run(JavaScript, "console.log(path.join('a', String(inc(x))))").await.expect("a/42\n", "", 0);
-    driver.run(JavaScript, "({ sum: x + 1, list: [1, 'two'] })").await.expect("{ sum: 42, list: [ 1, 'two' ] }\n", "", 0);
     driver.run(JavaScript, "Promise.resolve(x * 2)").await.expect("82\n", "", 0);
     // Top-level await: the declarations stay global, the last value is shown.
     driver.run(JavaScript, "const later = await Promise.resolve(7);\nlater + 1").await.expect("8\n", "", 0);
@@ -52,11 +55,10 @@ async fn errors_exit_1_with_their_stack_and_process_exit_ends_only_the_cell() {
         "TypeError: boom\n    at boom (cell-1.js:2:25)\n    at cell-1.js:3:1\n",
         1,
     );
-    driver.run(JavaScript, "console.log('before'); process.exit(3); console.log('after')").await.expect(
-        "before\n",
-        "",
-        3,
-    );
+    driver
+        .run(JavaScript, "console.log('before'); process.exit(3); console.log('after')")
+        .await
+        .expect("before\n", "", 3);
     driver.run(JavaScript, "kept").await.expect("1\n", "", 0);
 }
 

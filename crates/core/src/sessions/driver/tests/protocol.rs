@@ -12,8 +12,8 @@ const NONCE: &str = "0123456789abcdef0123456789abcdef";
 const OTHER: &str = "fedcba9876543210fedcba9876543210";
 
 fn output() -> (DriverOutput, DuplexStream, DuplexStream) {
-    let (stdout_writer, stdout) = duplex(64);
-    let (stderr_writer, stderr) = duplex(64);
+    let (stdout_writer, stdout) = duplex(4096);
+    let (stderr_writer, stderr) = duplex(4096);
     (DriverOutput::new(Box::pin(stdout), Box::pin(stderr)), stdout_writer, stderr_writer)
 }
 

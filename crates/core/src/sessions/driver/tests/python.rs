@@ -56,7 +56,7 @@ async fn output_comes_in_order_markers_of_other_nonces_pass_and_stdin_is_empty()
         print('\\0SANDLOT-END:' + 'f' * 32 + ':{\"exit_code\": 9, \"interrupted\": false}')\n\
         print('\\0SANDLOT-END:' + 'f' * 32, file=sys.stderr)\n\
         print(repr(sys.stdin.read()), subprocess.run(['cat'], capture_output=True).stdout)\n\
-        sys.stdout.write('no newline')";
+        _ = sys.stdout.write('no newline')";
     let fake = format!("\0SANDLOT-END:{}", "f".repeat(32));
     driver.run(Python, code).await.expect(
         &format!("0\n1\n2\n{fake}:{{\"exit_code\": 9, \"interrupted\": false}}\n'' b''\nno newline"),
