@@ -14,7 +14,10 @@
 // TypeScript cells are stripped of types with esbuild (from SANDLOT_ESBUILD) as scripts; a cell with import or
 // export is converted to CommonJS, where `import * as x` persists as `x` but default and named imports are renamed.
 // SIGINT: during synchronous code, breakOnSigint ends the cell; while a cell's promise is awaited, the driver stops
-// waiting (the promise's work goes on). Both give 130, interrupted; between cells SIGINT is ignored.
+// waiting (the promise's work goes on). Both give 130, interrupted; between cells SIGINT is ignored. A SIGINT that
+// lands in the last moments of a cell's synchronous part can be lost (breakOnSigint's watchdog thread takes it after
+// the script returned, and node drops it; an outer watchdog as node's REPL has did not help here): a caller that
+// interrupts should send SIGINT again while it waits.
 // process.exit() in a cell throws instead and the cell ends with its code. Errors thrown later by a cell's
 // callbacks are printed to stderr; the driver goes on.
 (() => {

@@ -85,7 +85,8 @@ def _sandlot_driver():
             if error.code is None:
                 code = 0
             elif isinstance(error.code, int):
-                code = error.code
+                # What a process would exit with, when the code does not fit the wire's i32.
+                code = error.code if -(2**31) <= error.code < 2**31 else error.code & 0xFF
             else:
                 print(error.code, file=sys.stderr)
                 code = 1

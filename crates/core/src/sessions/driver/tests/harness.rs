@@ -17,6 +17,9 @@ use crate::{Language, Stream};
 /// of hanging it.
 const CELL_DEADLINE: Duration = Duration::from_secs(20);
 
+/// How often an interrupted cell that has not ended is sent SIGINT again.
+const RESEND: Duration = Duration::from_secs(1);
+
 /// What a cell printed and how it ended.
 #[derive(Debug)]
 pub(super) struct Cell {
@@ -128,24 +131,42 @@ impl Driver {
         let _ = self.stdin.flush().await;
         let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
         let pid = self.pid;
-        let mut signalled = false;
+        let send = |group: bool| {
+            let sent = if group { kill_process_group(pid, Signal::INT) } else { kill_process(pid, Signal::INT) };
+            sent.expect("SIGINT");
+        };
+        let signalled = std::cell::Cell::new(false);
         let mut sink = |stream: Stream, bytes: &[u8]| {
             match stream {
                 Stream::Stdout => stdout.extend_from_slice(bytes),
                 Stream::Stderr => stderr.extend_from_slice(bytes),
             }
             if let Some(group) = interrupt
-                && !signalled
+                && !signalled.get()
                 && stdout.windows(8).any(|w| w == b"started\n")
             {
-                signalled = true;
-                let sent = if group { kill_process_group(pid, Signal::INT) } else { kill_process(pid, Signal::INT) };
-                sent.expect("SIGINT");
+                signalled.set(true);
+                send(group);
             }
         };
-        let end = tokio::time::timeout(CELL_DEADLINE, self.output.read_cell(&nonce, &mut sink))
-            .await
-            .expect("the cell ended in time")?;
+        // Once sent, SIGINT is sent again every second until the cell ends, as the manager should: one SIGINT can
+        // be lost (a Bash cell's child forked as it arrives does not get it, and the shell waits for the child;
+        // see node.js for node's case). The cells here end within milliseconds of the first one.
+        let mut again = tokio::time::interval_at(tokio::time::Instant::now() + RESEND, RESEND);
+        let end = {
+            let read = tokio::time::timeout(CELL_DEADLINE, self.output.read_cell(&nonce, &mut sink));
+            tokio::pin!(read);
+            loop {
+                tokio::select! {
+                    end = &mut read => break end.expect("the cell ended in time")?,
+                    _ = again.tick() => {
+                        if let (Some(group), true) = (interrupt, signalled.get()) {
+                            send(group);
+                        }
+                    }
+                }
+            }
+        };
         Ok(Cell {
             stdout: String::from_utf8(stdout).expect("utf-8 stdout"),
             stderr: String::from_utf8(stderr).expect("utf-8 stderr"),

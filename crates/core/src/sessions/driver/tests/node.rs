@@ -63,12 +63,23 @@ async fn errors_exit_1_with_their_stack_and_process_exit_ends_only_the_cell() {
 }
 
 #[tokio::test]
+async fn cells_and_their_children_read_an_empty_stdin() {
+    let mut driver = Driver::start(JavaScript).await;
+    let cell = "const cp = require('child_process');\n\
+        [require('fs').readFileSync(0, 'utf8'), cp.execSync('cat', { stdio: ['inherit', 'pipe', 'pipe'] }).toString()]";
+    driver.run(JavaScript, cell).await.expect("[ '', '' ]\n", "", 0);
+    driver.run(JavaScript, "'still here'").await.expect("'still here'\n", "", 0);
+}
+
+#[tokio::test]
 async fn sigint_interrupts_a_busy_loop_and_an_awaited_promise_keeping_the_state() {
     let mut driver = Driver::start(JavaScript).await;
     driver.run(JavaScript, "var kept = 'yes'").await.expect("", "", 0);
     let cell = driver.run_interrupted(JavaScript, "console.log('started'); while (true) {}", false).await;
     assert_eq!((cell.stdout.as_str(), cell.end), ("started\n", CellEnd { exit_code: 130, interrupted: true }));
-    let cell = driver.run_interrupted(JavaScript, "console.log('started');\nawait new Promise(() => {})", false).await;
+    // `started` once the synchronous part is over (see node.js on a SIGINT at its very end).
+    let cell = "await null;\nconsole.log('started');\nawait new Promise(() => {})";
+    let cell = driver.run_interrupted(JavaScript, cell, false).await;
     assert_eq!((cell.stdout.as_str(), cell.end), ("started\n", CellEnd { exit_code: 130, interrupted: true }));
     driver.run(JavaScript, "kept").await.expect("'yes'\n", "", 0);
 }

@@ -76,3 +76,26 @@ async fn sigint_interrupts_a_busy_cell_and_keeps_the_state() {
     assert!(cell.stderr.ends_with("\nKeyboardInterrupt\n"), "{}", cell.stderr);
     driver.run(Python, "kept").await.expect("'yes'\n", "", 0);
 }
+
+#[tokio::test]
+async fn open_matplotlib_figures_are_shown_after_a_cell() {
+    let mut driver = Driver::start(Python).await;
+    // A stand-in for matplotlib.pyplot in the working directory (first on sys.path), which records its show()
+    // calls: what the driver does is call show() after a cell when figures are open, and only then.
+    let package = driver.dir().join("matplotlib");
+    std::fs::create_dir(&package).expect("mkdir");
+    std::fs::write(package.join("__init__.py"), "").expect("write");
+    std::fs::write(
+        package.join("pyplot.py"),
+        "figures = []\nshown = []\ndef figure():\n    figures.append(len(figures) + 1)\n\
+         def get_fignums():\n    return list(figures)\n\
+         def show():\n    shown.append(list(figures))\n    figures.clear()\n",
+    )
+    .expect("write");
+    driver.run(Python, "import matplotlib.pyplot as plt\nplt.figure(); plt.figure()").await.expect("", "", 0);
+    driver.run(Python, "print(plt.shown)").await.expect("[[1, 2]]\n", "", 0);
+    // After a failed cell too: what it drew before failing is shown.
+    let cell = driver.run(Python, "plt.figure()\nraise ValueError('after drawing')").await;
+    assert_eq!((cell.stdout.as_str(), cell.end.exit_code), ("", 1));
+    driver.run(Python, "plt.shown").await.expect("[[1, 2], [1]]\n", "", 0);
+}
