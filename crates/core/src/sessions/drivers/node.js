@@ -88,12 +88,19 @@
   };
 
   let esbuild = null;
-  const stripTypes = (code) => {
+  // esbuild's errors (a type-stripping failure) are shown by their message alone, which names the cell's line.
+  class StripError extends Error {}
+  const stripTypes = (code, sourcefile) => {
     if (!process.env.SANDLOT_ESBUILD) throw new Error('TypeScript needs esbuild: SANDLOT_ESBUILD is not set');
     if (esbuild === null) esbuild = require(process.env.SANDLOT_ESBUILD);
     const module = /^\s*(import\s*[\w*{'"]|export\s)/m.test(code);
-    const options = { loader: 'ts', sourcemap: false, ...(module ? { format: 'cjs' } : {}) };
-    return esbuild.transformSync(code, options).code;
+    const options = { loader: 'ts', sourcefile, sourcemap: false, ...(module ? { format: 'cjs' } : {}) };
+    try {
+      return esbuild.transformSync(code, options).code;
+    } catch (error) {
+      if (Array.isArray(error?.errors)) throw new StripError(error.message);
+      throw error;
+    }
   };
 
   const printError = (error) => {
@@ -145,7 +152,7 @@
     cellRunning = true;
     sigintPending = false;
     try {
-      let source = language === 'typescript' ? stripTypes(code) : code;
+      let source = language === 'typescript' ? stripTypes(code, 'cell-' + number + '.ts') : code;
       let unwrap = false;
       if (/\bawait\b/.test(source)) {
         try {
@@ -168,6 +175,9 @@
     } catch (error) {
       if (error instanceof ExitRequest) {
         exitCode = error.exitCode;
+      } else if (error instanceof StripError) {
+        stderrWrite(error.message + '\n');
+        exitCode = 1;
       } else if (error instanceof Interrupted || error?.code === 'ERR_SCRIPT_EXECUTION_INTERRUPTED') {
         stderrWrite('Interrupted: ' + error.message + '\n');
         interrupted = true;

@@ -34,6 +34,8 @@ async fn typescript_cells_strip_types_and_share_the_javascript_state() {
     driver.run(TypeScript, "interface P { x: number }\nconst p: P = { x: t };\np.x").await.expect("42\n", "", 0);
     driver.run(TypeScript, "[path.basename('/a/b.ts'), fs.existsSync('/')]").await.expect("[ 'b.ts', true ]\n", "", 0);
     driver.run(JavaScript, "twice(t)").await.expect("84\n", "", 0);
+    let error = "Transform failed with 1 error:\ncell-6.ts:1:20: ERROR: Unexpected \";\"\n";
+    driver.run(TypeScript, "const bad: number = ;").await.expect("", error, 1);
 }
 
 #[tokio::test]
