@@ -3,14 +3,16 @@
 # Started as `python3 -u -c <this>`. Requests come from a private descriptor (fd 0 moved aside, close-on-exec;
 # /dev/null put on fd 0). Each cell is compiled as `<cell N>` (its source in linecache, so tracebacks show the user's
 # lines) and run in a namespace like __main__'s; a last bare expression is shown through sys.displayhook as the REPL
-# does. SIGINT while a cell runs raises KeyboardInterrupt (exit 130); between cells it is ignored. After a cell: open
-# matplotlib figures shown (pyplot.show(), which the environment's hook saves), streams flushed, the end markers.
+# does; top-level `await` works as in notebooks. SIGINT while a cell runs raises KeyboardInterrupt (exit 130);
+# between cells it is ignored. After a cell: open matplotlib figures shown (pyplot.show(), which the environment's
+# hook saves), streams flushed, the end markers.
 # Every name of the driver's own lives in _sandlot_driver's frame, none in the cell's namespace.
 
 
 def _sandlot_driver():
     import ast
     import builtins
+    import inspect
     import json
     import linecache
     import os
@@ -63,6 +65,20 @@ def _sandlot_driver():
         except Exception:
             print("error while printing the exception", file=sys.stderr)
 
+    # Top-level `await`, as in notebooks: a cell that awaits compiles to a coroutine, run to its end on one event
+    # loop kept for the session (made at the first such cell; between cells it does not run).
+    TOP_LEVEL_AWAIT = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    loop = []
+
+    def run_code(code):
+        if not code.co_flags & inspect.CO_COROUTINE:
+            return eval(code, namespace)
+        if not loop:
+            import asyncio
+
+            loop.append(asyncio.new_event_loop())
+        return loop[0].run_until_complete(eval(code, namespace))
+
     def run(number, source):
         filename = "<cell %d>" % number
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -74,9 +90,9 @@ def _sandlot_driver():
                 last = None
                 if tree.body and isinstance(tree.body[-1], ast.Expr):
                     last = ast.Expression(tree.body.pop().value)
-                exec(compile(tree, filename, "exec", dont_inherit=True), namespace)
+                run_code(compile(tree, filename, "exec", flags=TOP_LEVEL_AWAIT, dont_inherit=True))
                 if last is not None:
-                    value = eval(compile(last, filename, "eval", dont_inherit=True), namespace)
+                    value = run_code(compile(last, filename, "eval", flags=TOP_LEVEL_AWAIT, dont_inherit=True))
                     sys.displayhook(value)
             finally:
                 state["running"] = False

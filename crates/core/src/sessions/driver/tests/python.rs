@@ -23,6 +23,15 @@ async fn variables_functions_and_imports_persist_and_the_last_expression_is_show
 }
 
 #[tokio::test]
+async fn top_level_await_works_as_in_notebooks() {
+    let mut driver = Driver::start(Python).await;
+    driver.run(Python, "import asyncio\nawait asyncio.sleep(0)\nv = 5").await.expect("", "", 0);
+    driver.run(Python, "await asyncio.sleep(0, result=v + 1)").await.expect("6\n", "", 0);
+    // A cell without await may still run its own loop.
+    driver.run(Python, "asyncio.run(asyncio.sleep(0, result=v))").await.expect("5\n", "", 0);
+}
+
+#[tokio::test]
 async fn an_exception_prints_the_cells_traceback_exits_1_and_the_driver_goes_on() {
     let mut driver = Driver::start(Python).await;
     let cell = driver.run(Python, "z = 5\ndef boom():\n    raise ValueError('boom')\nboom()\nz = 6").await;
