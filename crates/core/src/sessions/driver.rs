@@ -127,15 +127,16 @@ impl DriverOutput {
         nonce: &str,
         sink: &mut dyn FnMut(Stream, &[u8]),
     ) -> Result<CellEnd, DriverGone> {
-        if self.cell.as_ref().is_none_or(|cell| cell.nonce != nonce) {
-            self.cell = Some(CellProgress { nonce: nonce.to_owned(), stdout_end: None, stderr_ended: false });
-        }
         let mut prefix = MARKER.to_vec();
         prefix.extend_from_slice(nonce.as_bytes());
         let mut stdout_buf = vec![0u8; READ_SIZE];
         let mut stderr_buf = vec![0u8; READ_SIZE];
         let Self { stdout, stderr, stdout_pending, stderr_pending, cell } = self;
-        let Some(progress) = cell.as_mut() else { unreachable!("set above") };
+        if cell.as_ref().is_some_and(|cell| cell.nonce != nonce) {
+            *cell = None;
+        }
+        let progress =
+            cell.get_or_insert_with(|| CellProgress { nonce: nonce.to_owned(), stdout_end: None, stderr_ended: false });
         loop {
             if progress.stdout_end.is_none() {
                 // A stdout marker always carries its end (scan parses it).

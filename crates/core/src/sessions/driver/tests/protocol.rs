@@ -138,3 +138,22 @@ async fn a_stream_closed_before_its_marker_is_the_driver_gone() {
     assert_eq!(forwarded.stdout, b"partial ");
     drop(stderr);
 }
+
+#[tokio::test]
+async fn a_cell_ends_at_both_markers_and_a_dropped_read_goes_on_where_it_stopped() {
+    let (mut output, mut stdout, mut stderr) = output();
+    stdout.write_all(b"out").await.expect("write");
+    stdout.write_all(&stdout_marker(NONCE, r#"{"exit_code": 2, "interrupted": false}"#)).await.expect("write");
+    stderr.write_all(b"err").await.expect("write");
+    let mut forwarded = Vec::new();
+    let mut sink = |stream: Stream, bytes: &[u8]| forwarded.push((stream, bytes.to_vec()));
+    // Only stdout's marker is there: the read waits (for as long as we give it) and is dropped.
+    let waited = tokio::time::timeout(Duration::from_millis(200), output.read_cell(NONCE, &mut sink)).await;
+    assert!(waited.is_err(), "{waited:?}");
+    stderr.write_all(&stderr_marker(NONCE)).await.expect("write");
+    let end = tokio::time::timeout(Duration::from_secs(10), output.read_cell(NONCE, &mut sink)).await.expect("ended");
+    assert_eq!(end.expect("an end"), CellEnd { exit_code: 2, interrupted: false });
+    // (Which stream is read first is select!'s choice.)
+    let of = |stream| forwarded.iter().filter(|(s, _)| *s == stream).map(|(_, b)| b.clone()).collect::<Vec<_>>();
+    assert_eq!((of(Stream::Stdout), of(Stream::Stderr)), (vec![b"out".to_vec()], vec![b"err".to_vec()]));
+}
