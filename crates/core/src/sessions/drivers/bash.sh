@@ -9,12 +9,15 @@
 # SIGINT (the manager sends it to the whole process group): while a cell runs, the INT trap returns from what runs
 # (the sourced cell, or the innermost function) and turns on a DEBUG trap, with extdebug, that simulates `return`
 # in every frame deeper than the driver until the cell's `source` has returned; the cell ends with 130, interrupted.
-# Between cells SIGINT is ignored (its trap is ''). Limits: a cell's own INT, DEBUG or EXIT trap is replaced by the
-# driver's before the next cell (and a cell that sets an INT trap is not interruptible); a foreground child that
-# ignores SIGINT is waited for; a command running in a subshell of the cell ends as its SIGINT makes it end.
+# Between cells SIGINT is ignored (its trap is ''). Limits: a cell's own INT and EXIT traps are replaced by the
+# driver's before the next cell, its DEBUG trap is removed after an interrupted cell, and a cell that sets an INT
+# trap is not interruptible; a foreground child that ignores SIGINT is waited for; a SIGINT that arrives as the
+# shell forks a child reaches the shell alone, which then waits for the child (send SIGINT again); fd 9 holds the
+# cell's source while it runs.
 #
-# `exit` in a cell (or a failure under `set -e`; an interrupted cell turns -e off until the cell ended) ends the shell: the EXIT trap still writes the cell's end markers,
-# with the exit status, then the driver is gone and the session's state is lost.
+# `exit` in a cell (or a failure under `set -e`; an interrupted cell turns -e off until the cell ended) ends the
+# shell: the EXIT trap still writes the cell's end markers, with the exit status; then the driver is gone and the
+# session's state is lost.
 # Every name of the driver's own starts with __sl_.
 
 exec {__sl_fd}<&0 </dev/null
