@@ -428,8 +428,8 @@ pub struct SandboxArgs {
     /// A live sandbox ends this many seconds after it started (after the call then running).
     #[arg(long, env = "SANDLOT_SANDBOX_MAX_LIFETIME_SECS", default_value_t = sandlot_core::DEFAULT_SANDBOX_LIFETIME.as_secs(), value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_SECS))]
     pub sandbox_max_lifetime_secs: u64,
-    /// Live sandboxes at once (default: twice what the host's memory holds at --memory-mb each, 4 to 1024); a new
-    /// one ends the least recently used idle one.
+    /// Live sandboxes at once (default: twice what the host's memory holds at --memory-mb each, 4 to 1024, and at
+    /// most half the run uids); a new one ends the least recently used idle one of the tenant that holds the most.
     #[arg(long, env = "SANDLOT_MAX_LIVE_SANDBOXES", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_live_sandboxes: Option<u64>,
     /// Idle live sandboxes end, least recently used first, while the host has less memory available than this (MiB).
@@ -491,8 +491,13 @@ impl SandboxArgs {
             sessions: sandlot_core::SessionConfig {
                 idle: Duration::from_secs(self.sandbox_idle_secs),
                 max_lifetime: Duration::from_secs(self.sandbox_max_lifetime_secs),
+                // Each live sandbox holds a run uid for its whole life: by default at most half of them, so runs
+                // always find one.
                 max_live: self.max_live_sandboxes.map_or_else(
-                    || sandlot_core::default_max_live(self.memory_mb),
+                    || {
+                        let half_the_uids = (self.sandbox_uid_range().run_uids().count() / 2).max(1);
+                        sandlot_core::default_max_live(self.memory_mb).min(half_the_uids)
+                    },
                     |max| usize::try_from(max).unwrap_or(usize::MAX),
                 ),
                 min_free_mb: self.sandbox_min_free_mb,

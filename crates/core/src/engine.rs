@@ -388,7 +388,7 @@ impl Engine {
             turn.release_conversation(); // its place in the pool stays held to the end of the run
         }
         let started_at = std::time::SystemTime::now();
-        let (result, session) = self.execute(&conversation, job, request.session, &entry.sink(sink)).await;
+        let (result, session) = self.execute(&conversation, pool_tenant, job, request.session, &entry.sink(sink)).await;
         let mut outcome = match result {
             Ok(outcome) => outcome,
             Err(error) => {
@@ -429,6 +429,7 @@ impl Engine {
     async fn execute(
         &self,
         conversation: &ConversationId,
+        tenant: &str,
         job: Job,
         session: crate::SessionUse,
         sink: &dyn OutputSink,
@@ -439,6 +440,7 @@ impl Engine {
         };
         let parts = crate::sessions::SandboxParts {
             conversation: conversation.clone(),
+            tenant: tenant.to_owned(),
             conversation_dir: self.workspaces.root().join(conversation.as_str()),
             limits: job.limits.clone(),
             workspace: job.workspace.clone(),

@@ -30,6 +30,10 @@ fn main() {
         ("the_lifetime_ends_the_sandbox", the_lifetime_ends_the_sandbox),
         ("the_cap_ends_the_least_recently_used_idle_sandbox", the_cap_ends_the_least_recently_used_idle_sandbox),
         ("memory_pressure_ends_idle_sandboxes", memory_pressure_ends_idle_sandboxes),
+        (
+            "a_tenant_that_fills_the_cap_ends_its_own_sandboxes_first",
+            a_tenant_that_fills_the_cap_ends_its_own_sandboxes_first,
+        ),
         ("close_and_restart_end_what_they_say", close_and_restart_end_what_they_say),
     ]);
 }
@@ -308,4 +312,27 @@ fn memory_pressure_ends_idle_sandboxes() -> Result<(), Failed> {
     let next = session(&sandbox, "pressure", Language::Python, "print('x' in globals())");
     stdout_is(&next, "False\n")?;
     check(notice(&next).contains("memory pressure"), || notice(&next))
+}
+
+fn a_tenant_that_fills_the_cap_ends_its_own_sandboxes_first() -> Result<(), Failed> {
+    let sandbox = sandbox(SessionConfig { max_live: 3, ..SessionConfig::default() });
+    let as_tenant = |tenant: &str, conversation: &str| {
+        let request = RunRequest {
+            conversation_id: conversation.into(),
+            language: "python".into(),
+            code: "x = 1".into(),
+            session: SessionUse::Interpreter,
+            ..Default::default()
+        };
+        let report = sandbox.runtime.block_on(sandbox.engine.run_as(&sandlot_core::Tenant::new(tenant), request, &()));
+        report.map_err(|e| e.to_string())
+    };
+    as_tenant("bob", "bob-1")?; // bob's is the least recently used of all
+    for conversation in ["mallory-1", "mallory-2", "mallory-3", "mallory-4"] {
+        as_tenant("mallory", conversation)?;
+    }
+    let statuses = sandbox.runtime.block_on(sandbox.engine.sessions().statuses());
+    let mut live: Vec<_> = statuses.iter().map(|s| s.conversation.to_string()).collect();
+    live.sort();
+    check_eq(live, vec!["bob-1".to_owned(), "mallory-3".to_owned(), "mallory-4".to_owned()], "live sandboxes")
 }

@@ -16,6 +16,7 @@ use crate::{ConversationId, Job, Language, LiveBackend, LiveSandbox, LiveSpec, O
 pub(crate) struct Live {
     id: String,
     conversation: ConversationId,
+    tenant: String,
     conversation_dir: PathBuf,
     boot: String,
     sandbox: Arc<dyn LiveSandbox>,
@@ -73,6 +74,7 @@ impl Live {
         let live = Self {
             id,
             conversation: conversation.clone(),
+            tenant: parts.tenant,
             conversation_dir: parts.conversation_dir,
             boot: boot.to_owned(),
             sandbox,
@@ -96,6 +98,10 @@ impl Live {
 
     pub fn conversation(&self) -> &ConversationId {
         &self.conversation
+    }
+
+    pub fn tenant(&self) -> &str {
+        &self.tenant
     }
 
     pub fn sandbox_alive(&self) -> bool {

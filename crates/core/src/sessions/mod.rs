@@ -93,6 +93,8 @@ pub struct Sessions {
 /// What a live sandbox is started with, besides its conversation: the parts of a job that describe the sandbox.
 pub(crate) struct SandboxParts {
     pub conversation: ConversationId,
+    /// The tenant whose run starts it (`""` without tenants).
+    pub tenant: String,
     /// `<root>/<id>`, where the conversation's session note is kept.
     pub conversation_dir: PathBuf,
     pub limits: crate::Limits,
@@ -158,8 +160,9 @@ impl Sessions {
         slot.try_lock().ok().and_then(|live| live.clone()).filter(|live| live.sandbox_alive())
     }
 
-    /// Below the cap on live sandboxes before one more starts: ends the least recently used idle ones, or refuses
-    /// as busy when every live sandbox has a call running.
+    /// Below the cap on live sandboxes before one more starts: ends the least recently used idle one of the tenant
+    /// that holds the most (so a tenant that starts many ends its own first, not another's), or refuses as busy
+    /// when every live sandbox has a call running.
     async fn make_room(&self, starting: &ConversationId) -> Result<()> {
         loop {
             let live: Vec<_> =
@@ -167,7 +170,15 @@ impl Sessions {
             if live.len() < self.config.max_live {
                 return Ok(());
             }
-            let Some(oldest) = live.iter().filter(|l| !l.is_busy()).min_by_key(|l| l.last_used()) else {
+            let idle: Vec<_> = live.iter().filter(|l| !l.is_busy()).collect();
+            let mut held: HashMap<&str, usize> = HashMap::new();
+            for l in &idle {
+                *held.entry(l.tenant()).or_default() += 1;
+            }
+            let oldest = idle
+                .iter()
+                .max_by_key(|l| (held.get(l.tenant()).copied().unwrap_or(0), std::cmp::Reverse(l.last_used())));
+            let Some(oldest) = oldest else {
                 return Err(Error::Busy {
                     reason: format!("all {} live sandboxes are running calls", self.config.max_live),
                     retry_after: Duration::from_secs(5),
