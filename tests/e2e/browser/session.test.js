@@ -37,12 +37,12 @@ after(async () => {
   await stopSandlot(sandlot);
 });
 
-/** Runs `code` in Python and waits for its summary; the output's text. */
+/** Runs `code` in Python and waits for its summary; the output's text. A refusal the page shows fails the test. */
 async function run(code) {
   await page.fill("#editor", code);
   await page.click("#run");
-  await page.waitForSelector("#run:not([disabled])", { timeout: 30_000 });
-  await page.waitForSelector("#summary:not([hidden])");
+  await page.waitForSelector("#summary:not([hidden]), #error:not([hidden])", { timeout: 30_000 });
+  assert.ok(await page.isHidden("#error"), await text("#error").catch(() => ""));
   return text("#output");
 }
 
@@ -55,9 +55,11 @@ test("a session run keeps its state; the panel lists its processes, restarts and
   assert.ok(await page.isDisabled("#live-restart"));
   await page.check("#session");
 
+  // Its own session (start_new_session): the interpreters' restart leaves it, as any background process.
   await run(
     "import subprocess\nx = 41\n" +
-      "server = subprocess.Popen(['python3', '-m', 'http.server', '8000'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)\n",
+      "server = subprocess.Popen(['python3', '-m', 'http.server', '8000'], start_new_session=True,\n" +
+      "                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n",
   );
   assert.equal(await text("#summary .badge"), "Succeeded");
   await page.waitForFunction(() => document.querySelector("#live-processes").textContent.includes("http.server 8000"));
