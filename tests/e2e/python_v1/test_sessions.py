@@ -2,7 +2,7 @@
 conversation's `session: true` calls share one live sandbox and its persistent interpreters (docs/mcp.md, "Live
 sandboxes"). Python's variables, functions and imports persist; JavaScript and TypeScript share one interpreter; Bash
 keeps its working directory and variables; a background server started by one call answers the next; codegen's Bash
-keeps `cd` and its background shells serve the next Bash; a call's timeout interrupts it and keeps the state; a
+keeps `cd` and its background shells serve the next Bash; open-sandbox's exec tools share the workspace's sandbox; a call's timeout interrupts it and keeps the state; a
 memory bomb ends its call as out of memory and the next call says the state was lost; `sandbox_session` lists the
 processes, restarts the interpreters and closes the sandbox; an idle sandbox ends (no process of it left on the host)
 and so does every sandbox when the server stops; `/metrics` counts them. Default limits throughout."""
@@ -145,6 +145,30 @@ async def test_codegen_bash_keeps_cd_and_its_background_dev_server_answers(serve
             assert killed.content[0].text == f"killed: {shell_id}\n"
             refused = await bash(session, "curl -s localhost:8000/index.txt || echo refused")
             assert refused.content[0].text == "refused\n"
+
+
+@pytest.mark.anyio
+async def test_open_sandbox_s_exec_runs_in_the_workspace_s_live_sandbox(server):
+    """`shell.exec` and `code.exec` are processes of the workspace's live sandbox: a server one leaves running in the
+    background answers the next on the sandbox's loopback."""
+    async with streamablehttp_client(f"{server.base_url}/p/open-sandbox/mcp", headers=server.auth) as streams:
+        async with ClientSession(streams[0], streams[1]) as session:
+            await session.initialize()
+
+            async def run(tool, arguments):
+                result = await session.call_tool(tool, arguments)
+                assert result.isError is not True, result
+                return result.structuredContent
+
+            await run("file.write", {"path": "/workspace/site/hello.txt", "content": "hello from exec"})
+            start = "cd /workspace/site && python3 -m http.server 8000 >/dev/null 2>&1 &"
+            assert (await run("shell.exec", {"command": "bash", "args": ["-c", start]}))["exit_code"] == 0
+            fetched = await run("shell.exec", {
+                "command": "bash", "args": ["-c", CURL_UNTIL_IT_ANSWERS.format(url="localhost:8000/hello.txt")]})
+            assert (fetched["stdout"], fetched["exit_code"]) == ("hello from exec", 0), fetched
+            read = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8000/hello.txt').read().decode())"
+            by_python = await run("code.exec", {"runtime": "python", "args": ["-c", read]})
+            assert (by_python["stdout"], by_python["exit_code"]) == ("hello from exec\n", 0), by_python
 
 
 @pytest.mark.anyio

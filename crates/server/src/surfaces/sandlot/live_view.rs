@@ -121,7 +121,11 @@ impl LiveView {
 
     /// A few lines for a model: the sandbox, its interpreters, its processes, its usage.
     pub fn text(&self) -> String {
-        let mib = |bytes: u64| bytes / (1024 * 1024);
+        // Whole MiB, but a tenth under 10 MiB, so an idle sandbox does not read as using nothing.
+        let mib = |bytes: u64| {
+            let mib = bytes as f64 / (1024.0 * 1024.0);
+            if mib < 10.0 { format!("{mib:.1} MiB") } else { format!("{} MiB", mib.round()) }
+        };
         let mut text = format!(
             "live sandbox {}: {} call{}, {}, started {}, ends after {} s idle (at the latest in {} s)\n",
             self.id,
@@ -139,7 +143,7 @@ impl LiveView {
         text.push_str(&format!("processes ({}):\n", self.processes.len()));
         for process in &self.processes {
             text.push_str(&format!(
-                "  {} {} ({:.1} s CPU, {} MiB)\n",
+                "  {} {} ({:.1} s CPU, {})\n",
                 process.pid,
                 process.command,
                 process.cpu_seconds,
@@ -148,7 +152,7 @@ impl LiveView {
         }
         let usage = &self.usage;
         text.push_str(&format!(
-            "memory {} MiB of {} MiB, {} of {} pids, {:.1} s CPU, {} OOM kill{}\n",
+            "memory {} of {}, {} of {} pids, {:.1} s CPU, {} OOM kill{}\n",
             mib(usage.memory_bytes),
             mib(usage.memory_limit_bytes),
             usage.pids,
@@ -205,5 +209,10 @@ mod tests {
         assert!(text.contains("interpreters: python (pid 7, 2 cells)"), "{text}");
         assert!(text.contains("  9 python3 -m http.server 8000 (0.5 s CPU, 20 MiB)"), "{text}");
         assert!(text.ends_with("memory 40 MiB of 512 MiB, 3 of 128 pids, 1.0 s CPU, 0 OOM kills\n"), "{text}");
+        let small = LiveView::of(&SessionStatus {
+            usage: sandlot_core::SandboxUsage { memory_bytes: 557_056, ..status.usage.clone() },
+            ..status.clone()
+        });
+        assert!(small.text().contains("memory 0.5 MiB of 512 MiB"), "{}", small.text());
     }
 }
