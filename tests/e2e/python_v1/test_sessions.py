@@ -15,8 +15,9 @@ from mcp.client.streamable_http import streamablehttp_client
 
 from conftest import free_port, sandbox_processes, start_server, wait_until
 
-# Polls a URL on the sandbox's loopback until it answers (a server just started takes a moment), else fails.
-CURL_UNTIL_IT_ANSWERS = "for i in $(seq 100); do curl -sf {url} && exit 0; sleep 0.1; done; echo unanswered; exit 7"
+# Polls a URL on the sandbox's loopback until it answers (a server just started takes a moment), for up to 10 s;
+# prints the body, or nothing. No `exit`: in a persistent shell it would end the shell.
+CURL_UNTIL_IT_ANSWERS = "for i in $(seq 100); do curl -sf {url} && break; sleep 0.1; done"
 
 
 @pytest.fixture
@@ -137,13 +138,14 @@ async def test_codegen_bash_keeps_cd_and_its_background_dev_server_answers(serve
             assert (await bash(session, "mkdir -p app && cd app")).content[0].text == ""
             assert (await bash(session, "pwd")).content[0].text == "/workspace/app\n"
             await bash(session, "echo from-the-dev-server > index.txt")
+            # A background command is a process of its own: it starts in /workspace, not in the shell's directory.
             started = await bash(session, "python3 -m http.server 8000", run_in_background=True)
             shell_id = started.content[0].text.splitlines()[0].removeprefix("shell_id: ")
-            answered = await bash(session, CURL_UNTIL_IT_ANSWERS.format(url="localhost:8000/index.txt"))
+            answered = await bash(session, CURL_UNTIL_IT_ANSWERS.format(url="localhost:8000/app/index.txt"))
             assert answered.content[0].text == "from-the-dev-server\n"
             killed = await session.call_tool("KillShell", {"shell_id": shell_id})
             assert killed.content[0].text == f"killed: {shell_id}\n"
-            refused = await bash(session, "curl -s localhost:8000/index.txt || echo refused")
+            refused = await bash(session, "curl -s localhost:8000/app/index.txt || echo refused")
             assert refused.content[0].text == "refused\n"
 
 
