@@ -803,9 +803,14 @@ function renderLive(live) {
   ui.liveNote.textContent = `${live.calls} call${live.calls === 1 ? "" : "s"} · interpreters: ${interpreters} · `
     + `${formatBytes(live.usage.memoryBytes)} of ${formatBytes(live.usage.memoryLimitBytes)} · ends after `
     + `${Math.round(live.idleSecondsLeft / 60)} min idle`;
+  // An interpreter's command line is sandlot's driver program: its language says more. Long ones are cut, whole
+  // in the tooltip.
+  const interpreter = (pid) => live.interpreters.find((i) => i.pid === pid);
+  const shown = (p) => (interpreter(p.pid) ? `${interpreter(p.pid).language} interpreter`
+    : p.command.length > 100 ? `${p.command.slice(0, 99)}…` : p.command);
   ui.liveProcesses.replaceChildren(...live.processes.map((p) => el("li", {},
     el("span", { className: "pid" }, String(p.pid)),
-    el("span", { className: "command" }, p.command),
+    el("span", { className: "command", title: p.command }, shown(p)),
     el("span", { className: "size" }, formatBytes(p.memoryBytes)))));
 }
 

@@ -64,6 +64,7 @@ test("a session run keeps its state; the panel lists its processes, restarts and
   assert.equal(await text("#summary .badge"), "Succeeded");
   await page.waitForFunction(() => document.querySelector("#live-processes").textContent.includes("http.server 8000"));
   assert.match(await text("#live-note"), /^1 call · interpreters: python · /);
+  assert.match(await text("#live-processes"), /python interpreter/);
   assert.ok(await page.isEnabled("#live-restart"));
 
   assert.equal(await run("print(x + 1)"), "42\n");

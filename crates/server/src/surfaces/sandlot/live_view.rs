@@ -142,10 +142,14 @@ impl LiveView {
         text.push_str(&format!("interpreters: {interpreters}\n"));
         text.push_str(&format!("processes ({}):\n", self.processes.len()));
         for process in &self.processes {
+            // An interpreter's command line is sandlot's driver program: its language says more.
+            let command = match self.interpreters.iter().find(|i| i.pid == process.pid) {
+                Some(interpreter) => format!("[{} interpreter]", interpreter.language),
+                None => process.command.clone(),
+            };
             text.push_str(&format!(
-                "  {} {} ({:.1} s CPU, {})\n",
+                "  {} {command} ({:.1} s CPU, {})\n",
                 process.pid,
-                process.command,
                 process.cpu_seconds,
                 mib(process.memory_bytes)
             ));
@@ -183,12 +187,20 @@ mod tests {
             idle_ends_at: now + Duration::from_secs(900),
             ends_at: now - Duration::from_secs(1),
             interpreters: vec![sandlot_core::InterpreterStatus { language: Language::Python, pid: 7, calls: 2 }],
-            processes: vec![sandlot_core::SandboxProcess {
-                pid: 9,
-                command: "python3 -m http.server 8000".into(),
-                cpu_seconds: 0.5,
-                memory_bytes: 20 << 20,
-            }],
+            processes: vec![
+                sandlot_core::SandboxProcess {
+                    pid: 7,
+                    command: "python3 -u -c # sandlot's Python driver...".into(),
+                    cpu_seconds: 0.0,
+                    memory_bytes: 12 << 20,
+                },
+                sandlot_core::SandboxProcess {
+                    pid: 9,
+                    command: "python3 -m http.server 8000".into(),
+                    cpu_seconds: 0.5,
+                    memory_bytes: 20 << 20,
+                },
+            ],
             usage: sandlot_core::SandboxUsage {
                 memory_bytes: 40 << 20,
                 memory_limit_bytes: 512 << 20,
@@ -202,11 +214,12 @@ mod tests {
         assert!((898..=900).contains(&view.idle_seconds_left), "{}", view.idle_seconds_left);
         assert_eq!(view.seconds_left, 0);
         let json = serde_json::to_value(&view).unwrap();
-        assert_eq!(json["processes"][0]["memoryBytes"], 20 << 20);
+        assert_eq!(json["processes"][1]["memoryBytes"], 20 << 20);
         assert_eq!(json["usage"]["memoryLimitBytes"], 512 << 20);
         assert_eq!(json["interpreters"][0]["language"], "python");
         let text = view.text();
         assert!(text.contains("interpreters: python (pid 7, 2 cells)"), "{text}");
+        assert!(text.contains("processes (2):\n  7 [python interpreter] (0.0 s CPU, 12 MiB)\n"), "{text}");
         assert!(text.contains("  9 python3 -m http.server 8000 (0.5 s CPU, 20 MiB)"), "{text}");
         assert!(text.ends_with("memory 40 MiB of 512 MiB, 3 of 128 pids, 1.0 s CPU, 0 OOM kills\n"), "{text}");
         let small = LiveView::of(&SessionStatus {
