@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the Docker runner images runner-python, runner-javascript, runner-typescript and runner-bash from
-# runners/Dockerfile-*. Each Dockerfile takes its base as a build argument:
+# runners/Dockerfile-*, then runner-live (the live sandboxes' image, every language in one) on top of runner-python. Each Dockerfile takes its base as a build argument:
 # - SANDLOT_RUNNER_BASE=<image> uses that image (a registry image such as debian:bookworm-slim; the Dockerfiles
 #   install the interpreter with apt when the base lacks it);
 # - otherwise a local base `sandlot-base:bookworm` is used, made once (and kept) with debootstrap from Debian's
@@ -75,5 +75,10 @@ for language in python javascript typescript bash; do
         docker build --quiet --build-arg "BASE=$base" -f "runners/Dockerfile-$language" -t "runner-$language" runners >/dev/null
     fi
 done
+# Labelled sandbox.live=true (and sandbox.runner empty, so it is no one-language runner); only esbuild is added.
+step "docker build runner-live (base runner-python)"
+docker build --quiet --build-arg "BASE=runner-python" -f runners/Dockerfile-live -t runner-live runners >/dev/null
 docker image prune --force --filter label=sandbox.runner=true >/dev/null
+docker image prune --force --filter label=sandbox.live=true >/dev/null
 docker images --filter label=sandbox.runner=true --format '{{.Repository}}:{{.Tag}}  {{.Size}}'
+docker images --filter label=sandbox.live=true --format '{{.Repository}}:{{.Tag}}  {{.Size}}'

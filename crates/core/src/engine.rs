@@ -105,6 +105,12 @@ impl Engine {
         self
     }
 
+    /// Its live sandboxes follow `config` from now on; for an engine none of whose sandboxes is live yet.
+    pub fn set_sessions(&mut self, config: crate::SessionConfig) {
+        self.config.sessions = config.clone();
+        self.sessions = Arc::new(crate::Sessions::new(config));
+    }
+
     /// The run history, if this engine keeps one.
     pub fn history(&self) -> Option<&History> {
         self.ledger.history()

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bollard::Docker;
 use bollard::container::LogOutput;
-use bollard::models::{ContainerCreateBody, HostConfig, ResourcesUlimits};
+use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, KillContainerOptionsBuilder, ListContainersOptionsBuilder, ListImagesOptionsBuilder,
     RemoveContainerOptionsBuilder, WaitContainerOptionsBuilder,
@@ -19,6 +19,7 @@ use sandlot_core::{
 };
 use tokio::io::AsyncWriteExt;
 
+use crate::hardening::Confinement;
 use crate::{Error, Result};
 
 /// The label every container of a run carries (its value is the run id).
@@ -75,9 +76,11 @@ const ABORT_POLL: Duration = Duration::from_millis(100);
 
 /// The Docker backend.
 pub struct DockerBackend {
-    docker: Docker,
-    config: DockerConfig,
+    pub(crate) docker: Docker,
+    pub(crate) config: DockerConfig,
     runners: Vec<Runner>,
+    /// The live sandboxes' image (labelled `sandbox.live=true`), found at start; without it there are none.
+    pub(crate) live_image: Option<String>,
     /// Set by [`Backend::abort_all`]: no container is created after it (the process is about to exit).
     closing: AtomicBool,
     /// Container creations under way: their containers may not be listed yet, so `abort_all` waits for them.
@@ -85,7 +88,7 @@ pub struct DockerBackend {
 }
 
 /// Counts one container creation under way for as long as it lives (see [`DockerBackend::creating`]).
-struct Creating<'a>(&'a AtomicUsize);
+pub(crate) struct Creating<'a>(&'a AtomicUsize);
 
 impl Drop for Creating<'_> {
     fn drop(&mut self) {
@@ -104,6 +107,7 @@ impl DockerBackend {
             .map_err(|e| Error::engine("negotiate the API version", e))?;
         Ok(Self {
             runners: discover(&docker).await?,
+            live_image: crate::live::find_image(&docker).await?,
             docker,
             config,
             closing: AtomicBool::new(false),
@@ -121,6 +125,44 @@ impl DockerBackend {
         remove_container(&self.docker, id).await;
     }
 
+    /// Counts a container creation under way, or refuses it once [`Backend::abort_all`] ran. The count must be held
+    /// until the container is created (listed), so `abort_all` finds it or waits for it.
+    pub(crate) fn begin_creating(&self) -> Result<Creating<'_>> {
+        // SeqCst pairs with `abort_all`: this counts the creation, then reads `closing`; it sets `closing`, then
+        // reads the count. Either this sees `closing` and creates nothing, or `abort_all` waits for the creation.
+        self.creating.fetch_add(1, Ordering::SeqCst);
+        let creating = Creating(&self.creating);
+        if self.closing.load(Ordering::SeqCst) {
+            return Err(Error::ShuttingDown);
+        }
+        Ok(creating)
+    }
+
+    /// Gives the conversation's directory and the writable volumes to the runner's user (as root), and makes sure
+    /// the conversation is bound nosuid,nodev. `what` names the run or sandbox in errors.
+    pub(crate) fn hand_over(
+        &self,
+        workspace: &std::path::Path,
+        mounts: &[sandlot_core::Mount],
+        what: &str,
+    ) -> Result<()> {
+        let owner = self.storage_owner();
+        sandlot_core::hand_over(workspace, owner)
+            .map_err(|e| Error::Io { action: format!("hand over {}", workspace.display()), source: e })?;
+        sandlot_core::hand_over_writable(mounts, owner)
+            .map_err(|e| Error::Io { action: format!("hand over the volumes of {what}"), source: e })?;
+        // `<root>/<id>/files`: the root's mount gives the bind its flags (only root may mount; see nosuid_root.rs),
+        // unless it is a disk image's mount, which has them.
+        if let Some(root) = workspace.parent().and_then(std::path::Path::parent)
+            && owner.is_some()
+            && !crate::nosuid_root::is_nosuid_nodev(workspace)
+        {
+            crate::ensure_nosuid_nodev(root)
+                .map_err(|e| Error::Io { action: format!("mount {} nosuid,nodev", root.display()), source: e })?;
+        }
+        Ok(())
+    }
+
     /// The ids of every container of this sandlot (its owner label), whatever their state, "removing" included.
     async fn owned_containers(&self) -> Result<Vec<String>> {
         let owner = format!("{OWNER_LABEL}={}", self.config.owner);
@@ -132,53 +174,25 @@ impl DockerBackend {
     }
 
     fn container_body(&self, job: &Job, image: &str) -> ContainerCreateBody {
-        let limits = &job.limits;
-        let memory = i64::try_from(limits.memory_mb * 1024 * 1024).unwrap_or(i64::MAX);
         let mut env = vec![format!("SANDLOT_CODE_BYTES={}", job.code.len())];
         // The Home layout: the conversation at its path (also HOME), and a scratch tmpfs of its own at /data. The
         // Workspace layout: the conversation at its path (also HOME and the working directory), /data the image's
         // (read-only with the rootfs).
-        let conversation_path = job.layout.conversation_path();
-        let mut tmpfs =
-            HashMap::from([("/tmp".to_owned(), format!("rw,nosuid,nodev,size={}m,mode=1777", limits.tmp_mb))]);
         if job.layout != Layout::Data {
-            env.push(format!("HOME={conversation_path}"));
+            env.push(format!("HOME={}", job.layout.conversation_path()));
         }
         if job.layout.working_dir() != "/data" {
             env.push(format!("SANDLOT_WORKDIR={}", job.layout.working_dir())); // the entrypoint's `cd`
         }
-        if let Some(scratch_mb) = job.layout.scratch_data_mb(limits) {
-            // Owned by the runner's user: Docker copies the image's `/data` (root's, 0755) over a `mode` option.
-            // `exec` as a bind's `/data` is (Docker's tmpfs default is noexec).
-            let (uid, gid) = (self.config.runner_uid, self.config.runner_gid);
-            tmpfs.insert(
-                "/data".to_owned(),
-                format!("rw,exec,nosuid,nodev,size={scratch_mb}m,uid={uid},gid={gid},mode=0755"),
-            );
-        }
         env.extend(job.env.iter().map(|(k, v)| format!("{k}={v}")));
-        let file_size = i64::try_from(limits.disk_mb * 1024 * 1024).unwrap_or(i64::MAX);
-        let ulimit =
-            |name: &str, value: i64| ResourcesUlimits { name: Some(name.into()), soft: Some(value), hard: Some(value) };
-        let host = HostConfig {
-            binds: Some(binds(job)),
-            network_mode: Some("none".into()),
-            readonly_rootfs: Some(true),
-            tmpfs: Some(tmpfs),
-            cap_drop: Some(vec!["ALL".into()]),
-            security_opt: Some(vec!["no-new-privileges:true".into()]),
-            memory: Some(memory),
-            memory_swap: Some(memory),
-            nano_cpus: Some((limits.cpus * 1e9) as i64),
-            pids_limit: Some(i64::try_from(limits.pids).unwrap_or(i64::MAX)),
-            ulimits: Some(vec![
-                ulimit("nofile", i64::try_from(limits.open_files).unwrap_or(1024)),
-                ulimit("fsize", file_size),
-                ulimit("core", 0),
-            ]),
-            init: Some(true),
-            ..Default::default()
-        };
+        let host = Confinement {
+            limits: &job.limits,
+            layout: job.layout,
+            workspace: &job.workspace,
+            mounts: &job.mounts,
+            user: (self.config.runner_uid, self.config.runner_gid),
+        }
+        .host_config();
         ContainerCreateBody {
             image: Some(image.to_owned()),
             user: Some(format!("{}:{}", self.config.runner_uid, self.config.runner_gid)),
@@ -224,23 +238,9 @@ async fn discover(docker: &Docker) -> Result<Vec<Runner>> {
     Ok(runners)
 }
 
-/// The container's binds: the conversation at its path, read-write, and the job's mounts (beneath the scratch
-/// `/data`, validated by the engine: plain names, nothing a bind would parse), read-only unless writable. Docker
-/// mounts the scratch tmpfs before the binds beneath it (it orders mounts by depth). A bind takes no nosuid or
-/// nodev option: the container's no-new-privileges and dropped capabilities make set-uid files and device nodes
-/// in a volume useless.
-fn binds(job: &Job) -> Vec<String> {
-    let conversation = format!("{}:{}:rw", job.workspace.display(), job.layout.conversation_path());
-    let mounts = job.mounts.iter().map(|m| {
-        let mode = if m.read_only { "ro" } else { "rw" };
-        format!("{}:{}:{mode}", m.host.display(), m.path)
-    });
-    std::iter::once(conversation).chain(mounts).collect()
-}
-
 /// Force-removes a container (and its anonymous volumes). A container already gone, or whose removal another request
 /// has under way (409), is not an error here: whoever must know it is gone lists the containers afterwards.
-async fn remove_container(docker: &Docker, id: &str) {
+pub(crate) async fn remove_container(docker: &Docker, id: &str) {
     let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
     match docker.remove_container(id, Some(options)).await {
         Ok(()) => {}
@@ -249,11 +249,12 @@ async fn remove_container(docker: &Docker, id: &str) {
     }
 }
 
-/// Removes a run's container if the run's future is dropped before it removed it (a cancelled run).
-struct ContainerGuard {
-    docker: Docker,
-    id: String,
-    armed: bool,
+/// Removes a container if the future that made it is dropped before it removed it or handed it on (a cancelled run,
+/// a cancelled start of a live sandbox).
+pub(crate) struct ContainerGuard {
+    pub(crate) docker: Docker,
+    pub(crate) id: String,
+    pub(crate) armed: bool,
 }
 
 impl Drop for ContainerGuard {
@@ -375,6 +376,10 @@ impl Backend for DockerBackend {
         }
     }
 
+    fn live(&self) -> Option<&dyn sandlot_core::LiveBackend> {
+        self.live_image.is_some().then_some(self as &dyn sandlot_core::LiveBackend)
+    }
+
     fn storage_owner(&self) -> Option<(u32, u32)> {
         nix::unistd::geteuid().is_root().then_some((self.config.runner_uid, self.config.runner_gid))
     }
@@ -385,26 +390,9 @@ impl Backend for DockerBackend {
             .iter()
             .find(|r| r.language == job.language)
             .ok_or_else(|| sandlot_core::Error::no_runner(job.language, self.runners.iter().map(|r| r.language)))?;
-        let owner = self.storage_owner();
-        sandlot_core::hand_over(&job.workspace, owner)
-            .map_err(|e| Error::Io { action: format!("hand over {}", job.workspace.display()), source: e })?;
-        sandlot_core::hand_over_writable(&job.mounts, owner)
-            .map_err(|e| Error::Io { action: format!("hand over the volumes of run {}", job.run_id), source: e })?;
-        // `<root>/<id>/files`: the root's mount gives the bind its flags (only root may mount; see nosuid_root.rs),
-        // unless it is a disk image's mount, which has them.
-        if let Some(root) = job.workspace.parent().and_then(std::path::Path::parent)
-            && owner.is_some()
-            && !crate::nosuid_root::is_nosuid_nodev(&job.workspace)
-        {
-            crate::ensure_nosuid_nodev(root)
-                .map_err(|e| Error::Io { action: format!("mount {} nosuid,nodev", root.display()), source: e })?;
-        }
+        self.hand_over(&job.workspace, &job.mounts, &format!("run {}", job.run_id))?;
         let started = Instant::now();
-        self.creating.fetch_add(1, Ordering::SeqCst);
-        let creating = Creating(&self.creating);
-        if self.closing.load(Ordering::SeqCst) {
-            return Err(Error::ShuttingDown.into());
-        }
+        let creating = self.begin_creating()?;
         let created = self
             .docker
             .create_container(

@@ -14,6 +14,24 @@ pub enum Error {
     #[error("sandlot is shutting down")]
     ShuttingDown,
 
+    /// No image is labelled `sandbox.live=true` (scripts/build-runners.sh builds runner-live).
+    #[error("no live sandbox image (an image labelled sandbox.live=true): run scripts/build-runners.sh")]
+    NoLiveImage,
+
+    /// A live sandbox's container is no longer running.
+    #[error("live sandbox {sandbox} has ended")]
+    SandboxEnded { sandbox: String },
+
+    /// sandlot does not see the processes of a live sandbox's container among its pids.
+    #[error(
+        "live sandbox {container}: its processes are not among sandlot's pids (run sandlot in the host's pid namespace)"
+    )]
+    NoHostPids { container: String },
+
+    /// A `docker exec` did not go as the engine promises.
+    #[error("docker: exec {exec}: {reason}")]
+    Exec { exec: String, reason: String },
+
     /// A host operation failed.
     #[error("{action}: {source}")]
     Io { action: String, source: std::io::Error },

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Live sandboxes (issue 31): a `session: true` tools/call of `print(1)` against bare `python3 -c 'print(1)'` (and a
+stateless call), a call that uses a data frame a previous call loaded against reloading it (stateless, and bare
+python3), and the host memory an idle live sandbox costs with a Python interpreter loaded.
+
+Usage: bench_session.py SANDLOT [--runs N] [--env NAME=VALUE ...]   (as root)
+"""
+
+import argparse
+import os
+import tempfile
+import time
+
+from benchlib import Connection, free_port, print_latency_table, remove_work, round_robin, spawn_and_wait, start_server
+
+PYTHON = "/usr/bin/python3"
+# A 200,000-row CSV the data-frame rows load: what an agent's "load the data, then ask questions" does.
+MAKE_FRAME = ("import numpy as np, pandas as pd\n"
+              "pd.DataFrame(np.random.default_rng(1).random((200_000, 8)), columns=list('abcdefgh'))"
+              ".to_csv('/data/frame.csv', index=False)\n")
+LOAD = "import pandas as pd\ndf = pd.read_csv('/data/frame.csv')\n"
+QUERY = "print(round(float(df['a'].sum()), 3) > 0)\n"
+
+
+def call_ms(connection, conversation, code, session, expected="1\n"):
+    arguments = {"conversationId": conversation, "language": "python", "code": code}
+    if session:
+        arguments["session"] = True
+    start = time.perf_counter_ns()
+    reply = connection.call({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                             "params": {"name": "sandbox_run_code", "arguments": arguments}})
+    elapsed = (time.perf_counter_ns() - start) / 1e6
+    result = reply["result"]["structuredContent"]
+    assert result["stdout"] == expected, reply
+    if session:
+        assert result["session"]["calls"] >= 1, reply
+    return elapsed
+
+
+def status(connection, conversation):
+    reply = connection.call({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                             "params": {"name": "sandbox_session",
+                                        "arguments": {"conversationId": conversation, "action": "status"}}})
+    return reply["result"]["structuredContent"]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("sandlot")
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+    args = parser.parse_args()
+    sandlot = os.path.abspath(args.sandlot)
+    work = tempfile.mkdtemp(prefix="sandlot-bench-session-")
+    port = free_port()
+    token = "bench-" + os.urandom(8).hex()
+    env = {"PATH": "/usr/bin:/bin", "SANDLOT_PYTHON": PYTHON, "SANDLOT_LOG": "error", "MCP_API_TOKEN": token,
+           "MCP_HTTP_ADDR": f"127.0.0.1:{port}", "SANDBOX_ROOT": os.path.join(work, "root"), "FILE_SECRET": "bench",
+           "SANDLOT_TUNE_CGROUPS": "true"}
+    env.update(setting.split("=", 1) for setting in args.env)
+    server = start_server(sandlot, env, port)
+    try:
+        connection = Connection(port, token)
+        call_ms(connection, "bench-session", "x = 1", True, expected="")
+        rows = [
+            ("bare python3", lambda: spawn_and_wait([PYTHON, "-c", "print(1)"], env)),
+            ("tools/call stateless", lambda: call_ms(connection, "bench-stateless", "print(1)", False)),
+            ("tools/call session", lambda: call_ms(connection, "bench-session", "print(1)", True)),
+        ]
+        samples = round_robin(rows, args.runs, 10)
+        print(f"print(1), {args.runs} runs each, round-robin; interpreter {PYTHON}")
+        print_latency_table(samples, [name for name, _ in rows], "bare python3", "bare")
+        print()
+
+        call_ms(connection, "bench-frame", MAKE_FRAME, False, expected="")
+        call_ms(connection, "bench-frame", LOAD, True, expected="")
+        host_csv = os.path.join(work, "frame.csv")
+        spawn_and_wait([PYTHON, "-c", MAKE_FRAME.replace("/data/frame.csv", host_csv)], env)
+        runs = max(10, args.runs // 10)
+        rows = [
+            ("bare python3, reload", lambda: spawn_and_wait(
+                [PYTHON, "-c", (LOAD + QUERY).replace("/data/frame.csv", host_csv)], env)),
+            ("stateless call, reload", lambda: call_ms(connection, "bench-frame", LOAD + QUERY, False, "True\n")),
+            ("session call, loaded", lambda: call_ms(connection, "bench-frame", QUERY, True, "True\n")),
+        ]
+        samples = round_robin(rows, runs, 2)
+        print(f"a query of a 200,000-row data frame (pandas, {os.path.getsize(host_csv) >> 20} MiB CSV), {runs} runs each")
+        print_latency_table(samples, [name for name, _ in rows], "bare python3, reload", "bare")
+        print()
+
+        idle = status(connection, "bench-session")
+        time.sleep(2)
+        idle = status(connection, "bench-session")
+        usage = idle["usage"]
+        print("an idle live sandbox with a Python interpreter loaded (after print(1) calls), sandbox_session status:")
+        print(f"  cgroup memory.current  {usage['memoryBytes'] / 2**20:7.2f} MiB   (limit {usage['memoryLimitBytes'] >> 20} MiB)")
+        print(f"  processes              {', '.join(p['command'][:40] for p in idle['processes'])}")
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+        remove_work(work)
+
+
+if __name__ == "__main__":
+    main()
