@@ -7,6 +7,10 @@
 //! - **The zygote's socket** (a `SOCK_SEQPACKET` pair, the zygote's end on its fd 0): first a [`ZygoteSetup`] as JSON,
 //!   answered by [`ZYGOTE_READY`] or the reason it failed; then, per init, one byte with an init's four descriptors
 //!   (`SCM_RIGHTS`), answered by [`encode_clone_reply`].
+//! - **A live sandbox** ([`JailSpec::resident`]): fd 0 of its init is a unix stream socket instead of a pipe. After
+//!   the spec, it carries [`LiveRequest`] frames to the sandbox's pid 1, an `Exec`'s three standard streams passed
+//!   with it (`SCM_RIGHTS`); pid 1 answers on [`EVENTS_FD`] (`SandboxReady`, then `ProcessStarted` or
+//!   `ProcessFailed`, and `ProcessEnded`, per request id).
 
 use std::path::PathBuf;
 
@@ -20,6 +24,9 @@ pub const EVENTS_FD: i32 = 3;
 
 /// Largest spec an init accepts (code is capped well below this by the engine).
 pub const MAX_SPEC_BYTES: usize = 64 * 1024 * 1024;
+
+/// Largest [`LiveRequest`] frame pid 1 accepts (an environment and arguments).
+pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
 
 /// Largest [`ZygoteSetup`] message, and the zygote's reply to it.
 pub const MAX_SETUP_BYTES: usize = 64 * 1024;
@@ -97,6 +104,22 @@ pub struct JailSpec {
     pub rlimits: RlimitSpec,
     /// Apply Landlock when the kernel has it.
     pub landlock: bool,
+    /// A live sandbox: pid 1 builds the filesystem, reports `SandboxReady` and then starts a process per
+    /// [`LiveRequest::Exec`] on fd 0 (a socket) until that closes or it is killed; `program`, `args` and `code` are
+    /// unused.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resident: bool,
+}
+
+/// What the supervisor asks a live sandbox's pid 1, one [`frame`] of JSON each on the init's fd 0 (a socket).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "request", rename_all = "snake_case")]
+pub enum LiveRequest {
+    /// Start `program` with `args` and exactly `env`, confined as a run's program is, its stdin, stdout and stderr
+    /// the three descriptors sent with the frame (`SCM_RIGHTS`, in that order).
+    Exec { id: u64, program: PathBuf, args: Vec<String>, env: Vec<(String, String)> },
+    /// Send `signal` to the process `Exec` `id` started (to its process group when `group`); nothing if it ended.
+    Signal { id: u64, signal: i32, group: bool },
 }
 
 /// Where a run of the Home or Workspace layout sees its workspace, and the size of its scratch `/data`.
@@ -148,6 +171,14 @@ pub enum InitEvent {
     ProgramEnded(Termination),
     /// Building the sandbox failed at this step.
     SetupFailed { step: String, error: String },
+    /// A live sandbox is built: pid 1 waits for [`LiveRequest`]s.
+    SandboxReady,
+    /// A live sandbox's process of request `id` runs, as `pid` in the sandbox.
+    ProcessStarted { id: u64, pid: i32 },
+    /// A live sandbox's process of request `id` could not start: the step that failed.
+    ProcessFailed { id: u64, step: String, error: String },
+    /// A live sandbox's process of request `id` ended ([`Termination::Exited`] or [`Termination::Signaled`]).
+    ProcessEnded { id: u64, termination: Termination },
 }
 
 impl InitEvent {
@@ -176,6 +207,10 @@ impl std::fmt::Display for InitEvent {
             InitEvent::Pid1Started { pid } => write!(f, "pid 1 started, host pid {pid}"),
             InitEvent::ProgramEnded(termination) => write!(f, "program ended: {termination:?}"),
             InitEvent::SetupFailed { step, error } => write!(f, "setup failed at {step}: {error}"),
+            InitEvent::SandboxReady => write!(f, "live sandbox ready"),
+            InitEvent::ProcessStarted { id, pid } => write!(f, "process {id} started, pid {pid} in the sandbox"),
+            InitEvent::ProcessFailed { id, step, error } => write!(f, "process {id} failed at {step}: {error}"),
+            InitEvent::ProcessEnded { id, termination } => write!(f, "process {id} ended: {termination:?}"),
         }
     }
 }
@@ -280,6 +315,7 @@ mod tests {
                 data_bytes: None,
             },
             landlock: true,
+            resident: false,
         }
     }
 
@@ -295,6 +331,27 @@ mod tests {
         let read: JailSpec = serde_json::from_slice(&read_frame(&mut reader, MAX_SPEC_BYTES).unwrap()).unwrap();
         assert_eq!(read, spec);
         assert_eq!(reader, b"the program's stdin", "the program's input follows the frame untouched");
+    }
+
+    #[test]
+    fn live_requests_round_trip_and_runs_leave_resident_off_the_wire() {
+        for request in [
+            LiveRequest::Exec {
+                id: 1,
+                program: "/usr/bin/python3".into(),
+                args: vec!["-c".into(), "print(1)".into()],
+                env: vec![("A".into(), "1".into())],
+            },
+            LiveRequest::Signal { id: 1, signal: 2, group: true },
+        ] {
+            let json = serde_json::to_vec(&request).unwrap();
+            assert_eq!(serde_json::from_slice::<LiveRequest>(&json).unwrap(), request);
+        }
+        assert!(!serde_json::to_string(&spec()).unwrap().contains("resident"));
+        let mut live = spec();
+        live.resident = true;
+        let json = serde_json::to_vec(&live).unwrap();
+        assert_eq!(serde_json::from_slice::<JailSpec>(&json).unwrap(), live);
     }
 
     #[test]
@@ -317,6 +374,10 @@ mod tests {
             InitEvent::ProgramEnded(Termination::Exited { code: 3 }),
             InitEvent::ProgramEnded(Termination::Signaled { signal: 9 }),
             InitEvent::SetupFailed { step: "pivot_root".into(), error: "EPERM".into() },
+            InitEvent::SandboxReady,
+            InitEvent::ProcessStarted { id: 7, pid: 12 },
+            InitEvent::ProcessFailed { id: 8, step: "exec".into(), error: "ENOENT".into() },
+            InitEvent::ProcessEnded { id: 7, termination: Termination::Signaled { signal: 2 } },
         ] {
             let line = event.to_line();
             assert_eq!(line.last(), Some(&b'\n'));

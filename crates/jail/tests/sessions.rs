@@ -3,6 +3,8 @@
 //! limit or by a deadline it ignored, an explicit close — each with no process left and the next call told why its
 //! state is gone. Root only, one at a time (the `sandboxes` group).
 
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
 mod common;
 
 use std::time::{Duration, Instant};

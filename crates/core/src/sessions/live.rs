@@ -169,9 +169,8 @@ impl Live {
         let mut interpreters = self.interpreters.lock().await;
         let key = driver::driver_language(job.language);
         let mut notice = interpreters.lost.remove(&key);
-        if !interpreters.drivers.contains_key(&key) {
-            let driver = Driver::start(self.sandbox.as_ref(), key).await?;
-            interpreters.drivers.insert(key, driver);
+        if let std::collections::hash_map::Entry::Vacant(vacant) = interpreters.drivers.entry(key) {
+            vacant.insert(Driver::start(self.sandbox.as_ref(), key).await?);
             self.refresh_snapshot(&interpreters);
         }
         let driver = interpreters.drivers.get_mut(&key).ok_or_else(|| crate::Error::invalid("language", "none"))?;

@@ -76,6 +76,9 @@ pub struct SessionStatus {
     pub usage: SandboxUsage,
 }
 
+/// A conversation's place for its live sandbox: empty until one starts, or once it ended.
+type Slot = Arc<tokio::sync::Mutex<Option<Arc<Live>>>>;
+
 /// The live sandboxes of one engine.
 pub struct Sessions {
     config: SessionConfig,
@@ -83,7 +86,7 @@ pub struct Sessions {
     boot: String,
     /// One slot per conversation that has or is starting a live sandbox; a slot's lock is held while its sandbox
     /// starts, so a conversation never gets two.
-    slots: Mutex<HashMap<ConversationId, Arc<tokio::sync::Mutex<Option<Arc<Live>>>>>>,
+    slots: Mutex<HashMap<ConversationId, Slot>>,
     reaper: std::sync::Once,
 }
 
@@ -139,7 +142,7 @@ impl Sessions {
         Ok((live, notice))
     }
 
-    fn slot(&self, conversation: &ConversationId) -> Arc<tokio::sync::Mutex<Option<Arc<Live>>>> {
+    fn slot(&self, conversation: &ConversationId) -> Slot {
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         slots.entry(conversation.clone()).or_default().clone()
     }

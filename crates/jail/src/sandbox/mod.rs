@@ -5,7 +5,8 @@
 //! [`crate::protocol`] in place and becomes the [`init`], which builds the namespaces, forks the sandbox's
 //! [`pid1`] (which builds what is mounted, [`mounts`]), whose [`worker`] confines itself ([`capabilities`],
 //! [`rlimits`], [`landlock`], [`seccomp`]) and execs the program. They speak to the supervisor only through
-//! [`events`]; the init and pid 1 both drop their copies of the program's streams with [`stdio`].
+//! [`events`]; the init and pid 1 both drop their copies of the program's streams with [`stdio`]. A live
+//! sandbox's pid 1 ([`resident`]) starts a worker per process the supervisor asks for, until the sandbox ends.
 
 mod capabilities;
 mod events;
@@ -14,6 +15,7 @@ mod landlock;
 mod loopback;
 mod mounts;
 mod pid1;
+mod resident;
 mod rlimits;
 pub mod seccomp;
 mod stdio;

@@ -4,7 +4,9 @@
 //! too) and reaps them all. So when the report arrives, nothing of the program runs any more and its cgroups are
 //! empty: the supervisor can finish the run without waiting for the namespaces to be torn down. The run's tmpfs
 //! mounts, whose pages count against the run's memory cgroup, are unmounted after the report when the init shares
-//! the cgroup slot's lock (the slot stays taken until they are gone), else before it.
+//! the cgroup slot's lock (the slot stays taken until they are gone), else before it. A live sandbox's pid 1
+//! (`spec.resident`) writes no code and starts no worker of its own: once the filesystem is built it serves the
+//! supervisor's requests ([`super::resident`]) until the sandbox ends.
 
 use std::fs::File;
 use std::io::Write;
@@ -81,7 +83,10 @@ fn run(sandbox: SandboxToRun) -> ! {
         Ok(()) => {}
         Err(error) => error.report_and_exit(),
     }
-    let worker = match spawn_worker(&ProgramToStart { spec, cgroups: &cgroups }) {
+    if spec.resident {
+        super::resident::serve(spec, &cgroups)
+    }
+    let worker = match worker::spawn(&ProgramToStart::of_spec(spec, &cgroups)) {
         Ok(worker) => worker,
         Err(e) => SetupError::new("start the worker", e).report_and_exit(),
     };
@@ -139,33 +144,6 @@ fn end_every_process() {
     }
 }
 
-/// Stack of the worker until it execs the program.
-const WORKER_STACK_BYTES: usize = 512 * 1024;
-
-/// Starts the worker the way `posix_spawn` starts a program: a clone that shares this process's memory
-/// (`CLONE_VM`) on a stack of its own, while this process waits (`CLONE_VFORK`) until it has exec'd the program or
-/// exited. Nothing is copied: no page tables, no copy-on-write faults, no second address space to tear down,
-/// which a `fork` would cost on every run. The worker changes only what is its own (credentials, seccomp,
-/// session, limits, working directory, its copy of the descriptor table); what it allocates on the way stays in
-/// this process's heap, unused.
-fn spawn_worker(program: &ProgramToStart) -> std::io::Result<Pid> {
-    extern "C" fn worker_entry(program: *mut libc::c_void) -> libc::c_int {
-        // SAFETY: `program` is the &ProgramToStart passed to clone below; the parent is suspended until this child
-        // execs or exits, so the reference stays valid for as long as it is used.
-        worker::run(unsafe { &*(program as *const ProgramToStart) })
-    }
-    // Left mapped (unused once the worker has exec'd) until pid 1 exits.
-    let top = map_stack(WORKER_STACK_BYTES)?;
-    let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
-    // SAFETY: the child runs on its own stack, shares memory only while this (single-threaded) process is
-    // suspended, and never returns from `worker_entry` (it execs or exits).
-    let pid = unsafe { libc::clone(worker_entry, top, flags, program as *const ProgramToStart as *mut libc::c_void) };
-    if pid < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(Pid::from_raw(pid))
-}
-
 /// Whether the init that forked us is gone (its end of the liveness pipe closed).
 fn parent_gone(parent_alive: &std::io::PipeReader) -> bool {
     let mut poll = libc::pollfd { fd: parent_alive.as_raw_fd(), events: libc::POLLIN, revents: 0 };
@@ -187,6 +165,9 @@ fn prepare(spec: &JailSpec, trees: Option<HostTrees>, parent_alive: &std::io::Pi
         loopback::bring_up().step(|| "bring up loopback".into())?;
     }
     sandlot_core::marks::mark("p.host");
+    if spec.resident {
+        return Ok(()); // a live sandbox's processes bring their own code
+    }
     let mut code = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

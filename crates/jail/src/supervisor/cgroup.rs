@@ -152,6 +152,13 @@ impl CgroupSupport {
     /// runs, in this process or in other sandlot processes (`sandlot run`), never share one; the lock dies with
     /// its holder, so a crashed run's slot is free again (its stragglers are killed when it is taken).
     pub fn acquire(&self, limits: &Limits) -> std::io::Result<Option<RunCgroup>> {
+        self.acquire_for(limits, true)
+    }
+
+    /// [`CgroupSupport::acquire`], saying what an OOM kill takes on cgroup v2: the whole group (`kill_group`, a run:
+    /// it ends as out of memory anyway), or only the process the kernel picks (a live sandbox, whose other
+    /// processes live on). Cgroup v1 always takes one process.
+    pub fn acquire_for(&self, limits: &Limits, kill_group: bool) -> std::io::Result<Option<RunCgroup>> {
         for slot in 0..MAX_SLOTS {
             let Some((dirs, oom_file)) = self.slot_dirs(slot) else { return Ok(None) };
             for dir in &dirs {
@@ -164,7 +171,7 @@ impl CgroupSupport {
             let Some(lock) = lock_slot(&dirs[0])? else { continue }; // held by another run
             let mut group = RunCgroup { dirs, oom_file, oom_baseline: 0, lock };
             group.kill_all();
-            group.write_limits(self, limits)?;
+            group.write_limits(self, limits, kill_group)?;
             group.oom_baseline = group.oom_count();
             return Ok(Some(group));
         }
@@ -258,6 +265,18 @@ fn limit_socket_memory(memory_dir: &Path, bytes: u64) -> std::io::Result<()> {
     }
 }
 
+/// What a slot's groups use, as [`RunCgroup::usage`] reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CgroupUsage {
+    pub memory_bytes: u64,
+    pub memory_limit_bytes: u64,
+    pub pids: u64,
+    pub pids_limit: u64,
+    /// CPU time of every process that ran in the group (`None` where the hierarchy does not count it: v1).
+    pub cpu_usec: Option<u64>,
+    pub oom_kills: u64,
+}
+
 /// The cgroups of one run: a slot held for the run's duration.
 #[derive(Debug)]
 pub struct RunCgroup {
@@ -270,7 +289,7 @@ pub struct RunCgroup {
 }
 
 impl RunCgroup {
-    fn write_limits(&self, support: &CgroupSupport, limits: &Limits) -> std::io::Result<()> {
+    fn write_limits(&self, support: &CgroupSupport, limits: &Limits, kill_group: bool) -> std::io::Result<()> {
         let memory = limits.memory_mb * 1024 * 1024;
         let quota = ((limits.cpus * CPU_PERIOD_US as f64) as u64).max(1000);
         match support {
@@ -279,8 +298,8 @@ impl RunCgroup {
                 let dir = &self.dirs[0];
                 write(dir, "memory.max", &memory.to_string())?;
                 write(dir, "memory.swap.max", "0")?;
-                // On OOM, kill the whole run rather than one process of it.
-                write(dir, "memory.oom.group", "1")?;
+                // On OOM, kill the whole run rather than one process of it (a live sandbox: the one the kernel picks).
+                write(dir, "memory.oom.group", if kill_group { "1" } else { "0" })?;
                 write(dir, "pids.max", &limits.pids.to_string())?;
                 write(dir, "cpu.max", &format!("{quota} {CPU_PERIOD_US}"))?;
             }
@@ -319,7 +338,7 @@ impl RunCgroup {
     }
 
     /// The kernel's count of OOM kills in this group since it was created.
-    fn oom_count(&self) -> u64 {
+    pub fn oom_count(&self) -> u64 {
         let Ok(text) = std::fs::read_to_string(&self.oom_file) else { return 0 };
         text.lines()
             .filter_map(|line| {
@@ -335,8 +354,51 @@ impl RunCgroup {
         self.oom_count() > self.oom_baseline
     }
 
-    /// SIGKILLs every process still in the group; returns whether there was any.
+    /// OOM kills in this group since the slot was taken.
+    pub fn oom_kills(&self) -> u64 {
+        self.oom_count().saturating_sub(self.oom_baseline)
+    }
+
+    /// What the group uses now, against its limits (zeros for what cannot be read).
+    pub fn usage(&self) -> CgroupUsage {
+        let number = |dir: &Path, file: &str| -> u64 {
+            let text = std::fs::read_to_string(dir.join(file)).unwrap_or_default();
+            match text.trim() {
+                "max" => u64::MAX,
+                value => value.parse().unwrap_or(0),
+            }
+        };
+        let field = |dir: &Path, file: &str, name: &str| -> Option<u64> {
+            let text = std::fs::read_to_string(dir.join(file)).ok()?;
+            text.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        };
+        match self.dirs.as_slice() {
+            [v2] => CgroupUsage {
+                memory_bytes: number(v2, "memory.current"),
+                memory_limit_bytes: number(v2, "memory.max"),
+                pids: number(v2, "pids.current"),
+                pids_limit: number(v2, "pids.max"),
+                cpu_usec: field(v2, "cpu.stat", "usage_usec"),
+                oom_kills: self.oom_kills(),
+            },
+            [memory, pids, ..] => CgroupUsage {
+                memory_bytes: number(memory, "memory.usage_in_bytes"),
+                memory_limit_bytes: number(memory, "memory.limit_in_bytes"),
+                pids: number(pids, "pids.current"),
+                pids_limit: number(pids, "pids.max"),
+                cpu_usec: None, // v1's cpu controller does not count it (cpuacct does, a hierarchy sandlot leaves alone)
+                oom_kills: self.oom_kills(),
+            },
+            [] => CgroupUsage::default(),
+        }
+    }
+
+    /// SIGKILLs every process still in the group (all at once through `cgroup.kill` on cgroup v2, then one by one
+    /// as listed); returns whether there was any.
     pub fn kill_all(&self) -> bool {
+        if let [v2] = self.dirs.as_slice() {
+            let _ = std::fs::write(v2.join("cgroup.kill"), "1"); // Linux 5.14 and later
+        }
         let mut found = false;
         for procs in self.procs_files() {
             let Ok(text) = std::fs::read_to_string(&procs) else { continue };
@@ -386,5 +448,75 @@ fn lock_slot(dir: &Path) -> std::io::Result<Option<std::fs::File>> {
     match error.raw_os_error() {
         Some(libc::EWOULDBLOCK) => Ok(None),
         _ => Err(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// A group over `dirs` holding `files` (name, content) in each, as the kernel would show them.
+    fn group(dirs: usize, files: &[(&str, &str)]) -> (tempfile::TempDir, RunCgroup) {
+        let root = tempfile::tempdir().unwrap();
+        let dirs: Vec<PathBuf> = (0..dirs).map(|n| root.path().join(n.to_string())).collect();
+        for dir in &dirs {
+            std::fs::create_dir(dir).unwrap();
+            for (name, content) in files {
+                std::fs::write(dir.join(name), content).unwrap();
+            }
+        }
+        let oom_file = dirs[0].join(if dirs.len() == 1 { "memory.events" } else { "memory.oom_control" });
+        let lock = std::fs::File::open(&dirs[0]).unwrap();
+        let group = RunCgroup { dirs, oom_file, oom_baseline: 1, lock };
+        (root, group)
+    }
+
+    #[test]
+    fn usage_reads_cgroup_v2_counters() {
+        let (_root, group) = group(
+            1,
+            &[
+                ("memory.current", "9437184\n"),
+                ("memory.max", "max\n"),
+                ("pids.current", "3\n"),
+                ("pids.max", "64\n"),
+                ("cpu.stat", "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n"),
+                ("memory.events", "low 0\nhigh 0\nmax 7\noom 2\noom_kill 2\noom_group_kill 0\n"),
+            ],
+        );
+        let expected = CgroupUsage {
+            memory_bytes: 9_437_184,
+            memory_limit_bytes: u64::MAX,
+            pids: 3,
+            pids_limit: 64,
+            cpu_usec: Some(2_500_000),
+            oom_kills: 1, // two since the group was made, one of them before the slot was taken
+        };
+        assert_eq!(group.usage(), expected);
+    }
+
+    #[test]
+    fn usage_reads_cgroup_v1_counters_without_cpu() {
+        let (_root, group) = group(
+            3,
+            &[
+                ("memory.usage_in_bytes", "1048576\n"),
+                ("memory.limit_in_bytes", "268435456\n"),
+                ("pids.current", "5\n"),
+                ("pids.max", "max\n"),
+                ("memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 4\n"),
+            ],
+        );
+        let expected = CgroupUsage {
+            memory_bytes: 1_048_576,
+            memory_limit_bytes: 268_435_456,
+            pids: 5,
+            pids_limit: u64::MAX,
+            cpu_usec: None,
+            oom_kills: 3,
+        };
+        assert_eq!(group.usage(), expected);
     }
 }

@@ -1,4 +1,5 @@
-//! The supervisor's handle on one init: the process (a [`PidfdChild`]) and its pipes, however it was started.
+//! The supervisor's handle on one init: the process (a [`PidfdChild`]) and its pipes, however it was started; or,
+//! for a live sandbox ([`LiveInit`]), its socket and its events.
 
 use std::io::{PipeReader, PipeWriter};
 use std::os::fd::OwnedFd;
@@ -65,5 +66,35 @@ impl Init {
         let pid = zygote.clone_init(&theirs)?;
         drop(theirs);
         Self::adopt(pid, ours)
+    }
+}
+
+/// A live sandbox's init, cloned by the zygote: its fd 0 is a unix stream socket (the spec, then `LiveRequest`s with
+/// the descriptors they pass), fds 1 and 2 are `/dev/null` (it has no program of its own), fd 3 its events.
+pub struct LiveInit {
+    pub process: PidfdChild,
+    pub channel: tokio::net::UnixStream,
+    pub events: pipe::Receiver,
+}
+
+impl LiveInit {
+    /// A new live init, cloned by `zygote` now (call within the runtime).
+    pub fn from_zygote(zygote: &Zygote) -> Result<Self> {
+        let setup = |e| Error::io("create a live init's descriptors", e);
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(setup)?;
+        let null = std::fs::OpenOptions::new().write(true).open("/dev/null").map_err(setup)?;
+        let (events, events_write) = std::io::pipe().map_err(setup)?;
+        let fds: [OwnedFd; 4] =
+            [theirs.into(), null.try_clone().map_err(setup)?.into(), null.into(), events_write.into()];
+        let pid = zygote.clone_init(&fds)?;
+        drop(fds);
+        let process = PidfdChild::open(Pid::from_raw(pid)).map_err(|e| Error::io("open a pidfd for the init", e))?;
+        let watch = |e| Error::io("watch a live init's descriptors", e);
+        ours.set_nonblocking(true).map_err(watch)?;
+        Ok(Self {
+            process,
+            channel: tokio::net::UnixStream::from_std(ours).map_err(watch)?,
+            events: pipe::Receiver::from_owned_fd(OwnedFd::from(events)).map_err(watch)?,
+        })
     }
 }

@@ -1,6 +1,7 @@
 //! The host side: the native [`Backend`]. It lives in the server (or `sandlot run`), gets an init per run from its
 //! [`launch::Launcher`], and owns everything that must hold even if the sandbox misbehaves: limits (cgroups, a uid
-//! per run), the deadline, the disk quota, output caps and the final kill (see [`run::Run`]).
+//! per run), the deadline, the disk quota, output caps and the final kill (see [`run::Run`]). It also keeps live
+//! sandboxes, which stay up between calls ([`live`]).
 
 mod cgroup;
 mod check;
@@ -11,6 +12,11 @@ mod ending;
 mod error;
 mod init_process;
 mod launch;
+mod live;
+mod live_process;
+mod live_sandbox;
+mod live_state;
+mod live_usage;
 mod netns_pool;
 mod processes;
 mod run;
@@ -31,7 +37,9 @@ pub use doctor::diagnose;
 pub use error::{Error, Result};
 pub use init_process::init_pipes;
 pub use launch::{ForkedInit, ProcessModel};
-pub use runners::{HostRunner, RefusedRunner, RunnerOverrides, discover_runners, protected_dirs, screen_runners};
+pub use runners::{
+    HostRunner, RefusedRunner, RunnerOverrides, discover_runners, find_esbuild, protected_dirs, screen_runners,
+};
 pub use uids::{DEFAULT_UIDS, UidRange};
 
 use crate::protocol::{HeldLock, Identity, InitEvent, SkeletonRequest};
@@ -107,24 +115,33 @@ pub struct JailBackend {
     /// The run uids, leased per run (as root).
     uids: UidLeases,
     root: bool,
+    /// Where live sandboxes' TypeScript loads esbuild from, and the prefixes to bind for it (see `find_esbuild`).
+    esbuild: Option<(PathBuf, Vec<PathBuf>)>,
 }
 
 impl JailBackend {
     /// Finds runners and cgroup support on this host; a server starts its zygote.
     pub fn new(config: JailConfig) -> Result<Self> {
         let found = discover_runners(&config.languages, &config.overrides, config.probe_versions);
-        let (runners, refused) = screen_runners(found, &protected_dirs(config.data_root.as_deref()));
+        let protected = protected_dirs(config.data_root.as_deref());
+        let (runners, refused) = screen_runners(found, &protected);
+        let esbuild = find_esbuild(&runners, &protected);
         for refusal in &refused {
             tracing::warn!("{refusal}");
         }
         let cgroups = CgroupSupport::detect(config.tune_cgroups);
         let root = nix::unistd::geteuid().is_root();
-        let skeleton = config.skeleton_dir.clone().filter(|_| root).and_then(|dir| skeleton_request(dir, &runners));
+        let esbuild_binds = esbuild.as_ref().map(|(_, binds)| binds.as_slice()).unwrap_or(&[]);
+        let skeleton = config
+            .skeleton_dir
+            .clone()
+            .filter(|_| root)
+            .and_then(|dir| skeleton_request(dir, live::live_binds(&runners, esbuild_binds)));
         let launcher = Launcher::new(&config.model, config.program.clone(), skeleton)?;
         let server = matches!(config.model, ProcessModel::Server { .. });
         let netns = (root && server && config.keep_netns).then(NetnsPool::default);
         let uids = UidLeases::new(config.sandbox_uids, config.uid_lock_dir.clone());
-        Ok(Self { config, launcher, netns, runners, refused, cgroups, uids, root })
+        Ok(Self { config, launcher, netns, runners, refused, cgroups, uids, root, esbuild })
     }
 
     /// Starts a server's warm inits now (call from within the runtime that will serve the runs).
@@ -173,17 +190,14 @@ impl JailBackend {
     }
 }
 
-/// What to ask the zygote to cache at `dir` (created if missing) for these runners: mount points for their
-/// prefixes, which each run binds for its own runner only. `None` if `dir` cannot be made.
-fn skeleton_request(dir: PathBuf, runners: &[HostRunner]) -> Option<SkeletonRequest> {
+/// What to ask the zygote to cache at `dir` (created if missing): mount points for `binds`, the runners' prefixes
+/// (each run binds its own runner's only, a live sandbox all of them, and esbuild's). `None` if `dir` cannot be made.
+fn skeleton_request(dir: PathBuf, binds: Vec<PathBuf>) -> Option<SkeletonRequest> {
     if let Err(e) = std::fs::create_dir_all(&dir) {
         tracing::warn!(dir = %dir.display(), "no room for the sandbox's skeleton (each run assembles its own): {e}");
         return None;
     }
-    let mut mount_points: Vec<PathBuf> = runners.iter().flat_map(|r| r.extra_ro_binds.iter().cloned()).collect();
-    mount_points.sort();
-    mount_points.dedup();
-    Some(SkeletonRequest { dir, identity: Identity::standard(), mount_points })
+    Some(SkeletonRequest { dir, identity: Identity::standard(), mount_points: binds })
 }
 
 #[async_trait]
@@ -234,6 +248,11 @@ impl Backend for JailBackend {
                 packages: r.packages.clone(),
             })
             .collect()
+    }
+
+    /// Live sandboxes: a server's zygote clones their inits; a one-shot backend refuses them (see `live`).
+    fn live(&self) -> Option<&dyn sandlot_core::LiveBackend> {
+        Some(self)
     }
 
     fn storage_owner(&self) -> Option<(u32, u32)> {

@@ -10,7 +10,8 @@
 //! What a run can leave in it for the next run of the same conversation: nothing that needs a process (every
 //! socket closes with the run's processes), only TCP connections still closing (`TIME_WAIT`, up to a minute) and
 //! the namespace's counters in `/proc/net`. A namespace is never shared by two runs at once, and never by two
-//! conversations; at most [`IDLE_CAPACITY`] are kept, the least recently used are dropped first.
+//! conversations; at most [`IDLE_CAPACITY`] are kept, the least recently used are dropped first. A live sandbox
+//! (`live.rs`) neither takes one nor gives its own back: its loopback is its own for its life, and ends with it.
 
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, OwnedFd};

@@ -109,6 +109,11 @@ impl Run {
                         break;
                     }
                     InitEvent::SetupFailed { .. } => last = Some(event),
+                    // A live sandbox's events; a run's init never sends them.
+                    InitEvent::SandboxReady
+                    | InitEvent::ProcessStarted { .. }
+                    | InitEvent::ProcessFailed { .. }
+                    | InitEvent::ProcessEnded { .. } => {}
                 }
             }
             (last, netns)

@@ -190,6 +190,35 @@ pub fn screen_runners(runners: Vec<HostRunner>, protected: &[PathBuf]) -> (Vec<H
     (kept, refused)
 }
 
+/// esbuild as a live sandbox's TypeScript needs it: the package directory `require()` loads it from (tsx's own
+/// dependency), and the prefix to bind for it (none under the system dirs). tsx is the TypeScript runner when that
+/// is tsx, else `tsx` on `PATH`. `None`: no tsx, no esbuild beside it, or a prefix that holds one of `protected`.
+pub fn find_esbuild(runners: &[HostRunner], protected: &[PathBuf]) -> Option<(PathBuf, Vec<PathBuf>)> {
+    let tsx = runners
+        .iter()
+        .find(|r| r.language == Language::TypeScript && r.program.file_name().is_some_and(|n| n == "tsx"))
+        .map(|r| r.program.clone())
+        .or_else(|| search_path("tsx"))?;
+    let real = std::fs::canonicalize(tsx).ok()?;
+    // The tsx package: the directory right under a `node_modules`; Node looks for esbuild in the package's own
+    // `node_modules`, then beside it.
+    let package = real
+        .ancestors()
+        .find(|dir| dir.parent().is_some_and(|p| p.file_name().is_some_and(|n| n == "node_modules")))?;
+    let esbuild = [package.join("node_modules/esbuild"), package.parent()?.join("esbuild")]
+        .into_iter()
+        .find(|dir| dir.join("package.json").is_file())?;
+    let binds: Vec<PathBuf> = match under_system_dirs(&esbuild) {
+        true => vec![],
+        false => vec![prefix_of(&esbuild)?],
+    };
+    let exposes = |bind: &PathBuf| protected.iter().any(|dir| dir.starts_with(bind));
+    if binds.iter().any(exposes) {
+        return None;
+    }
+    Some((esbuild, binds))
+}
+
 /// Runs `program args` and returns its first line of output.
 fn first_line(program: &Path, args: &[&str]) -> Option<String> {
     let output = Command::new(program).args(args).env("NO_COLOR", "1").output().ok()?;
@@ -391,6 +420,32 @@ mod tests {
         let expected: BTreeMap<String, String> =
             [("numpy", "2.2.6"), ("pandas", "2.2.3")].iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
         assert_eq!(found, expected);
+    }
+
+    #[test]
+    fn esbuild_is_found_in_tsxs_own_node_modules() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(tmp.path()).unwrap();
+        let tsx = root.join("npm/lib/node_modules/tsx");
+        std::fs::create_dir_all(tsx.join("dist")).unwrap();
+        std::fs::create_dir_all(tsx.join("node_modules/esbuild")).unwrap();
+        std::fs::write(tsx.join("dist/cli.mjs"), "").unwrap();
+        std::fs::write(tsx.join("node_modules/esbuild/package.json"), "{}").unwrap();
+        let runner = HostRunner {
+            language: Language::TypeScript,
+            program: tsx.join("dist/cli.mjs").with_file_name("cli.mjs"),
+            args: vec![],
+            extra_ro_binds: vec![],
+            version: String::new(),
+            packages: BTreeMap::new(),
+        };
+        // Named tsx: a link like npm's `bin/tsx`.
+        std::fs::create_dir_all(root.join("npm/bin")).unwrap();
+        std::os::unix::fs::symlink(tsx.join("dist/cli.mjs"), root.join("npm/bin/tsx")).unwrap();
+        let runner = HostRunner { program: root.join("npm/bin/tsx"), ..runner };
+        let found = find_esbuild(std::slice::from_ref(&runner), &[]);
+        assert_eq!(found, Some((tsx.join("node_modules/esbuild"), vec![root.join("npm/lib/node_modules")])));
+        assert_eq!(find_esbuild(&[runner], &[root.join("npm/lib/node_modules/x")]), None, "a protected dir inside");
     }
 
     #[test]

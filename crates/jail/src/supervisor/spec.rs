@@ -1,10 +1,11 @@
 //! The [`JailSpec`] of one run: what the job asks for, with what the supervisor got for it (a cgroup slot, a uid,
-//! a kept network namespace). Pure: nothing here touches the host.
+//! a kept network namespace); and of a live sandbox ([`build_live`]), which runs no program of its own. Pure:
+//! nothing here touches the host.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use sandlot_core::{Job, Layout};
+use sandlot_core::{Job, Layout, Limits, LiveSpec};
 
 use super::runners::HostRunner;
 use crate::protocol::{HeldLock, HomeMount, Identity, JailSpec, RlimitSpec, VolumeMount};
@@ -39,11 +40,10 @@ const BASE_ENV: &[(&str, &str)] = &[
 pub fn build(job: &Job, runner: &HostRunner, resources: Resources) -> JailSpec {
     let code_path = PathBuf::from(format!("/tmp/main.{}", job.language.file_extension()));
     let mut env: BTreeMap<String, String> = BASE_ENV.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-    let home = (job.layout != Layout::Data).then(|| {
-        let path = job.layout.conversation_path();
-        env.insert("HOME".into(), path.into()); // the conversation's home: Baponi's `~` persists
-        HomeMount { path: path.into(), scratch_mb: job.layout.scratch_data_mb(&job.limits) }
-    });
+    let home = home_mount(job.layout, &job.limits);
+    if let Some(home) = &home {
+        env.insert("HOME".into(), home.path.to_string_lossy().into_owned()); // the conversation's home: Baponi's `~` persists
+    }
     env.extend(job.env.clone());
     let mut args = runner.args.clone();
     args.push(code_path.to_string_lossy().into_owned());
@@ -84,7 +84,69 @@ pub fn build(job: &Job, runner: &HostRunner, resources: Resources) -> JailSpec {
             data_bytes: no_cgroup.then_some(limits.memory_mb * 1024 * 1024),
         },
         landlock: true,
+        resident: false,
     }
+}
+
+/// The spec of the live sandbox `live` with `resources`, every runner's prefixes in `binds` (it serves every
+/// language). Its processes' environment is [`live_environment`]'s, sent with each; the per-process CPU limit is
+/// off (an interpreter may live for hours; the sandbox's `cpu.max` bounds its rate), the rest are a run's.
+pub fn build_live(live: &LiveSpec, binds: Vec<PathBuf>, resources: Resources) -> JailSpec {
+    let identity = Identity::standard();
+    let no_cgroup = resources.cgroup.is_none();
+    let (cgroup_procs, slot_lock) = resources.cgroup.map_or((vec![], None), |(procs, lock)| (procs, Some(lock)));
+    let limits = &live.limits;
+    JailSpec {
+        program: PathBuf::new(),
+        args: vec![],
+        code_path: PathBuf::new(),
+        code: String::new(),
+        env: live_environment(live.layout),
+        workspace: live.workspace.clone(),
+        workspace_tree: resources.workspace_tree,
+        home: home_mount(live.layout, limits),
+        volumes: live
+            .mounts
+            .iter()
+            .map(|m| VolumeMount { host: m.host.clone(), path: m.path.clone().into(), read_only: m.read_only })
+            .collect(),
+        extra_ro_binds: binds,
+        cgroup_procs,
+        slot_lock,
+        switch_to: resources.uid.map(|(uid, _, _)| (uid, uid)),
+        storage_id: resources.uid.map(|(_, _, storage)| storage),
+        uid_lock: resources.uid.map(|(_, lock, _)| lock),
+        join_netns: None, // a live sandbox's loopback is its own, never a kept one
+        sandbox_uid: identity.uid,
+        sandbox_gid: identity.gid,
+        hostname: identity.hostname,
+        tmp_mb: limits.tmp_mb,
+        rlimits: RlimitSpec {
+            open_files: limits.open_files,
+            file_size_bytes: limits.disk_mb * 1024 * 1024,
+            cpu_seconds: libc::RLIM_INFINITY,
+            processes: no_cgroup.then_some(limits.pids),
+            data_bytes: no_cgroup.then_some(limits.memory_mb * 1024 * 1024),
+        },
+        landlock: true,
+        resident: true,
+    }
+}
+
+/// The environment every process of a live sandbox starts with, before its own: a run's, with `HOME` at the
+/// conversation in the Home and Workspace layouts.
+pub fn live_environment(layout: Layout) -> Vec<(String, String)> {
+    let mut env: BTreeMap<String, String> = BASE_ENV.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    if layout != Layout::Data {
+        env.insert("HOME".into(), layout.conversation_path().into());
+    }
+    env.into_iter().collect()
+}
+
+/// Where a layout other than sandlot's own puts the conversation, and its scratch `/data`.
+fn home_mount(layout: Layout, limits: &Limits) -> Option<HomeMount> {
+    (layout != Layout::Data)
+        .then(|| HomeMount { path: layout.conversation_path().into(), scratch_mb: layout.scratch_data_mb(limits) })
 }
 
 #[cfg(test)]
@@ -165,5 +227,34 @@ mod tests {
         assert_eq!(home.path, std::path::Path::new("/home/user"));
         assert!(home.scratch_mb.is_some(), "the Home layout has a scratch /data");
         assert!(spec.env.contains(&("HOME".into(), "/home/user".into())));
+    }
+
+    #[test]
+    fn a_live_spec_is_resident_with_a_loopback_of_its_own_and_every_bind() {
+        let live = LiveSpec {
+            sandbox_id: "s1".into(),
+            conversation: sandlot_core::ConversationId::parse("c1").unwrap(),
+            limits: Limits::default(),
+            workspace: "/srv/c/files".into(),
+            layout: Layout::Home { path: "/home/user" },
+            mounts: vec![],
+        };
+        let lock = HeldLock { holder_pid: 1, fd: 5 };
+        let held = Resources {
+            cgroup: Some((vec!["/sys/fs/cgroup/sandlot/slot-0/cgroup.procs".into()], lock)),
+            uid: Some((900_002, lock, 900_000)),
+            join_netns: Some("/proc/1/fd/9".into()),
+            workspace_tree: None,
+        };
+        let binds = vec![PathBuf::from("/opt/node"), PathBuf::from("/opt/py")];
+        let spec = build_live(&live, binds.clone(), held);
+        assert!(spec.resident);
+        assert_eq!(spec.join_netns, None, "never a kept namespace");
+        assert_eq!(spec.extra_ro_binds, binds);
+        assert_eq!(spec.rlimits.cpu_seconds, libc::RLIM_INFINITY);
+        assert_eq!((spec.rlimits.processes, spec.rlimits.data_bytes), (None, None));
+        assert_eq!(spec.home.unwrap().path, std::path::Path::new("/home/user"));
+        assert!(spec.env.contains(&("HOME".into(), "/home/user".into())));
+        assert_eq!(spec.env, live_environment(live.layout));
     }
 }

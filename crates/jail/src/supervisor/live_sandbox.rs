@@ -1,0 +1,170 @@
+//! A live sandbox on the supervisor's side: [`LiveJail`], the `LiveSandbox` of the native backend.
+//!
+//! [`LiveJail::start`] sends a live init its spec and waits for `SandboxReady`; a task ([`drive`]) then reads the
+//! sandbox's events for its whole life, answering starts and ends of processes. When the events end (the init and
+//! pid 1 are gone: closed, killed, or died by themselves) the same task ends every process still known, reaps the
+//! init and releases what the sandbox held (cgroup slot drained, uid lease, the workspace's tree), then marks it
+//! done. [`LiveSandbox::close`] only kills pid 1 and waits for that; dropping the handle kills it too, and the task
+//! cleans up behind it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sandlot_core::{LiveProcess, LiveSandbox, SandboxProcess, SandboxUsage, Spawn};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::unix::pipe;
+use tokio::sync::oneshot;
+
+use super::child::PidfdChild;
+use super::error::{Error, Result};
+use super::live_process;
+use super::live_state::LiveState;
+use super::live_usage;
+use crate::protocol::{InitEvent, JailSpec};
+
+/// How long a sandbox may take to be built (tens of milliseconds when idle; seconds on a loaded machine).
+const START_PATIENCE: Duration = Duration::from_secs(60);
+/// How long the init may take to reap the sandbox after pid 1 was killed, before everything is killed again.
+const KILL_GRACE: Duration = Duration::from_secs(5);
+/// How long a close waits for the clean-up after the second kill, before it gives up (it cannot take that long).
+const CLEANUP_PATIENCE: Duration = Duration::from_secs(30);
+
+/// A live sandbox of the native jail.
+pub struct LiveJail {
+    state: Arc<LiveState>,
+}
+
+impl LiveJail {
+    /// Builds the sandbox of `spec` in `init` (holding what `state` names), and waits until it is ready. On failure
+    /// the sandbox is ended and its resources released before the error returns.
+    pub async fn start(state: LiveState, init: PidfdChild, events: pipe::Receiver, spec: &JailSpec) -> Result<Self> {
+        let state = Arc::new(state);
+        let (ready, is_ready) = oneshot::channel();
+        tokio::spawn(drive(Arc::clone(&state), init, events, ready));
+        let sandbox = Self { state }; // from here on, dropping it kills the sandbox
+        let json = serde_json::to_vec(spec).map_err(|e| Error::io("encode a live sandbox's spec", e.into()))?;
+        let outcome = match sandbox.state.send(&json, &[]).await {
+            Err(e) => Err(Error::io("send a live sandbox's spec", e)),
+            Ok(()) => match tokio::time::timeout(START_PATIENCE, is_ready).await {
+                Ok(Ok(ready)) => ready,
+                Ok(Err(_)) => Err(Error::NoReport { status: "the live sandbox's events ended".into() }),
+                Err(_) => Err(Error::io("build a live sandbox", std::io::ErrorKind::TimedOut.into())),
+            },
+        };
+        match outcome {
+            Ok(()) => Ok(sandbox),
+            Err(e) => {
+                sandbox.close().await;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Reads the sandbox's events until they end, then cleans up after it (see the module's header).
+async fn drive(
+    state: Arc<LiveState>,
+    mut init: PidfdChild,
+    events: pipe::Receiver,
+    ready: oneshot::Sender<Result<()>>,
+) {
+    let mut ready = Some(ready);
+    let mut lines = BufReader::new(events).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let event = match serde_json::from_str::<InitEvent>(&line) {
+            Ok(event) => event,
+            Err(e) => {
+                tracing::warn!(sandbox = state.id, %e, line, "unreadable event from a live sandbox");
+                continue;
+            }
+        };
+        tracing::debug!(sandbox = state.id, %event, "live sandbox event");
+        match event {
+            InitEvent::Pid1Started { pid } => state.set_pid1(pid),
+            InitEvent::SandboxReady => {
+                if let Some(ready) = ready.take() {
+                    let _ = ready.send(Ok(()));
+                }
+            }
+            InitEvent::SetupFailed { step, error } => match ready.take() {
+                Some(ready) => {
+                    let _ = ready.send(Err(Error::Setup { step, message: error }));
+                }
+                None => tracing::warn!(sandbox = state.id, step, error, "a live sandbox's pid 1 failed"),
+            },
+            InitEvent::ProcessStarted { id, pid } => state.started(id, Ok(pid)),
+            InitEvent::ProcessFailed { id, step, error } => state.started(id, Err(format!("{step}: {error}"))),
+            InitEvent::ProcessEnded { id, termination } => state.ended(id, termination),
+            InitEvent::ProgramEnded(_) => {}
+        }
+    }
+    // The init and pid 1 are gone, and with pid 1 every process of its pid namespace.
+    state.end_all();
+    if let Some(ready) = ready.take() {
+        let _ = ready.send(Err(Error::NoReport { status: "the live sandbox ended while it was built".into() }));
+    }
+    if tokio::time::timeout(KILL_GRACE, init.wait()).await.is_err() {
+        tracing::warn!(sandbox = state.id, "a live sandbox's init still runs after its events ended");
+        init.kill();
+        let _ = init.wait().await;
+    }
+    if let Some(held) = state.take_held() {
+        held.release().await;
+    }
+    tracing::debug!(sandbox = state.id, "live sandbox ended and released");
+    state.done.send_replace(true);
+}
+
+#[async_trait]
+impl LiveSandbox for LiveJail {
+    fn id(&self) -> &str {
+        &self.state.id
+    }
+
+    async fn spawn(&self, spawn: Spawn) -> sandlot_core::Result<LiveProcess> {
+        live_process::spawn(&self.state, spawn).await
+    }
+
+    async fn usage(&self) -> SandboxUsage {
+        let pid1 = self.state.pid1().unwrap_or(0);
+        let held = self.state.held();
+        match held.as_ref() {
+            Some(held) if self.state.is_alive() => live_usage::usage(held.cgroup.as_ref(), pid1, &self.state.limits),
+            _ => SandboxUsage::default(),
+        }
+    }
+
+    async fn processes(&self) -> Vec<SandboxProcess> {
+        let pid1 = self.state.pid1().unwrap_or(0);
+        let held = self.state.held();
+        match held.as_ref() {
+            Some(held) if self.state.is_alive() => live_usage::processes(held.cgroup.as_ref(), pid1),
+            _ => Vec::new(),
+        }
+    }
+
+    fn is_alive(&self) -> bool {
+        self.state.is_alive()
+    }
+
+    async fn close(&self) {
+        self.state.kill();
+        let mut done = self.state.done.subscribe();
+        if tokio::time::timeout(KILL_GRACE, done.wait_for(|done| *done)).await.is_ok() {
+            return;
+        }
+        tracing::warn!(sandbox = self.state.id, "a live sandbox still runs after its pid 1 was killed");
+        self.state.kill_everything();
+        if tokio::time::timeout(CLEANUP_PATIENCE, done.wait_for(|done| *done)).await.is_err() {
+            tracing::warn!(sandbox = self.state.id, "a live sandbox was not cleaned up after it was killed");
+        }
+    }
+}
+
+impl Drop for LiveJail {
+    /// The last handle gone: the sandbox is killed, and the events task cleans up behind it.
+    fn drop(&mut self) {
+        self.state.kill();
+    }
+}
