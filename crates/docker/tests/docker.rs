@@ -522,3 +522,86 @@ async fn volumes_are_bound_read_only_unless_writable() {
     let report = sandbox.engine.run(request("echo z > /data/work/etc/pwned 2>/dev/null || echo refused"), &()).await;
     assert_eq!(report.expect("run").outcome.stdout, "refused\n");
 }
+
+/// A `session` call: `code` in the conversation's live container, in the language's persistent interpreter (or, with
+/// `SessionUse::Process`, as a process of its own there).
+async fn session(
+    sandbox: &Sandbox,
+    conversation: &str,
+    language: &str,
+    code: &str,
+    session: sandlot_core::SessionUse,
+    timeout: Option<Duration>,
+) -> RunReport {
+    let request = RunRequest {
+        conversation_id: conversation.into(),
+        language: language.into(),
+        code: code.into(),
+        session,
+        timeout,
+        ..RunRequest::default()
+    };
+    sandbox.engine.run(request, &()).await.expect("run")
+}
+
+#[tokio::test]
+async fn a_live_container_keeps_interpreters_processes_and_loopback_between_calls() {
+    use sandlot_core::SessionUse::{Interpreter, Process};
+    let sandbox = sandbox(|_| {}).await;
+    let run = |language, code| session(&sandbox, "live", language, code, Interpreter, None);
+    run("python", "import json\nx = 41").await;
+    let python = run("python", "print(json.dumps(x + 1))\nx").await;
+    assert_eq!(python.outcome.stdout, "42\n41\n", "{python:?}");
+    run("javascript", "var greeting = 'hi'").await;
+    let typescript = run("typescript", "const n: number = 2;\nconsole.log(greeting, n)").await;
+    assert_eq!(typescript.outcome.stdout, "hi 2\n", "{typescript:?}");
+    run("bash", "cd /tmp && echo served > index.txt && COUNT=3").await;
+    let bash = run("bash", "pwd; echo $COUNT").await;
+    assert_eq!(bash.outcome.stdout, "/tmp\n3\n", "{bash:?}");
+    let started = session(
+        &sandbox,
+        "live",
+        "bash",
+        "cd /tmp && nohup python3 -m http.server 8000 >/dev/null 2>&1 &",
+        Process,
+        None,
+    )
+    .await;
+    assert!(started.outcome.success(), "{started:?}");
+    let fetch = "import time, urllib.request\nfor _ in range(50):\n    try:\n        print(urllib.request.urlopen('http://127.0.0.1:8000/index.txt').read().decode(), end='')\n        break\n    except OSError:\n        time.sleep(0.1)";
+    let fetched = run("python", fetch).await;
+    assert_eq!(fetched.outcome.stdout, "served\n", "{fetched:?}");
+    let report = fetched.session.expect("a session report");
+    assert_eq!((report.calls, report.state_lost), (8, false), "{report:?}");
+    // Another conversation's live container reaches nothing of this one's loopback.
+    let other =
+        session(&sandbox, "other", "python", fetch.replace("range(50)", "range(3)").as_str(), Interpreter, None).await;
+    assert_eq!(other.outcome.stdout, "", "{other:?}");
+    let conversation = sandlot_core::ConversationId::parse("live").unwrap();
+    assert!(sandbox.engine.sessions().close(&conversation, "closed by a test").await);
+    let next = run("python", "print('x' in globals())").await;
+    assert_eq!(next.outcome.stdout, "False\n", "{next:?}");
+    assert!(next.session.and_then(|s| s.notice).is_some_and(|n| n.contains("closed by a test")));
+    sandbox.engine.sessions().close_all("the test ended").await;
+}
+
+#[tokio::test]
+async fn a_live_container_interrupts_a_timeout_and_survives_a_memory_bomb() {
+    use sandlot_core::SessionUse::Interpreter;
+    let sandbox = sandbox(|_| {}).await;
+    session(&sandbox, "bounded", "python", "x = 5", Interpreter, None).await;
+    let looping =
+        session(&sandbox, "bounded", "python", "while True:\n    pass", Interpreter, Some(Duration::from_secs(2)))
+            .await;
+    assert_eq!(looping.outcome.termination, Termination::TimedOut, "{looping:?}");
+    let kept = session(&sandbox, "bounded", "python", "print(x)", Interpreter, None).await;
+    assert_eq!(kept.outcome.stdout, "5\n", "{kept:?}");
+    let bomb = "chunks = []\nwhile True:\n    chunks.append(bytearray(16 << 20))";
+    let bombed = session(&sandbox, "bounded", "python", bomb, Interpreter, None).await;
+    assert_eq!(bombed.outcome.termination, Termination::OutOfMemory, "{bombed:?}");
+    let next = session(&sandbox, "bounded", "python", "print('x' in globals())", Interpreter, None).await;
+    assert_eq!(next.outcome.stdout, "False\n", "{next:?}");
+    let notice = next.session.and_then(|s| s.notice).unwrap_or_default();
+    assert!(notice.contains("out of memory"), "{notice}");
+    sandbox.engine.sessions().close_all("the test ended").await;
+}

@@ -29,6 +29,7 @@ fn main() {
         ("idleness_ends_the_sandbox_and_everything_in_it", idleness_ends_the_sandbox_and_everything_in_it),
         ("the_lifetime_ends_the_sandbox", the_lifetime_ends_the_sandbox),
         ("the_cap_ends_the_least_recently_used_idle_sandbox", the_cap_ends_the_least_recently_used_idle_sandbox),
+        ("memory_pressure_ends_idle_sandboxes", memory_pressure_ends_idle_sandboxes),
         ("close_and_restart_end_what_they_say", close_and_restart_end_what_they_say),
     ]);
 }
@@ -72,6 +73,32 @@ fn notice(report: &RunReport) -> String {
 
 fn state_lost(report: &RunReport) -> bool {
     report.session.as_ref().is_some_and(|s| s.state_lost)
+}
+
+/// Host pids of the sandbox uids' processes whose command line contains `needle`.
+fn running(needle: &str) -> Vec<i32> {
+    common::sandbox_processes()
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).replace('\0', " ").contains(needle))
+        })
+        .collect()
+}
+
+/// The cgroup directories a host process is in (v1 hierarchies by their first controller, or v2's).
+fn cgroup_dirs(pid: i32) -> Vec<std::path::PathBuf> {
+    let listed = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    listed
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.splitn(3, ':');
+            let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+            let hierarchy = controllers.split(',').next().unwrap_or_default().trim_start_matches("name=");
+            let dir = std::path::Path::new("/sys/fs/cgroup").join(hierarchy).join(path.trim_start_matches('/'));
+            (path != "/" && dir.join("cgroup.procs").exists()).then_some(dir)
+        })
+        .collect()
 }
 
 /// Waits up to `within` for `condition`.
@@ -201,16 +228,21 @@ fn idleness_ends_the_sandbox_and_everything_in_it() -> Result<(), Failed> {
         None,
     );
     stdout_is(&first, "started\n")?;
-    check(!sandbox.processes().is_empty(), || "the live sandbox has processes".into())?;
+    check(eventually(Duration::from_secs(5), || !running("sleep 1000").is_empty()), || "no background sleep".into())?;
+    let sleeper = *running("sleep 1000").first().ok_or("the background sleep is not running")?;
+    let cgroups = cgroup_dirs(sleeper);
+    check(!cgroups.is_empty(), || "the sleep is in no cgroup".into())?;
     let conversation = sandlot_core::ConversationId::parse("idle").map_err(|e| e.to_string())?;
     let ended = eventually(Duration::from_secs(20), || {
         sandbox.runtime.block_on(sandbox.engine.sessions().status(&conversation)).is_none()
             && sandbox.processes().is_empty()
     });
     check(ended, || format!("still live or processes left: {:?}", sandbox.processes()))?;
-    check(common::own_cgroup_paths().iter().all(|path| !path.contains("live")), || {
-        format!("{:?}", common::own_cgroup_paths())
-    })?;
+    check_eq(running("sleep 1000"), vec![], "the background sleep after the idle end")?;
+    for dir in &cgroups {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        check_eq(procs.as_str(), "", &format!("{} after the idle end", dir.display()))?;
+    }
     let next = session(&sandbox, "idle", Language::Python, "print(1)");
     stdout_is(&next, "1\n")?;
     check(state_lost(&next) && notice(&next).contains("idle for 2 s"), || notice(&next))
@@ -259,4 +291,21 @@ fn close_and_restart_end_what_they_say() -> Result<(), Failed> {
     })?;
     let next = session(&sandbox, "manage", Language::Python, "print(2)");
     check(notice(&next).contains("closed by a test"), || notice(&next))
+}
+
+fn memory_pressure_ends_idle_sandboxes() -> Result<(), Failed> {
+    // A floor no host meets: every idle live sandbox is under pressure, and ends at the reaper's next look.
+    let sandbox = sandbox(SessionConfig { min_free_mb: u64::MAX, ..SessionConfig::default() });
+    let conversation = sandlot_core::ConversationId::parse("pressure").map_err(|e| e.to_string())?;
+    session(&sandbox, "pressure", Language::Python, "x = 1");
+    let ended = eventually(Duration::from_secs(15), || {
+        sandbox.runtime.block_on(sandbox.engine.sessions().status(&conversation)).is_none()
+    });
+    check(ended, || "the idle sandbox outlived the memory pressure".into())?;
+    check(eventually(Duration::from_secs(10), || sandbox.processes().is_empty()), || {
+        format!("{:?}", sandbox.processes())
+    })?;
+    let next = session(&sandbox, "pressure", Language::Python, "print('x' in globals())");
+    stdout_is(&next, "False\n")?;
+    check(notice(&next).contains("memory pressure"), || notice(&next))
 }

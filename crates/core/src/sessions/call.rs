@@ -120,7 +120,7 @@ pub(crate) async fn run_cell(driver: &mut Driver, job: &Job, sink: &dyn OutputSi
     let started = Instant::now();
     let cap = job.limits.max_output_bytes;
     let (mut stdout, mut stderr) = (CapturedStream::new(cap), CapturedStream::new(cap));
-    let nonce = uuid::Uuid::new_v4().simple().to_string();
+    let nonce = driver::new_nonce();
     let group = job.language == Language::Bash;
     let Driver { stdin, output, handle, calls } = driver;
     *calls += 1;
@@ -182,13 +182,19 @@ async fn drive(
         () = tokio::time::sleep(job.limits.timeout) => Termination::TimedOut,
         () = job.cancel.cancelled() => Termination::Cancelled,
     };
-    let _ = handle.signal(SIGINT, group).await;
-    match tokio::time::timeout(INTERRUPT_GRACE, &mut read).await {
-        Ok(Ok(_)) => Ending::Interrupted { stop, survived: true },
-        Ok(Err(_)) => Ending::Interrupted { stop, survived: false },
-        Err(_) => {
-            let _ = handle.signal(SIGKILL, group).await;
-            Ending::Killed { stop }
+    // SIGINT again every second of the grace: one can be lost (a Bash cell's child forked as it arrives does not
+    // get it and the shell waits for the child; node can miss one between two checks).
+    let grace = tokio::time::sleep(INTERRUPT_GRACE);
+    let mut again = tokio::time::interval(Duration::from_secs(1));
+    tokio::pin!(grace);
+    loop {
+        tokio::select! {
+            end = &mut read => return Ending::Interrupted { stop, survived: end.is_ok() },
+            _ = again.tick() => { let _ = handle.signal(SIGINT, group).await; }
+            () = &mut grace => {
+                let _ = handle.signal(SIGKILL, group).await;
+                return Ending::Killed { stop };
+            }
         }
     }
 }
