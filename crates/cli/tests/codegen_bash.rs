@@ -1,5 +1,5 @@
 //! codegen-sandbox's `Bash`, `BashOutput` and `KillShell` (`crates/server/src/surfaces/codegen`) over the
-//! native jail, the sandlot binary as its init: the product's texts, the timeout killing the whole process tree,
+//! native jail, the sandlot binary as its init: the product's texts, the timeout ending the command,
 //! background shells read twice and killed, the registry's bound, secrets printed by code scrubbed.
 //! Needs root (the jail), as `scripts/test.sh` runs it.
 
@@ -95,15 +95,24 @@ async fn output_past_100_kib_is_cut_with_the_elided_count() {
     assert!(text == expected, "{} bytes, ending {:?}", text.len(), &text[text.len().saturating_sub(60)..]);
 }
 
-/// A timed-out command's whole process group dies with it: a `sleep` it put in the background too.
+/// A timed-out command ends with the product's texts and the workspace's next command runs. In the workspace's
+/// persistent shell (a backend with live sandboxes) the timeout interrupts the command, and what it put in the
+/// background with `&` stays, as in Claude Code's shell, until the live sandbox ends; in a fresh sandbox per command
+/// the whole process tree dies with it.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_timeout_exits_124_and_kills_the_background_children() {
+async fn a_timeout_exits_124_and_ends_the_command() {
     let f = fixture();
+    let ws = tenant("slow");
     let command = "sleep 987651 & echo started; sleep 987650";
-    let (text, error) = f.bash(&tenant("slow"), json!({"command": command, "timeout": 1})).await;
+    let (text, error) = f.bash(&ws, json!({"command": command, "timeout": 1})).await;
     assert_eq!((text.as_str(), error), ("started\nbash: timed out after 1s\nexit: 124\n", false));
+    assert!(eventually(|| processes("sleep 987650").is_empty()).await, "{:?}", processes("sleep 987650"));
+    if f.engine.supports_sessions() {
+        assert_eq!(processes("sleep 987651").len(), 1, "the background child stays in the live sandbox");
+        assert!(f.engine.sessions().close(&ws.workspace, "the test ends").await);
+    }
     assert!(eventually(|| processes("sleep 987651").is_empty()).await, "{:?}", processes("sleep 987651"));
-    assert!(processes("sleep 987650").is_empty());
+    assert_eq!(f.bash(&ws, json!({"command": "echo after"})).await, ("after\n".into(), false));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -288,6 +288,9 @@ fn metrics_count_runs_the_queue_sessions_streams_and_refused_credentials() {
     assert_eq!(after.value("sandlot_queue_depth", &[]), 0.0);
     assert_eq!(after.value("sandlot_runs_in_flight", &[]), 0.0);
     assert_eq!(after.nonzero("sandlot_mcp_sessions_open"), []);
+    // No run asked for a live sandbox: both gauges are there, at zero (tests/e2e's test_sessions.py moves them).
+    assert_eq!(after.value("sandlot_live_sandboxes", &[]), 0.0);
+    assert_eq!(after.value("sandlot_live_sandbox_memory_bytes", &[]), 0.0);
 }
 
 fn initialize_request(body: &serde_json::Value) -> String {

@@ -1,6 +1,8 @@
 // sandlot playground: a small client of sandlot's public API only. It speaks MCP Streamable HTTP at /mcp
-// (initialize, sandbox.list_runners, sandbox.run_code with live output, notifications/cancelled to stop) and reads
-// the run history from GET /v1/runs. No framework, no build step, nothing fetched from elsewhere.
+// (initialize, sandbox.list_runners, sandbox.run_code with live output and, with "Session" ticked, session: true;
+// sandbox_session to restart or close the live sandbox; notifications/cancelled to stop), reads the run history from
+// GET /v1/runs and the live sandbox from GET /v1/conversations/{id}. No framework, no build step, nothing fetched
+// from elsewhere.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -10,7 +12,8 @@ const ui = {
   run: $("run"), stop: $("stop"), runStatus: $("run-status"), elapsed: $("elapsed"), connection: $("connection"),
   error: $("error"), summary: $("summary"), output: $("output"), files: $("files"), filesNote: $("files-note"),
   previews: $("previews"), history: $("history"), historyNote: $("history-note"), uploadFile: $("upload-file"),
-  uploadStatus: $("upload-status"),
+  uploadStatus: $("upload-status"), session: $("session"), liveNote: $("live-note"), liveProcesses: $("live-processes"),
+  liveRestart: $("live-restart"), liveClose: $("live-close"),
 };
 
 const STARTERS = {
@@ -418,7 +421,7 @@ async function connectAndLoad() {
     setConnection(`Connected to ${server}`, "ok");
     const runners = await request("tools/call", { name: "sandbox.list_runners", arguments: {} });
     fillLanguages(runners.structuredContent?.languages || []);
-    await loadHistory();
+    await Promise.all([loadHistory(), loadLive()]);
   } catch (error) {
     showFailure(error);
   }
@@ -438,6 +441,7 @@ function setConversation(id) {
   ui.previews.replaceChildren();
   ui.filesNote.textContent = "Files in the conversation’s /data appear here after a run.";
   loadHistory();
+  loadLive();
 }
 
 // Output.
@@ -538,8 +542,10 @@ function showResult(run, result) {
     r.exitCode != null && r.exitCode >= 0 && `exit ${r.exitCode}`,
     formatMs(r.durationMs ?? performance.now() - run.started),
     r.truncated && "output truncated",
+    r.session && `session call ${r.session.calls}`,
   ];
-  showSummary(outcome, facts, explain(r));
+  const lost = r.session?.stateLost ? ` The live sandbox’s earlier state was lost: ${r.session.notice}.` : "";
+  showSummary(outcome, facts, explain(r) + lost);
   ui.runStatus.textContent = `Run finished: ${label}.`;
   if (Array.isArray(r.files)) renderFiles(r.files, r.filesTruncated);
 }
@@ -567,6 +573,7 @@ async function runCode() {
   const args = {
     conversationId: ui.conversation.value, language: ui.language.value, code: ui.editor.value,
     metadata: { source: "playground" },
+    ...(ui.session.checked && { session: true }),
   };
   const token = `playground-${Date.now()}-${Math.random().toString(36).slice(2)}`;
   try {
@@ -588,6 +595,7 @@ async function runCode() {
     current = null;
     setRunning(false);
     loadHistory();
+    loadLive();
   }
 }
 
@@ -766,6 +774,62 @@ async function reopen(id) {
   }
 }
 
+// The live sandbox of the conversation (session runs): its processes, from GET /v1/conversations/{id}; restart
+// and close through the sandbox_session tool.
+
+async function loadLive() {
+  const conversation = ui.conversation.value;
+  if (!ui.conversation.checkValidity() || !(await mcp.ready?.then(() => true, () => false))) return;
+  let live = null;
+  try {
+    ({ live } = await rest(`/v1/conversations/${encodeURIComponent(conversation)}`));
+  } catch (error) {
+    if (!(error instanceof HttpError && error.status === 404)) {
+      ui.liveNote.textContent = `The live sandbox could not be read. ${describe(error)}`;
+      return;
+    }
+  }
+  if (conversation === ui.conversation.value) renderLive(live);
+}
+
+function renderLive(live) {
+  ui.liveRestart.disabled = ui.liveClose.disabled = !live;
+  if (!live) {
+    ui.liveNote.textContent = "No live sandbox: tick “Session” and run to start one.";
+    ui.liveProcesses.replaceChildren();
+    return;
+  }
+  const interpreters = live.interpreters.map((i) => i.language).join(", ") || "none yet";
+  ui.liveNote.textContent = `${live.calls} call${live.calls === 1 ? "" : "s"} · interpreters: ${interpreters} · `
+    + `${formatBytes(live.usage.memoryBytes)} of ${formatBytes(live.usage.memoryLimitBytes)} · ends after `
+    + `${Math.round(live.idleSecondsLeft / 60)} min idle`;
+  // An interpreter's command line is sandlot's driver program: its language says more. Long ones are cut, whole
+  // in the tooltip.
+  const interpreter = (pid) => live.interpreters.find((i) => i.pid === pid);
+  const shown = (p) => (interpreter(p.pid) ? `${interpreter(p.pid).language} interpreter`
+    : p.command.length > 100 ? `${p.command.slice(0, 99)}…` : p.command);
+  ui.liveProcesses.replaceChildren(...live.processes.map((p) => el("li", {},
+    el("span", { className: "pid" }, String(p.pid)),
+    el("span", { className: "command", title: p.command }, shown(p)),
+    el("span", { className: "size" }, formatBytes(p.memoryBytes)))));
+}
+
+async function manageLive(action) {
+  if (!haveKey() || !ui.conversation.reportValidity()) return;
+  ui.liveRestart.disabled = ui.liveClose.disabled = true;
+  try {
+    const result = await request("tools/call", {
+      name: "sandbox_session", arguments: { conversationId: ui.conversation.value, action },
+    });
+    const live = result.structuredContent;
+    renderLive(live.live ? live : null);
+    if (action === "restart" && live.live) ui.liveNote.textContent = `Interpreters restarted. ${ui.liveNote.textContent}`;
+  } catch (error) {
+    showFailure(error);
+    loadLive();
+  }
+}
+
 // Wiring.
 
 function start() {
@@ -796,6 +860,10 @@ function start() {
   ui.run.addEventListener("click", runCode);
   ui.uploadFile.addEventListener("change", uploadFile);
   ui.stop.addEventListener("click", stopRun);
+  ui.session.checked = stored("session") === "true";
+  ui.session.addEventListener("change", () => store("session", String(ui.session.checked)));
+  ui.liveRestart.addEventListener("click", () => manageLive("restart"));
+  ui.liveClose.addEventListener("click", () => manageLive("close"));
   document.addEventListener("keydown", (event) => {
     if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
       event.preventDefault();

@@ -632,7 +632,9 @@ async fn tool_names(server: &Server, path: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn paths_by_default_and_with_baponi_at_the_root() {
-    let own = ["sandbox_run_code", "sandbox_list_runners", "sandbox_upload_file"].map(String::from).to_vec();
+    let own = ["sandbox_run_code", "sandbox_list_runners", "sandbox_upload_file", "sandbox_session"]
+        .map(String::from)
+        .to_vec();
     let baponi = ["sandbox_execute", "files_download"].map(String::from).to_vec();
     let server = server();
     assert_eq!(tool_names(&server, "/mcp").await, own);

@@ -1,8 +1,8 @@
 //! Every tool's `structuredContent` is valid against the `outputSchema` it advertises in `tools/list`, checked with
 //! a real JSON Schema validator (as the Python and TypeScript SDKs check results), for a representative call of
 //! each tool and each kind of failed result: a run that succeeded and made a file, one that failed, one that timed
-//! out, a language without a runner, a busy server, the runners, an upload. Through the HTTP app, over an engine
-//! whose backend plays a script instead of running code.
+//! out, a language without a runner, a busy server, the runners, an upload, a live sandbox's status (none: this
+//! backend keeps none). Through the HTTP app, over an engine whose backend plays a script instead of running code.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -131,6 +131,10 @@ async fn every_result_is_valid_against_the_advertised_output_schema() {
                 json!({ "conversationId": "c1", "path": "in/a.csv", "content": "a\n" }),
             )
             .await,
+        ),
+        (
+            "sandbox_session",
+            call(&router, "sandbox_session", json!({ "conversationId": "c1", "action": "status" })).await,
         ),
     ];
 

@@ -17,7 +17,8 @@ holds every tenant. So that one face that lets the attacker through does not spo
 deletions and cancellations aim at is made for each pair apart (`v-spare-bob-alice`), and a case whose attack
 changed one of the victim's shared conversations (a planted file, a deleted workspace) has the victim put it back.
 Sessions are faces too: a request naming the victim's Streamable HTTP or legacy SSE session is answered as for an
-unknown session.
+unknown session. So are live sandboxes: `sandbox_session` and `/v1/conversations` show the attacker nothing of the
+victim's, and change nothing of it.
 """
 
 import base64
@@ -553,6 +554,40 @@ def test_rest_delete_of_the_victims_conversation_reads_as_missing(native, attack
                             conversation, made_up())
     assert_victims_spare_is_untouched(native, victim, conversation, secret)
     assert rest(native, victim, "GET", "/v1/runs", params={"conversationId": conversation}) == runs_before
+
+
+@pairs
+def test_live_sandbox_of_the_victim_reads_as_missing_and_is_untouched(native, attacker, victim):
+    """`sandbox_session` (status, restart, close) and `GET /v1/conversations[/{id}]` on the victim's conversation,
+    which has a live sandbox: answered as for a conversation that does not exist, and the victim's interpreter keeps
+    its variable in the same sandbox."""
+    conversation, _ = native.spare(victim, attacker)
+
+    def session_run(code):
+        reply = tool(native, victim, "/mcp", "sandbox_run_code",
+                     {"conversationId": conversation, "language": "python", "code": code, "session": True})
+        assert reply["result"]["structuredContent"]["success"] is True, reply
+        return reply["result"]["structuredContent"]
+
+    def manage(tenant, id, action):
+        return tool(native, tenant, "/mcp", "sandbox_session", {"conversationId": id, "action": action})
+
+    started = session_run("kept = 'yes'")
+    for action in ["status", "restart", "close"]:
+        answer = assert_reads_as_missing(lambda id: manage(attacker, id, action), conversation, made_up())
+        assert answer["result"]["structuredContent"]["live"] is False, answer
+    assert_reads_as_missing(lambda id: rest(native, attacker, "GET", f"/v1/conversations/{id}"), conversation,
+                            made_up())
+    status, listed = rest(native, attacker, "GET", "/v1/conversations")
+    assert status == 200 and conversation not in json.dumps(listed), listed
+    # The admin sees it live, so the answers above are not everything failing.
+    status, seen = rest(native, ADMIN, "GET", f"/v1/conversations/{conversation}")
+    assert (status, seen["live"]["id"]) == (200, started["session"]["id"]), seen
+    after = session_run("print(kept)")
+    assert (after["stdout"], after["session"]["id"], after["session"]["stateLost"]) == (
+        "yes\n", started["session"]["id"], False), after
+    closed = manage(victim, conversation, "close")["result"]["structuredContent"]
+    assert closed["closed"] is True, closed
 
 
 def put_if_given(body):

@@ -4,13 +4,20 @@
 //! exit said by an `exit: N` trailer (not an error), a timeout by `bash: timed out after Ns` and exit 124 (the
 //! sandbox, the whole process tree, is killed), denylisted commands refused before they run, `run_in_background`
 //! handed to [`super::shells`]. Every text is scrubbed of secrets ([`sandlot_core::scrub_secrets`]).
+//!
+//! On a backend with live sandboxes the command runs in the workspace's persistent shell (the live sandbox's bash
+//! interpreter, `SessionUse::Interpreter`), so `cd` and variables carry over to the next `Bash` as in Claude Code,
+//! and a background command runs as a process of its own in the same sandbox (`SessionUse::Process`), so a server
+//! it starts answers on the loopback of later commands. Elsewhere each command gets a fresh sandbox, as before.
 
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use regex::Regex;
 use rmcp::model::JsonObject;
-use sandlot_core::{ConversationId, Layout, OutputChunk, OutputSink, RunRequest, Tenant, Termination};
+use sandlot_core::{
+    ConversationId, Engine, Layout, OutputChunk, OutputSink, RunRequest, SessionUse, Tenant, Termination,
+};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -83,8 +90,15 @@ pub struct Runner {
     pub workspace: ConversationId,
 }
 
-/// The request of one command: language bash, the workspace layout, stdin closed.
-pub fn request(runner: &Runner, command: &str, timeout_secs: u64, cancel: CancellationToken) -> RunRequest {
+/// The request of one command: language bash, the workspace layout, stdin closed; in the workspace's live sandbox
+/// as `session` says (`Off` on a backend without live sandboxes: see [`session_use`]).
+pub fn request(
+    runner: &Runner,
+    command: &str,
+    timeout_secs: u64,
+    session: SessionUse,
+    cancel: CancellationToken,
+) -> RunRequest {
     RunRequest {
         conversation_id: runner.workspace.as_str().to_owned(),
         language: "bash".into(),
@@ -92,9 +106,15 @@ pub fn request(runner: &Runner, command: &str, timeout_secs: u64, cancel: Cancel
         timeout: Some(Duration::from_secs(timeout_secs)),
         caller: runner.tenant.name().to_owned(),
         layout: LAYOUT,
+        session,
         cancel,
         ..RunRequest::default()
     }
+}
+
+/// `wanted` when the engine's backend keeps live sandboxes, else `Off` (a fresh sandbox per command, as before).
+pub fn session_use(engine: &Engine, wanted: SessionUse) -> SessionUse {
+    if engine.supports_sessions() { wanted } else { SessionUse::Off }
 }
 
 /// Stdout and stderr in the order they arrived, the first [`OUTPUT_CAP`] bytes kept, all counted.

@@ -4,10 +4,10 @@
 //! background shells), which never import it.
 
 use rmcp::model::JsonObject;
-use sandlot_core::Engine;
+use sandlot_core::{Engine, SessionUse};
 use tokio_util::sync::CancellationToken;
 
-use super::bash::{BashCall, Combined, Runner, render, request};
+use super::bash::{BashCall, Combined, Runner, render, request, session_use};
 use super::shells::Shells;
 use super::tenant::refusal;
 use crate::kit::conversation_access;
@@ -30,7 +30,9 @@ pub async fn call(
         return Ok(format!("shell_id: {id}\nstarted in background: {}\n", call.command));
     }
     let combined = Combined::default();
-    let run = request(runner, &call.command, call.timeout_secs, cancel);
+    // The workspace's persistent shell: `cd` and variables carry over to the next command.
+    let session = session_use(engine, SessionUse::Interpreter);
+    let run = request(runner, &call.command, call.timeout_secs, session, cancel);
     match engine.run_as(&runner.tenant, run, &combined).await {
         Ok(report) => {
             let (kept, total) = combined.into_parts();

@@ -2,7 +2,8 @@
 //! `docs/profiles.md#codegen-sandbox-bash-and-scrubbing`). A background command is a sandlot run that outlives its
 //! call: a spawned task holds `Engine::run_as` (recorded in the history like any run; it releases its conversation's
 //! turn so the workspace's next commands need not wait for it) with its own cancellation token, a child of the
-//! server's shutdown token. Its output is buffered here, 1 MiB per stream. It ends by itself, at its timeout (the one
+//! server's shutdown token; on a backend with live sandboxes it runs as a process of its own in the workspace's live
+//! sandbox (`SessionUse::Process`), beside the persistent shell of `Bash`. Its output is buffered here, 1 MiB per stream. It ends by itself, at its timeout (the one
 //! given, else the longest, 600 s), by `KillShell` (the sandbox and every process in it are killed before the answer),
 //! or when the server stops.
 //!
@@ -14,11 +15,11 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
-use sandlot_core::{Engine, OutputChunk, OutputSink, Stream, Tenant};
+use sandlot_core::{Engine, OutputChunk, OutputSink, SessionUse, Stream, Tenant};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::bash::{BashCall, MAX_TIMEOUT_SECS, Runner, request};
+use super::bash::{BashCall, MAX_TIMEOUT_SECS, Runner, request, session_use};
 use super::tenant::refusal;
 
 /// Shells one tenant (one caller, all its workspaces) holds at once, running or finished.
@@ -113,7 +114,11 @@ impl Shells {
             state: Mutex::default(),
             task: Mutex::new(None),
         });
-        let mut run = request(runner, &call.command, call.timeout_given.unwrap_or(MAX_TIMEOUT_SECS), cancel);
+        // A process of its own in the workspace's live sandbox (when the backend keeps one): what it serves on the
+        // loopback answers later commands; `KillShell` (its cancellation) ends it.
+        let session = session_use(&self.engine, SessionUse::Process);
+        let timeout = call.timeout_given.unwrap_or(MAX_TIMEOUT_SECS);
+        let mut run = request(runner, &call.command, timeout, session, cancel);
         run.alongside = true;
         let (engine, running, tenant) = (self.engine.clone(), shell.clone(), runner.tenant.clone());
         let workspace = runner.workspace.clone();

@@ -28,6 +28,7 @@ fn instructions(names: tools::ToolNames) -> String {
     let (run_code, list_runners) =
         (tools::listed_name(tools::RUN_CODE, names), tools::listed_name(tools::LIST_RUNNERS, names));
     let upload_file = tools::listed_name(tools::UPLOAD_FILE, names);
+    let session = tools::listed_name(tools::SESSION, names);
     format!(
         "sandlot runs code in an isolated Linux sandbox with no network access. \
 Call {run_code} with a conversationId (reuse the same id for the whole conversation), a language \
@@ -35,7 +36,9 @@ Call {run_code} with a conversationId (reuse the same id for the whole conversat
 written there persist across calls with the same conversationId, and every file in /data comes back with a \
 download URL. Each run has limits on time, memory, processes and output; print what you need to see. \
 {list_runners} lists the available languages and their versions; {upload_file} puts a file (text or base64) \
-into /data for the code to read."
+into /data for the code to read. With session: true, {run_code} runs the code in the conversation's live sandbox, \
+whose interpreter keeps variables, imports and background processes between calls; {session} reports, restarts or \
+closes it."
     )
 }
 

@@ -7,6 +7,7 @@ mod file_resources;
 mod handler;
 mod history_resources;
 mod live_output;
+mod live_view;
 pub mod playground;
 mod rest;
 mod tools;
@@ -92,7 +93,11 @@ pub fn router(state: AppState, gate: &Gate, sessions: &Sessions) -> Router {
         .route("/v1/runs", get(rest::runs::list))
         .route("/v1/runs/{run_id}", get(rest::runs::get))
         .route("/v1/runs/{run_id}/output", get(rest::runs::output))
-        .route("/v1/conversations/{conversation_id}", delete(rest::conversations::delete))
+        .route("/v1/conversations", get(rest::conversation_status::list))
+        .route(
+            "/v1/conversations/{conversation_id}",
+            delete(rest::conversations::delete).get(rest::conversation_status::get),
+        )
         .route("/v1/conversations/{conversation_id}/uploads", post(rest::conversations::upload_url))
         .with_state(state);
     // Route layers: only the routes above need the credential; an unknown path falls through to the app's 404,

@@ -6,10 +6,14 @@
 //! result is `{stdout, stderr, exit_code}` for any exit, non-zero included; a run ended otherwise (the 30 s
 //! timeout, memory) gets its diagnostic on stderr and the exit code a shell would give (124 for the timeout).
 //! Both streams are scrubbed of secrets (`sandlot_core::scrub_secrets`), as the codegen profile's `Bash`.
+//!
+//! On a backend with live sandboxes the command runs as a process of its own in the workspace's live sandbox
+//! (`SessionUse::Process`): it sees the `/tmp`, loopback and processes earlier commands left, and what it leaves
+//! running stays for the next one. Elsewhere it gets a fresh sandbox. The wire is the same either way.
 
 use std::time::Duration;
 
-use sandlot_core::{ConversationId, Error, Layout, RunRequest, Tenant, scrub_secrets};
+use sandlot_core::{ConversationId, Error, Layout, RunRequest, SessionUse, Tenant, scrub_secrets};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -98,6 +102,7 @@ pub async fn call(
         timeout: Some(TIMEOUT),
         caller: tenant.name().to_owned(),
         layout: Layout::Workspace { path: WORKSPACE_MOUNT },
+        session: if app.engine.supports_sessions() { SessionUse::Process } else { SessionUse::Off },
         cancel,
         ..RunRequest::default()
     };

@@ -11,6 +11,7 @@ mod run_code;
 mod run_code_args;
 mod run_code_output;
 mod run_result;
+mod session;
 mod upload_file;
 
 use rmcp::ErrorData as McpError;
@@ -23,7 +24,8 @@ pub use crate::state::ToolNames;
 pub fn catalogue(names: ToolNames) -> &'static [Tool] {
     static CATALOGUES: std::sync::OnceLock<[Vec<Tool>; 2]> = std::sync::OnceLock::new();
     let [underscore, dotted] = CATALOGUES.get_or_init(|| {
-        let dotted = vec![run_code::definition(), list_runners::definition(), upload_file::definition()];
+        let dotted =
+            vec![run_code::definition(), list_runners::definition(), upload_file::definition(), session::definition()];
         let underscore = dotted
             .iter()
             .map(|tool| {
@@ -66,6 +68,7 @@ pub fn listed_name(dotted: &str, names: ToolNames) -> String {
 pub const RUN_CODE: &str = run_code::NAME;
 pub const LIST_RUNNERS: &str = list_runners::NAME;
 pub const UPLOAD_FILE: &str = upload_file::NAME;
+pub const SESSION: &str = session::NAME;
 
 /// `sandbox.run_code` → `sandbox_run_code`.
 fn underscore_name(name: &str) -> String {
@@ -74,7 +77,7 @@ fn underscore_name(name: &str) -> String {
 
 /// The dotted name of a tool called by either spelling.
 fn canonical_name(name: &str) -> &str {
-    [run_code::NAME, list_runners::NAME, upload_file::NAME]
+    [run_code::NAME, list_runners::NAME, upload_file::NAME, session::NAME]
         .into_iter()
         .find(|tool| underscore_name(tool) == name)
         .unwrap_or(name)
@@ -94,6 +97,7 @@ pub async fn call(
         run_code::NAME => run_code::call(state, arguments, caller, sink, cancel).await,
         list_runners::NAME => list_runners::call(state, arguments),
         upload_file::NAME => upload_file::call(state, arguments, &caller).await,
+        session::NAME => session::call(state, arguments, &caller).await,
         _ => {
             let available: Vec<&str> = catalogue(state.tool_names).iter().map(|t| t.name.as_ref()).collect();
             Err(McpError::invalid_params(
@@ -121,6 +125,7 @@ mod tests {
                     run_code::NAME => crate::kit::schema::output_schema_of::<run_code_output::RunCodeOutput>(),
                     list_runners::NAME => crate::kit::schema::output_schema_of::<list_runners::ListRunnersOutput>(),
                     upload_file::NAME => crate::kit::schema::output_schema_of::<upload_file::UploadFileOutput>(),
+                    session::NAME => crate::kit::schema::output_schema_of::<session::SessionToolOutput>(),
                     other => panic!("{other} has no result type to derive its output schema from"),
                 };
                 assert_eq!(tool.output_schema.as_deref(), Some(&derived), "{}", tool.name);

@@ -1,6 +1,7 @@
-//! `sandbox.run_code {conversationId, language, code, timeoutSeconds?, env?, stdin?, metadata?}`: runs code in the
-//! conversation's sandbox and returns `{success, output, stdout, stderr, exitCode, timedOut, truncated, durationMs,
-//! files: [{name, url, size}], filesTruncated, runId, outcome}` as structured content (a serialized
+//! `sandbox.run_code {conversationId, language, code, timeoutSeconds?, env?, stdin?, metadata?, session?}`: runs code
+//! in the conversation's sandbox (with `session`, in its live sandbox's persistent interpreter; absent, the server's
+//! `SANDLOT_SESSION_DEFAULT`) and returns `{success, output, stdout, stderr, exitCode, timedOut, truncated,
+//! durationMs, files: [{name, url, size}], filesTruncated, runId, outcome, session?}` as structured content (a serialized
 //! `run_code_output::RunCodeOutput`, the type the `outputSchema` is derived from), and a text block written for a
 //! model (see `run_result`: outcome, exit code, output within a budget, each byte once). A server too busy to queue
 //! the run answers at once with `{success: false, busy: true, retryAfterSeconds, outcome: "busy", ...}`.
@@ -10,10 +11,10 @@ use std::time::Duration;
 
 use rmcp::ErrorData as McpError;
 use rmcp::model::{CallToolResult, JsonObject, Tool, ToolAnnotations};
-use sandlot_core::{ConversationId, Error, Outcome, RunReport, RunRequest, Termination, timeout_from_secs};
+use sandlot_core::{ConversationId, Error, Outcome, RunReport, RunRequest, SessionUse, Termination, timeout_from_secs};
 use serde_json::Value;
 
-use super::run_code_output::{ResultFile, RunCodeOutput};
+use super::run_code_output::{ResultFile, RunCodeOutput, SessionInfo};
 use super::run_result;
 use crate::AppState;
 use crate::kit::Caller;
@@ -26,7 +27,9 @@ pub fn definition() -> Tool {
     Tool::new(
         NAME,
         "Run Python, TypeScript, JavaScript or Bash in an isolated sandbox with no network. /data is a directory \
-         private to the conversation that persists across calls; every file in it is returned with a download URL.",
+         private to the conversation that persists across calls; every file in it is returned with a download URL. \
+         With session: true the code runs in the conversation's live sandbox, in a persistent interpreter: variables, \
+         imports, the working directory and background processes stay for the next session call.",
         super::run_code_args::input_schema(),
     )
     .with_title("Run code in a sandbox")
@@ -41,6 +44,16 @@ fn parse(
     cancel: tokio_util::sync::CancellationToken,
 ) -> Result<RunRequest, McpError> {
     let args = super::run_code_args::parse(arguments)?;
+    // Absent: the server's default (`SANDLOT_SESSION_DEFAULT`); a backend without live sandboxes refuses `true`
+    // naming `session` (the engine's check), so the default is off there whatever it says.
+    let session = match args.session {
+        Some(true) => SessionUse::Interpreter,
+        Some(false) => SessionUse::Off,
+        None if state.engine.sessions().config().session_default && state.engine.supports_sessions() => {
+            SessionUse::Interpreter
+        }
+        None => SessionUse::Off,
+    };
     let max_timeout = state.engine.config().max_timeout;
     let timeout = args
         .timeout_seconds
@@ -60,7 +73,7 @@ fn parse(
         layout: Default::default(),
         mounts: Vec::new(),
         alongside: false,
-        session: Default::default(),
+        session,
     })
 }
 
@@ -178,6 +191,7 @@ fn render(state: &AppState, report: &RunReport) -> CallToolResult {
         files_truncated: report.files.truncated,
         run_id: Some(report.run_id.clone()),
         outcome: Some(Outcome::of(&outcome.termination)),
+        session: report.session.as_ref().map(SessionInfo::of),
         ..RunCodeOutput::failure(String::new())
     };
     let mut result = result(&output);

@@ -35,6 +35,9 @@ pub struct RunCodeArgs {
     pub stdin: Option<String>,
     /// Your own JSON object about the run (at most 16 KiB), kept in the run history.
     pub metadata: Option<JsonObject>,
+    /// Run in the conversation's live sandbox, in the language's persistent interpreter: variables, functions,
+    /// imports, the working directory and background processes stay for the next session call.
+    pub session: Option<bool>,
 }
 
 /// `language`: every name [`Language::NAMES`] holds, the parser's own table.
@@ -113,7 +116,7 @@ mod tests {
         let properties: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();
         assert_eq!(
             properties,
-            ["code", "conversationId", "env", "language", "metadata", "stdin", "timeoutSeconds"]
+            ["code", "conversationId", "env", "language", "metadata", "session", "stdin", "timeoutSeconds"]
                 .iter()
                 .collect::<Vec<_>>()
         );
@@ -140,5 +143,15 @@ mod tests {
             parse(&arguments(serde_json::json!({ "conversationId": "c", "language": "PY", "code": "1", "env": null })))
                 .unwrap();
         assert_eq!((ok.language.as_str(), ok.env), ("PY", None));
+        let error = parse(&arguments(
+            serde_json::json!({ "conversationId": "c", "language": "py", "code": "1", "session": "yes" }),
+        ))
+        .unwrap_err();
+        assert_eq!(error.data.unwrap()["field"], "session");
+        let on = parse(&arguments(
+            serde_json::json!({ "conversationId": "c", "language": "py", "code": "1", "session": true }),
+        ))
+        .unwrap();
+        assert_eq!(on.session, Some(true));
     }
 }

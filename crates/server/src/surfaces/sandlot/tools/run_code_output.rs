@@ -35,6 +35,35 @@ pub struct RunCodeOutput {
     /// With busy: when to retry.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_after_seconds: Option<u64>,
+    /// The live sandbox the run used (`session: true`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionInfo>,
+}
+
+/// What a `session` run's result says about the conversation's live sandbox.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionInfo {
+    /// The live sandbox's id: a new id means a new sandbox, with nothing of the earlier one's state.
+    pub id: String,
+    /// Calls the live sandbox has served, this one included.
+    pub calls: u64,
+    /// The state of earlier session calls (variables, imports, processes) is gone: `notice` says why.
+    pub state_lost: bool,
+    /// Why the state was lost, in a sentence; absent when it was not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notice: Option<String>,
+}
+
+impl SessionInfo {
+    pub fn of(report: &sandlot_core::SessionReport) -> Self {
+        Self {
+            id: report.id.clone(),
+            calls: report.calls,
+            state_lost: report.state_lost,
+            notice: report.notice.clone().filter(|_| report.state_lost),
+        }
+    }
 }
 
 /// A file under `/data` after the run.
@@ -65,6 +94,7 @@ impl RunCodeOutput {
             outcome: None,
             busy: false,
             retry_after_seconds: None,
+            session: None,
         }
     }
 }

@@ -4,6 +4,10 @@
 //! between them saying how many bytes were cut and where the whole is (`sandlot://runs/{runId}/output`,
 //! `GET /v1/runs/{runId}/output`). No byte of output appears twice in the text.
 //!
+//! A `session` run whose earlier state was lost gets one more line between the header and the output: the notice
+//! saying why (a restart of the server, the sandbox's end, an interpreter killed), so the model knows its variables
+//! are gone before it reads an error about them.
+//!
 //! `structuredContent` keeps its fields, bounded the same way: `output` is the very text the model reads (after the
 //! header), `stdout` and `stderr` each the head and tail of half the budget. So a result holds at most about three
 //! budgets of output as JSON (60 KiB by default: the text, `output`, and both streams), whatever the run printed.
@@ -46,11 +50,20 @@ pub fn model_text(result: &RunCodeOutput) -> String {
         header.push(format!("exit code {}", result.exit_code));
         header.push(format!("{} ms", result.duration_ms));
     }
+    let mut header = header.join(", ");
+    if let Some(session) = result.session.as_ref().filter(|session| session.state_lost) {
+        let notice = session.notice.as_deref().unwrap_or("the live sandbox's earlier state is gone");
+        if !header.is_empty() {
+            header.push('\n');
+        }
+        // One line, whatever the notice holds.
+        header.push_str(&format!("session state lost: {}", notice.replace(['\r', '\n'], " ")));
+    }
     let output = &result.output;
     match (header.is_empty(), output.is_empty()) {
         (true, _) => output.to_owned(),
-        (false, true) => format!("{}\n(no output)", header.join(", ")),
-        (false, false) => format!("{}\n{output}", header.join(", ")),
+        (false, true) => format!("{header}\n(no output)"),
+        (false, false) => format!("{header}\n{output}"),
     }
 }
 
@@ -91,5 +104,23 @@ mod tests {
         assert_eq!(model_text(&busy), "outcome: busy\nserver busy");
         let no_run = RunCodeOutput::failure("no runner for language ruby".into());
         assert_eq!(model_text(&no_run), "no runner for language ruby");
+        let session = |state_lost, notice: Option<&str>| {
+            Some(super::super::run_code_output::SessionInfo {
+                id: "s1".into(),
+                calls: 1,
+                state_lost,
+                notice: notice.map(Into::into),
+            })
+        };
+        let lost = RunCodeOutput {
+            session: session(true, Some("the server restarted\nsince")),
+            ..ran(Outcome::Ok, 0, 5, "x\n")
+        };
+        assert_eq!(
+            model_text(&lost),
+            "outcome: ok, exit code 0, 5 ms\nsession state lost: the server restarted since\nx\n"
+        );
+        let kept = RunCodeOutput { session: session(false, None), ..ran(Outcome::Ok, 0, 5, "x\n") };
+        assert_eq!(model_text(&kept), "outcome: ok, exit code 0, 5 ms\nx\n");
     }
 }
