@@ -144,6 +144,10 @@ pub(crate) async fn run_cell(driver: &mut Driver, job: &Job, sink: &dyn OutputSi
         drive(output, handle.as_ref(), &nonce, group, job, &mut forward).await
     };
     let (termination, gone) = match ending {
+        Ending::Cell(end) if end.exiting => {
+            let exit = ended(handle.as_ref()).await;
+            (Termination::Exited { code: end.exit_code }, Some(Gone { interrupted: false, killed: false, exit }))
+        }
         Ending::Cell(end) => (Termination::Exited { code: end.exit_code }, None),
         Ending::Interrupted { stop, survived: true } => (stop, None),
         Ending::Gone => {

@@ -75,6 +75,9 @@ pub(crate) struct CellEnd {
     pub exit_code: i32,
     /// A SIGINT arrived while the cell ran.
     pub interrupted: bool,
+    /// The driver ends after this cell (a Bash cell ran `exit`): its state goes with it.
+    #[serde(default)]
+    pub exiting: bool,
 }
 
 /// The driver is gone: a stream ended (or failed) before the cell's end marker.

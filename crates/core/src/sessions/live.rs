@@ -191,11 +191,14 @@ impl Live {
                 termination = crate::Termination::OutOfMemory;
             }
             let cause = gone.cause(key, out_of_memory, self.memory_mb, &termination);
-            let lost = format!("{cause}; its variables, functions and imports are lost");
-            interpreters.lost.insert(key, format!("the previous call's {lost}; this call ran in a new interpreter"));
+            let state = state_words(key);
+            interpreters
+                .lost
+                .insert(key, format!("in the previous call {cause}, losing its {state}; this call ran in a new one"));
+            let lost = format!("{cause}; its {state} are lost and the next call starts a new one");
             notice = Some(match notice {
                 Some(earlier) => format!("{earlier}; then {lost}"),
-                None => format!("{lost}; the next call starts a new interpreter"),
+                None => lost,
             });
         }
         self.refresh_snapshot(&interpreters);
@@ -223,7 +226,10 @@ impl Live {
         let drivers: Vec<_> = interpreters.drivers.drain().collect();
         for (language, driver) in drivers {
             driver.kill().await;
-            interpreters.lost.insert(language, format!("the {} interpreter was {reason}; its state is gone", language));
+            let state = state_words(language);
+            interpreters
+                .lost
+                .insert(language, format!("the {language} interpreter was {reason}: its {state} are gone"));
         }
         self.refresh_snapshot(&interpreters);
     }
@@ -258,5 +264,13 @@ impl Live {
             processes,
             usage,
         }
+    }
+}
+
+/// What an interpreter of `language` keeps between calls, for the notices that say it is lost.
+fn state_words(language: Language) -> &'static str {
+    match language {
+        Language::Bash => "working directory, variables and functions",
+        _ => "variables, functions and imports",
     }
 }

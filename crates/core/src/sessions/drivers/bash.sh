@@ -31,16 +31,17 @@ __sl_depth=${#BASH_SOURCE[@]}
 __sl_return2() { return 2; }
 
 __sl_end() {
-    local status=$1 interrupted=false
+    local status=$1 exiting=${2:-false} interrupted=false
     [[ -n $__sl_interrupted ]] && interrupted=true
     builtin printf '\0SANDLOT-END:%s\n' "$__sl_nonce" >&2
-    builtin printf '\0SANDLOT-END:%s:{"exit_code": %d, "interrupted": %s}\n' "$__sl_nonce" "$status" "$interrupted"
+    builtin printf '\0SANDLOT-END:%s:{"exit_code": %d, "interrupted": %s, "exiting": %s}\n' \
+        "$__sl_nonce" "$status" "$interrupted" "$exiting"
 }
 
 # An EXIT trap, so that a cell that ends the shell still ends with its markers.
 __sl_on_exit() {
     local status=$?
-    [[ -n $__sl_running ]] && __sl_end "$status"
+    [[ -n $__sl_running ]] && __sl_end "$status" true
 }
 
 __sl_on_int='if [[ -n $__sl_running ]]; then

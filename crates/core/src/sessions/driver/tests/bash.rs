@@ -25,7 +25,7 @@ async fn the_directory_variables_and_functions_persist() {
 async fn sigint_stops_a_loop_at_the_top_or_in_a_function_and_the_shell_survives() {
     let mut driver = Driver::start(Bash).await;
     driver.run(Bash, "kept=yes; spin() { while true; do :; done; }").await.expect("", "", 0);
-    let interrupted = CellEnd { exit_code: 130, interrupted: true };
+    let interrupted = CellEnd { exit_code: 130, interrupted: true, exiting: false };
     let cell = driver.run_interrupted(Bash, "echo started; while true; do :; done; echo after", true).await;
     assert_eq!((cell.stdout.as_str(), cell.stderr.as_str(), cell.end), ("started\n", "", interrupted));
     // In a function called by a function: the whole cell stops, not just the innermost function.
@@ -41,7 +41,8 @@ async fn sigint_stops_a_loop_at_the_top_or_in_a_function_and_the_shell_survives(
 #[tokio::test]
 async fn exit_ends_the_cell_with_its_code_then_the_shell() {
     let mut driver = Driver::start(Bash).await;
-    driver.run(Bash, "echo bye; exit 3").await.expect("bye\n", "", 3);
+    let bye = driver.run(Bash, "echo bye; exit 3").await;
+    assert_eq!((bye.stdout.as_str(), bye.end), ("bye\n", CellEnd { exit_code: 3, interrupted: false, exiting: true }));
     let gone = driver.try_run(Bash, "echo never", None).await;
     assert!(matches!(gone, Err(DriverGone::Closed(_))), "{gone:?}");
     assert_eq!(driver.wait().await.code(), Some(3));

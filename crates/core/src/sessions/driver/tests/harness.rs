@@ -33,7 +33,7 @@ impl Cell {
     pub fn expect(&self, stdout: &str, stderr: &str, exit_code: i32) {
         assert_eq!(
             (self.stdout.as_str(), self.stderr.as_str(), self.end),
-            (stdout, stderr, CellEnd { exit_code, interrupted: false })
+            (stdout, stderr, CellEnd { exit_code, interrupted: false, exiting: false })
         );
     }
 }

@@ -78,10 +78,16 @@ async fn sigint_interrupts_a_busy_loop_and_an_awaited_promise_keeping_the_state(
     let mut driver = Driver::start(JavaScript).await;
     driver.run(JavaScript, "var kept = 'yes'").await.expect("", "", 0);
     let cell = driver.run_interrupted(JavaScript, "console.log('started'); while (true) {}", false).await;
-    assert_eq!((cell.stdout.as_str(), cell.end), ("started\n", CellEnd { exit_code: 130, interrupted: true }));
+    assert_eq!(
+        (cell.stdout.as_str(), cell.end),
+        ("started\n", CellEnd { exit_code: 130, interrupted: true, exiting: false })
+    );
     // `started` once the synchronous part is over (see node.js on a SIGINT at its very end).
     let cell = "await null;\nconsole.log('started');\nawait new Promise(() => {})";
     let cell = driver.run_interrupted(JavaScript, cell, false).await;
-    assert_eq!((cell.stdout.as_str(), cell.end), ("started\n", CellEnd { exit_code: 130, interrupted: true }));
+    assert_eq!(
+        (cell.stdout.as_str(), cell.end),
+        ("started\n", CellEnd { exit_code: 130, interrupted: true, exiting: false })
+    );
     driver.run(JavaScript, "kept").await.expect("'yes'\n", "", 0);
 }

@@ -91,14 +91,14 @@ async fn markers_split_across_reads_are_stripped_and_what_follows_waits_for_the_
         (stdout, stderr)
     });
     let (forwarded, end) = read_cell(&mut output, NONCE).await;
-    assert_eq!(end.expect("an end"), CellEnd { exit_code: 3, interrupted: false });
+    assert_eq!(end.expect("an end"), CellEnd { exit_code: 3, interrupted: false, exiting: false });
     assert_eq!((forwarded.stdout, forwarded.stderr), (b"one\0two".to_vec(), b"warn\0".to_vec()));
 
     let (mut stdout, mut stderr) = writer.await.expect("writer");
     stdout.write_all(&stdout_marker(OTHER, r#"{"exit_code": 0, "interrupted": true}"#)).await.expect("write");
     stderr.write_all(&stderr_marker(OTHER)).await.expect("write");
     let (forwarded, end) = read_cell(&mut output, OTHER).await;
-    assert_eq!(end.expect("an end"), CellEnd { exit_code: 0, interrupted: true });
+    assert_eq!(end.expect("an end"), CellEnd { exit_code: 0, interrupted: true, exiting: false });
     assert_eq!((forwarded.stdout, forwarded.stderr), (b"next cell's".to_vec(), b"late".to_vec()));
 }
 
@@ -123,7 +123,7 @@ async fn another_nonces_marker_and_near_misses_are_output() {
         }
     });
     let (forwarded, end) = read_cell(&mut output, NONCE).await;
-    assert_eq!(end.expect("an end"), CellEnd { exit_code: 1, interrupted: false });
+    assert_eq!(end.expect("an end"), CellEnd { exit_code: 1, interrupted: false, exiting: false });
     assert_eq!((forwarded.stdout, forwarded.stderr), (fake_out, fake_err));
     drop(writer.await);
 }
@@ -152,7 +152,7 @@ async fn a_cell_ends_at_both_markers_and_a_dropped_read_goes_on_where_it_stopped
     assert!(waited.is_err(), "{waited:?}");
     stderr.write_all(&stderr_marker(NONCE)).await.expect("write");
     let end = tokio::time::timeout(Duration::from_secs(10), output.read_cell(NONCE, &mut sink)).await.expect("ended");
-    assert_eq!(end.expect("an end"), CellEnd { exit_code: 2, interrupted: false });
+    assert_eq!(end.expect("an end"), CellEnd { exit_code: 2, interrupted: false, exiting: false });
     // (Which stream is read first is select!'s choice.)
     let of = |stream| forwarded.iter().filter(|(s, _)| *s == stream).map(|(_, b)| b.clone()).collect::<Vec<_>>();
     assert_eq!((of(Stream::Stdout), of(Stream::Stderr)), (vec![b"out".to_vec()], vec![b"err".to_vec()]));

@@ -80,7 +80,10 @@ async fn sigint_interrupts_a_busy_cell_and_keeps_the_state() {
     let mut driver = Driver::start(Python).await;
     driver.run(Python, "kept = 'yes'").await.expect("", "", 0);
     let cell = driver.run_interrupted(Python, "print('started')\nwhile True:\n    pass", false).await;
-    assert_eq!((cell.stdout.as_str(), cell.end), ("started\n", CellEnd { exit_code: 130, interrupted: true }));
+    assert_eq!(
+        (cell.stdout.as_str(), cell.end),
+        ("started\n", CellEnd { exit_code: 130, interrupted: true, exiting: false })
+    );
     assert!(cell.stderr.starts_with("Traceback (most recent call last):\n  File \"<cell 2>\""), "{}", cell.stderr);
     assert!(cell.stderr.ends_with("\nKeyboardInterrupt\n"), "{}", cell.stderr);
     driver.run(Python, "kept").await.expect("'yes'\n", "", 0);
