@@ -447,11 +447,7 @@ impl Engine {
             layout: job.layout,
             mounts: job.mounts.clone(),
         };
-        let ran = if session == crate::SessionUse::Process {
-            self.sessions.run_process(live, job, parts, sink).await
-        } else {
-            self.sessions.call(live, job, parts, sink).await
-        };
+        let ran = self.sessions.run(live, job, parts, session, sink).await;
         match ran {
             Ok((outcome, report)) => (Ok(outcome), Some(report)),
             Err(error) => (Err(error), None),

@@ -204,17 +204,23 @@ impl Sessions {
         }
     }
 
-    /// Runs a cell in the conversation's live sandbox, in the language's persistent interpreter (see the module).
-    pub(crate) async fn call(
+    /// Runs the job in the conversation's live sandbox: a cell of the language's persistent interpreter, or with
+    /// [`crate::SessionUse::Process`] a process of its own (to its end, its deadline or its cancellation; what it
+    /// starts in the background stays).
+    pub(crate) async fn run(
         self: &Arc<Self>,
         backend: &dyn LiveBackend,
         job: Job,
         parts: SandboxParts,
+        how: crate::SessionUse,
         sink: &dyn OutputSink,
     ) -> Result<(RunOutcome, SessionReport)> {
         let conversation = parts.conversation.clone();
         let (live, sandbox_notice) = self.live(backend, &conversation, parts).await?;
-        let (outcome, mut report) = live.call(job, sink).await?;
+        let (outcome, mut report) = match how {
+            crate::SessionUse::Process => live.run_process(job, sink).await?,
+            _ => live.call(job, sink).await?,
+        };
         if let Some(notice) = sandbox_notice {
             report.state_lost = true;
             report.notice = Some(match report.notice.take() {
@@ -225,23 +231,6 @@ impl Sessions {
         if !live.is_usable(&self.config) {
             self.end(&live, &live.end_reason(&self.config)).await;
         }
-        Ok((outcome, report))
-    }
-
-    /// Runs the job's code as a process of its own in the conversation's live sandbox (a background command),
-    /// to its end, its deadline or its cancellation; what it starts in the background stays.
-    pub(crate) async fn run_process(
-        self: &Arc<Self>,
-        backend: &dyn LiveBackend,
-        job: Job,
-        parts: SandboxParts,
-        sink: &dyn OutputSink,
-    ) -> Result<(RunOutcome, SessionReport)> {
-        let conversation = parts.conversation.clone();
-        let (live, notice) = self.live(backend, &conversation, parts).await?;
-        let (outcome, mut report) = live.run_process(job, sink).await?;
-        report.state_lost = notice.is_some();
-        report.notice = notice;
         Ok((outcome, report))
     }
 
