@@ -14,6 +14,8 @@ import time
 from benchlib import Connection, free_port, print_latency_table, remove_work, round_robin, spawn_and_wait, start_server
 
 PYTHON = "/usr/bin/python3"
+# The scientific env of scripts/python-env.sh (numpy, pandas): the server's interpreter, as CI's and a data user's.
+ENV_PYTHON = "/opt/sandlot/python/bin/python"
 # A 200,000-row CSV the data-frame rows load: what an agent's "load the data, then ask questions" does.
 MAKE_FRAME = ("import numpy as np, pandas as pd\n"
               "pd.DataFrame(np.random.default_rng(1).random((200_000, 8)), columns=list('abcdefgh'))"
@@ -54,7 +56,7 @@ def main():
     work = tempfile.mkdtemp(prefix="sandlot-bench-session-")
     port = free_port()
     token = "bench-" + os.urandom(8).hex()
-    env = {"PATH": "/usr/bin:/bin", "SANDLOT_PYTHON": PYTHON, "SANDLOT_LOG": "error", "MCP_API_TOKEN": token,
+    env = {"PATH": "/usr/bin:/bin", "SANDLOT_PYTHON": ENV_PYTHON, "SANDLOT_LOG": "error", "MCP_API_TOKEN": token,
            "MCP_HTTP_ADDR": f"127.0.0.1:{port}", "SANDBOX_ROOT": os.path.join(work, "root"), "FILE_SECRET": "bench",
            "SANDLOT_TUNE_CGROUPS": "true"}
     env.update(setting.split("=", 1) for setting in args.env)
@@ -64,22 +66,24 @@ def main():
         call_ms(connection, "bench-session", "x = 1", True, expected="")
         rows = [
             ("bare python3", lambda: spawn_and_wait([PYTHON, "-c", "print(1)"], env)),
+            ("bare env python", lambda: spawn_and_wait([ENV_PYTHON, "-c", "print(1)"], env)),
             ("tools/call stateless", lambda: call_ms(connection, "bench-stateless", "print(1)", False)),
             ("tools/call session", lambda: call_ms(connection, "bench-session", "print(1)", True)),
         ]
         samples = round_robin(rows, args.runs, 10)
-        print(f"print(1), {args.runs} runs each, round-robin; interpreter {PYTHON}")
+        print(f"print(1), {args.runs} runs each, round-robin; bare python3 is {PYTHON}, the server's and the env's "
+              f"{ENV_PYTHON}")
         print_latency_table(samples, [name for name, _ in rows], "bare python3", "bare")
         print()
 
         call_ms(connection, "bench-frame", MAKE_FRAME, False, expected="")
         call_ms(connection, "bench-frame", LOAD, True, expected="")
         host_csv = os.path.join(work, "frame.csv")
-        spawn_and_wait([PYTHON, "-c", MAKE_FRAME.replace("/data/frame.csv", host_csv)], env)
+        spawn_and_wait([ENV_PYTHON, "-c", MAKE_FRAME.replace("/data/frame.csv", host_csv)], env)
         runs = max(10, args.runs // 10)
         rows = [
             ("bare python3, reload", lambda: spawn_and_wait(
-                [PYTHON, "-c", (LOAD + QUERY).replace("/data/frame.csv", host_csv)], env)),
+                [ENV_PYTHON, "-c", (LOAD + QUERY).replace("/data/frame.csv", host_csv)], env)),
             ("stateless call, reload", lambda: call_ms(connection, "bench-frame", LOAD + QUERY, False, "True\n")),
             ("session call, loaded", lambda: call_ms(connection, "bench-frame", QUERY, True, "True\n")),
         ]
@@ -88,13 +92,14 @@ def main():
         print_latency_table(samples, [name for name, _ in rows], "bare python3, reload", "bare")
         print()
 
-        idle = status(connection, "bench-session")
-        time.sleep(2)
+        time.sleep(2)  # idle: nothing of a call in flight
         idle = status(connection, "bench-session")
         usage = idle["usage"]
         print("an idle live sandbox with a Python interpreter loaded (after print(1) calls), sandbox_session status:")
         print(f"  cgroup memory.current  {usage['memoryBytes'] / 2**20:7.2f} MiB   (limit {usage['memoryLimitBytes'] >> 20} MiB)")
-        print(f"  processes              {', '.join(p['command'][:40] for p in idle['processes'])}")
+        commands = [p["command"].split(" -c ")[0] for p in idle["processes"]]
+        print(f"  processes              {len(commands)}: {', '.join(commands)} (the jail's init and pid 1, outside "
+              "the cgroup, are not counted here)")
     finally:
         server.terminate()
         server.wait(timeout=20)

@@ -399,20 +399,31 @@ impl Engine {
             }
         };
         crate::marks::mark("c.backend_done");
+        // One trip to the blocking pool for what the run left: whether `/data` is past its quota, what the
+        // conversations' budget counts for it, and the files a result lists.
+        let (workspaces, id, quota_limits) = (self.workspaces.clone(), conversation.clone(), limits.clone());
+        let (max_files, max_bytes) = (self.config.max_files_listed, self.config.max_listed_path_bytes);
+        let after = tokio::task::spawn_blocking(move || {
+            let over_quota = crate::over_quota(&files_dir, &quota_limits);
+            workspaces.remeasure(&id);
+            (over_quota, workspaces.list_within(&id, max_files, max_bytes))
+        })
+        .await
+        .map_err(|e| Error::io("list conversation directory", self.workspaces.files_dir(&conversation), e.into()));
+        let (over_quota, files) = match after {
+            Ok((over_quota, files)) => (over_quota, files),
+            Err(error) => (false, Err(error)),
+        };
         // A program that ended on its own past a quota: the kernel's `ENOSPC` on `/data`, or writes to a volume, came
         // before the watchdog's look.
         if matches!(outcome.termination, Termination::Exited { .. } | Termination::Signaled { .. })
-            && (crate::over_quota(&files_dir, &limits) || self.volumes_over_quota(mounts, &limits).await)
+            && (over_quota || self.volumes_over_quota(mounts, &limits).await)
         {
             outcome.termination = Termination::DiskQuotaExceeded;
         }
         self.admission.record_duration(outcome.duration);
         entry.finish(&outcome);
-        let workspaces = self.workspaces.clone();
-        let measured = conversation.clone();
-        // The conversations' budget learns what the run left on disk.
-        let _ = tokio::task::spawn_blocking(move || workspaces.remeasure(&measured)).await;
-        let files = self.list_files(&conversation).await?;
+        let files = files?;
         tracing::info!(
             run_id,
             exit_code = outcome.exit_code(),

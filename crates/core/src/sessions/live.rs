@@ -151,7 +151,7 @@ impl Live {
         let note = marker::Marker {
             session: self.id.clone(),
             boot: self.boot.clone(),
-            calls: self.calls.load(Ordering::SeqCst),
+            calls: ended.map(|_| self.calls.load(Ordering::SeqCst)),
             ended: ended.map(Into::into),
         };
         marker::write(&self.conversation_dir, &note);
@@ -164,9 +164,7 @@ impl Live {
 
     fn end_call(&self) -> u64 {
         *self.last_used.lock().unwrap_or_else(|e| e.into_inner()) = (Instant::now(), SystemTime::now());
-        let calls = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
-        self.note(None);
-        calls
+        self.calls.fetch_add(1, Ordering::SeqCst) + 1
     }
 
     /// A cell in the language's interpreter, started first when there is none.

@@ -14,8 +14,8 @@ pub struct Marker {
     pub session: String,
     /// The id of the server process that started it.
     pub boot: String,
-    /// Calls it served.
-    pub calls: u64,
+    /// Calls it served, noted when it ended (not after each call: a call costs no write).
+    pub calls: Option<u64>,
     /// Why it ended; `None` while it lives (or when its server died without saying).
     pub ended: Option<String>,
 }
@@ -41,7 +41,10 @@ pub fn write(conversation_dir: &Path, marker: &Marker) {
 /// What the next call says about the state a previous live sandbox had, if it is gone: `None` when there was none.
 pub fn lost_state_notice(previous: Option<&Marker>, boot: &str) -> Option<String> {
     let previous = previous?;
-    let what = format!("session {} ({} call{})", previous.session, previous.calls, plural(previous.calls));
+    let what = match previous.calls {
+        Some(calls) => format!("session {} ({calls} call{})", previous.session, plural(calls)),
+        None => format!("session {}", previous.session),
+    };
     Some(match (&previous.ended, previous.boot == boot) {
         (_, false) => format!(
             "the server restarted since this conversation's last session call, ending {what}: its interpreters, \
@@ -64,7 +67,7 @@ mod tests {
     use super::*;
 
     fn marker(boot: &str, ended: Option<&str>) -> Marker {
-        Marker { session: "s1".into(), boot: boot.into(), calls: 2, ended: ended.map(Into::into) }
+        Marker { session: "s1".into(), boot: boot.into(), calls: Some(2), ended: ended.map(Into::into) }
     }
 
     #[test]
