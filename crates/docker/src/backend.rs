@@ -107,7 +107,7 @@ impl DockerBackend {
             .map_err(|e| Error::engine("negotiate the API version", e))?;
         Ok(Self {
             runners: discover(&docker).await?,
-            live_image: crate::live::find_image(&docker).await?,
+            live_image: crate::live_image::find_image(&docker).await?,
             docker,
             config,
             closing: AtomicBool::new(false),

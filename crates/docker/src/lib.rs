@@ -9,6 +9,7 @@ mod backend;
 mod error;
 mod hardening;
 mod live;
+mod live_image;
 mod nosuid_root;
 
 pub use backend::{DockerBackend, DockerConfig};

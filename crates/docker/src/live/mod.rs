@@ -16,9 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
-use bollard::Docker;
 use bollard::models::ContainerCreateBody;
-use bollard::query_parameters::{ListImagesOptionsBuilder, WaitContainerOptionsBuilder};
+use bollard::query_parameters::WaitContainerOptionsBuilder;
 use futures::StreamExt;
 use sandlot_core::{Layout, LiveBackend, LiveSandbox, LiveSpec};
 
@@ -28,8 +27,6 @@ use crate::{Error, Result};
 use cgroup::Cgroup;
 use sandbox::DockerSandbox;
 
-/// The label of a live sandbox's image.
-pub(crate) const IMAGE_LABEL: &str = "sandbox.live=true";
 /// The label of a live sandbox's container: its value is the conversation.
 pub const LIVE_LABEL: &str = "sandlot.live";
 /// Where runner-live has esbuild (runners/Dockerfile-live), given to TypeScript processes as `SANDLOT_ESBUILD`.
@@ -38,15 +35,6 @@ pub(crate) const ESBUILD_PATH: &str = "/opt/esbuild/node_modules/esbuild";
 const SLEEPER_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
 /// The container's main process: it only waits, under Docker's init.
 const SLEEPER: [&str; 2] = ["sleep", "infinity"];
-
-/// The most recently created image labelled [`IMAGE_LABEL`], if any.
-pub(crate) async fn find_image(docker: &Docker) -> Result<Option<String>> {
-    let filters = HashMap::from([("label", vec![IMAGE_LABEL])]);
-    let options = ListImagesOptionsBuilder::default().filters(&filters).build();
-    let mut images = docker.list_images(Some(options)).await.map_err(|e| Error::engine("list images", e))?;
-    images.sort_by_key(|image| std::cmp::Reverse(image.created));
-    Ok(images.into_iter().next().map(|image| image.repo_tags.first().cloned().unwrap_or(image.id)))
-}
 
 impl DockerBackend {
     fn live_container_body(&self, spec: &LiveSpec, image: &str) -> ContainerCreateBody {
