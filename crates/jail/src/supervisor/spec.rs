@@ -60,11 +60,7 @@ pub fn build(job: &Job, runner: &HostRunner, resources: Resources) -> JailSpec {
         workspace: job.workspace.clone(),
         workspace_tree: resources.workspace_tree,
         home,
-        volumes: job
-            .mounts
-            .iter()
-            .map(|m| VolumeMount { host: m.host.clone(), path: m.path.clone().into(), read_only: m.read_only })
-            .collect(),
+        volumes: volume_mounts(&job.mounts),
         extra_ro_binds: runner.extra_ro_binds.clone(),
         cgroup_procs,
         slot_lock,
@@ -76,13 +72,7 @@ pub fn build(job: &Job, runner: &HostRunner, resources: Resources) -> JailSpec {
         sandbox_gid: identity.gid,
         hostname: identity.hostname,
         tmp_mb: limits.tmp_mb,
-        rlimits: RlimitSpec {
-            open_files: limits.open_files,
-            file_size_bytes: limits.disk_mb * 1024 * 1024,
-            cpu_seconds: limits.timeout.as_secs() + 1,
-            processes: no_cgroup.then_some(limits.pids),
-            data_bytes: no_cgroup.then_some(limits.memory_mb * 1024 * 1024),
-        },
+        rlimits: rlimits(limits, limits.timeout.as_secs() + 1, no_cgroup),
         landlock: true,
         resident: false,
     }
@@ -105,11 +95,7 @@ pub fn build_live(live: &LiveSpec, binds: Vec<PathBuf>, resources: Resources) ->
         workspace: live.workspace.clone(),
         workspace_tree: resources.workspace_tree,
         home: home_mount(live.layout, limits),
-        volumes: live
-            .mounts
-            .iter()
-            .map(|m| VolumeMount { host: m.host.clone(), path: m.path.clone().into(), read_only: m.read_only })
-            .collect(),
+        volumes: volume_mounts(&live.mounts),
         extra_ro_binds: binds,
         cgroup_procs,
         slot_lock,
@@ -121,16 +107,30 @@ pub fn build_live(live: &LiveSpec, binds: Vec<PathBuf>, resources: Resources) ->
         sandbox_gid: identity.gid,
         hostname: identity.hostname,
         tmp_mb: limits.tmp_mb,
-        rlimits: RlimitSpec {
-            open_files: limits.open_files,
-            file_size_bytes: limits.disk_mb * 1024 * 1024,
-            cpu_seconds: libc::RLIM_INFINITY,
-            processes: no_cgroup.then_some(limits.pids),
-            data_bytes: no_cgroup.then_some(limits.memory_mb * 1024 * 1024),
-        },
+        rlimits: rlimits(limits, libc::RLIM_INFINITY, no_cgroup),
         landlock: true,
         resident: true,
     }
+}
+
+/// A run's or a live sandbox's rlimits: `cpu_seconds` per process; without a cgroup slot, rlimits stand in for
+/// the pids and memory limits.
+fn rlimits(limits: &sandlot_core::Limits, cpu_seconds: u64, no_cgroup: bool) -> RlimitSpec {
+    RlimitSpec {
+        open_files: limits.open_files,
+        file_size_bytes: limits.disk_mb * 1024 * 1024,
+        cpu_seconds,
+        processes: no_cgroup.then_some(limits.pids),
+        data_bytes: no_cgroup.then_some(limits.memory_mb * 1024 * 1024),
+    }
+}
+
+/// The volumes (Baponi's) as the sandbox binds them.
+fn volume_mounts(mounts: &[sandlot_core::Mount]) -> Vec<VolumeMount> {
+    mounts
+        .iter()
+        .map(|m| VolumeMount { host: m.host.clone(), path: m.path.clone().into(), read_only: m.read_only })
+        .collect()
 }
 
 /// The environment every process of a live sandbox starts with, before its own: a run's, with `HOME` at the
