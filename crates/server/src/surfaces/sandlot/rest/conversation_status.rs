@@ -93,9 +93,9 @@ pub async fn get(
     Extension(caller): Extension<Caller>,
     Path(conversation): Path<String>,
 ) -> Response {
-    let conversation = match ConversationId::parse(&conversation) {
+    let conversation = match super::path_conversation(&conversation) {
         Ok(id) => id,
-        Err(error) => return rest_error(StatusCode::BAD_REQUEST, "invalid_argument", &error.to_string()),
+        Err(refused) => return *refused,
     };
     let tenant = caller.tenant();
     // Another tenant's conversation is answered exactly as one that does not exist.

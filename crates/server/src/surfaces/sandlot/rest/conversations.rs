@@ -20,9 +20,9 @@ pub async fn delete(
     Extension(caller): Extension<Caller>,
     Path(conversation): Path<String>,
 ) -> Response {
-    let conversation = match ConversationId::parse(&conversation) {
+    let conversation = match super::path_conversation(&conversation) {
         Ok(id) => id,
-        Err(error) => return rest_error(StatusCode::BAD_REQUEST, "invalid_argument", &error.to_string()),
+        Err(refused) => return *refused,
     };
     // Another tenant's conversation is answered exactly as one that does not exist.
     if let Err(error) = state.engine.check_conversation(&caller.tenant(), &conversation) {
@@ -63,9 +63,9 @@ pub async fn upload_url(
     Path(conversation): Path<String>,
     body: axum::body::Bytes,
 ) -> Response {
-    let conversation = match ConversationId::parse(&conversation) {
+    let conversation = match super::path_conversation(&conversation) {
         Ok(id) => id,
-        Err(error) => return rest_error(StatusCode::BAD_REQUEST, "invalid_argument", &error.to_string()),
+        Err(refused) => return *refused,
     };
     #[derive(serde::Deserialize)]
     struct UploadRequest {

@@ -5,3 +5,10 @@
 pub mod conversation_status;
 pub mod conversations;
 pub mod runs;
+
+/// The conversation id of a route's path, or the 400 `invalid_argument` every such route answers a malformed one with.
+fn path_conversation(text: &str) -> Result<sandlot_core::ConversationId, Box<axum::response::Response>> {
+    sandlot_core::ConversationId::parse(text).map_err(|error| {
+        Box::new(crate::kit::rest_error(axum::http::StatusCode::BAD_REQUEST, "invalid_argument", &error.to_string()))
+    })
+}
