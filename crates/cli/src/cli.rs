@@ -422,6 +422,19 @@ pub struct SandboxArgs {
     /// instead of creating one per run (about a millisecond of CPU less per run). `false`: a new one every run.
     #[arg(long, env = "SANDLOT_KEEP_NETNS", default_value_t = true, action = clap::ArgAction::Set)]
     pub keep_netns: bool,
+    /// Servers running as root: fork each Python run from an interpreter started once (a template), into the run's
+    /// own fresh sandbox, instead of starting an interpreter per run. `false`: every run starts its own.
+    #[arg(long, env = "SANDLOT_PYTHON_TEMPLATE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub python_template: bool,
+    /// Modules a second Python template imports before any code arrives (comma-separated); a run whose code names
+    /// one of them is forked from it. Modules the interpreter lacks are skipped. Empty: no second template.
+    #[arg(
+        long,
+        env = "SANDLOT_PYTHON_PRELOAD",
+        default_value = "numpy,pandas,matplotlib.pyplot",
+        value_delimiter = ','
+    )]
+    pub python_preload: Vec<String>,
     /// A conversation's live sandbox (its `session: true` calls') ends after this many seconds without a call.
     #[arg(long, env = "SANDLOT_SANDBOX_IDLE_SECS", default_value_t = sandlot_core::DEFAULT_SANDBOX_IDLE.as_secs(), value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_SECS))]
     pub sandbox_idle_secs: u64,

@@ -40,6 +40,21 @@ pub fn fork_init_for_one_shot() -> std::io::Result<ForkedInit> {
     Ok(ForkedInit::new(pid, ours))
 }
 
+/// The jail's seccomp program as bytes (`sock_filter`s), for what installs it outside the worker: a Python
+/// template's child (see `supervisor::python_template`). Empty if the program could not be built.
+pub(crate) fn seccomp_program_bytes() -> Vec<u8> {
+    sandbox::seccomp::program()
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|insn| {
+            let mut bytes = insn.code.to_ne_bytes().to_vec();
+            bytes.extend([insn.jt, insn.jf]);
+            bytes.extend(insn.k.to_ne_bytes());
+            bytes
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -109,6 +109,11 @@ pub struct JailSpec {
     /// unused.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub resident: bool,
+    /// A run forked from a Python template: pid 1 builds the filesystem and writes the code as for any run, starts
+    /// no worker, reports [`InitEvent::SandboxReady`] and waits (reaping) until its fd 0 closes, which the supervisor
+    /// does once the template's child, which ran the code, has ended; then it ends the run as usual.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub forked: bool,
 }
 
 /// What the supervisor asks a live sandbox's pid 1, one [`frame`] of JSON each on the init's fd 0 (a socket).
@@ -316,6 +321,7 @@ mod tests {
             },
             landlock: true,
             resident: false,
+            forked: false,
         }
     }
 

@@ -45,6 +45,8 @@ pub fn jail_backend(
     config.sandbox_uids = sandbox.sandbox_uid_range();
     config.probe_versions = probe_versions;
     config.keep_netns = server && sandbox.keep_netns;
+    let preload = sandbox.python_preload.iter().map(|m| m.trim().to_owned()).filter(|m| !m.is_empty()).collect();
+    config.python_preload = (server && sandbox.python_template).then_some(preload);
     config.skeleton_dir = server.then(|| sandbox.root.join(sandlot_jail::SKELETON_DIR_NAME));
     config.data_root = Some(sandbox.root.clone());
     config.tune_cgroups = sandbox.tune_cgroups;

@@ -86,22 +86,12 @@ fn run(sandbox: SandboxToRun) -> ! {
     if spec.resident {
         super::resident::serve(spec, &cgroups)
     }
-    let worker = match worker::spawn(&ProgramToStart::of_spec(spec, &cgroups)) {
-        Ok(worker) => worker,
-        Err(e) => SetupError::new("start the worker", e).report_and_exit(),
-    };
-    sandlot_core::marks::mark("p.worker_execd");
-    drop(cgroups);
-    close_stdio();
-    let status = loop {
-        match waitpid(None, None) {
-            Ok(WaitStatus::Exited(pid, code)) if pid == worker => break Termination::Exited { code },
-            Ok(WaitStatus::Signaled(pid, signal, _)) if pid == worker => {
-                break Termination::Signaled { signal: signal as i32 };
-            }
-            Ok(_) | Err(Errno::EINTR) => continue,
-            Err(e) => SetupError::new("wait for worker", e).report_and_exit(),
+    let status = match spec.forked {
+        true => {
+            drop(cgroups);
+            await_forked_program()
         }
+        false => start_and_wait_worker(spec, cgroups),
     };
     sandlot_core::marks::mark("p.worker_exit");
     end_every_process();
@@ -120,6 +110,61 @@ fn run(sandbox: SandboxToRun) -> ! {
     }
     // SAFETY: ends pid 1 (and with it the namespace) without running destructors of the forked image.
     unsafe { libc::_exit(0) }
+}
+
+/// Starts the worker, which execs the program, and reaps every process until the worker ends: its end.
+fn start_and_wait_worker(spec: &JailSpec, cgroups: Vec<File>) -> Termination {
+    let worker = match worker::spawn(&ProgramToStart::of_spec(spec, &cgroups)) {
+        Ok(worker) => worker,
+        Err(e) => SetupError::new("start the worker", e).report_and_exit(),
+    };
+    sandlot_core::marks::mark("p.worker_execd");
+    drop(cgroups);
+    close_stdio();
+    loop {
+        match waitpid(None, None) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == worker => return Termination::Exited { code },
+            Ok(WaitStatus::Signaled(pid, signal, _)) if pid == worker => {
+                return Termination::Signaled { signal: signal as i32 };
+            }
+            Ok(_) | Err(Errno::EINTR) => continue,
+            Err(e) => SetupError::new("wait for worker", e).report_and_exit(),
+        }
+    }
+}
+
+/// A forked run's wait (`spec.forked`): the program is a Python template's child, which the supervisor starts
+/// once pid 1 says the sandbox is ready, and whose end it learns from the template. Pid 1 only reaps what is
+/// orphaned into it until the supervisor closes its fd 0. The returned end is a placeholder the supervisor
+/// replaces with the template's word.
+fn await_forked_program() -> Termination {
+    // The program's output goes to pipes of its own: pid 1's copies of the init's would only keep them open.
+    for fd in 1..=2 {
+        // SAFETY: closes descriptor numbers this process owns and no longer uses.
+        unsafe { libc::close(fd) };
+    }
+    events::send(&InitEvent::SandboxReady);
+    let mut byte = [0u8; 1];
+    loop {
+        let mut poll = libc::pollfd { fd: 0, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd; a timeout, so that orphans are reaped while the program runs.
+        let ready = unsafe { libc::poll(&mut poll, 1, 100) };
+        while let Ok(status) = waitpid(None, Some(nix::sys::wait::WaitPidFlag::WNOHANG)) {
+            if status == WaitStatus::StillAlive {
+                break;
+            }
+        }
+        if ready > 0 {
+            // SAFETY: reads into a one-byte buffer of this stack; nothing is expected but the end of the stream.
+            let read = unsafe { libc::read(0, byte.as_mut_ptr().cast(), 1) };
+            if read <= 0 {
+                break;
+            }
+        }
+    }
+    // SAFETY: closes fd 0, pid 1's own.
+    unsafe { libc::close(0) };
+    Termination::Exited { code: 0 }
 }
 
 /// Unmounts the run's tmpfs mounts. Their pages are charged to the run's memory cgroup until the superblock goes,

@@ -19,6 +19,7 @@ mod live_state;
 mod live_usage;
 mod netns_pool;
 mod processes;
+mod python_template;
 mod run;
 mod runners;
 mod spec;
@@ -46,7 +47,8 @@ use crate::protocol::{HeldLock, Identity, InitEvent, SkeletonRequest};
 use ending::{Evidence, Waited};
 use launch::Launcher;
 use netns_pool::NetnsPool;
-use run::Run;
+use python_template::{PythonTemplates, TemplateSettings};
+use run::{ForkInto, Run};
 use spec::Resources;
 use uids::UidLeases;
 
@@ -81,6 +83,9 @@ pub struct JailConfig {
     /// An empty directory where a server's zygote (as root) caches the read-only skeleton, in its own mount
     /// namespace; a server uses `<root>/.jail-root`. `None`: each run assembles it.
     pub skeleton_dir: Option<PathBuf>,
+    /// Python runs forked from templates (servers as root), with these modules preloaded in the second one (see
+    /// `python_template`); `None`: each Python run starts its interpreter.
+    pub python_preload: Option<Vec<String>>,
 }
 
 impl JailConfig {
@@ -98,6 +103,7 @@ impl JailConfig {
             keep_netns: false,
             data_root: None,
             skeleton_dir: None,
+            python_preload: None,
         }
     }
 }
@@ -117,6 +123,8 @@ pub struct JailBackend {
     root: bool,
     /// Where live sandboxes' TypeScript loads esbuild from, and the prefixes to bind for it (see `find_esbuild`).
     esbuild: Option<(PathBuf, Vec<PathBuf>)>,
+    /// The Python templates Python runs are forked from (servers as root, when configured).
+    templates: Option<PythonTemplates>,
 }
 
 impl JailBackend {
@@ -141,7 +149,19 @@ impl JailBackend {
         let server = matches!(config.model, ProcessModel::Server { .. });
         let netns = (root && server && config.keep_netns).then(NetnsPool::default);
         let uids = UidLeases::new(config.sandbox_uids, config.uid_lock_dir.clone());
-        Ok(Self { config, launcher, netns, runners, refused, cgroups, uids, root, esbuild })
+        let python = runners.iter().find(|r| r.language == Language::Python);
+        let templates = match (&config.python_preload, python) {
+            (Some(preload), Some(python)) if root && server => {
+                let settings = TemplateSettings {
+                    preload: preload.clone(),
+                    env: spec::base_env(),
+                    seccomp: crate::seccomp_program_bytes(),
+                };
+                Some(PythonTemplates::start(&python.program, settings))
+            }
+            _ => None,
+        };
+        Ok(Self { config, launcher, netns, runners, refused, cgroups, uids, root, esbuild, templates })
     }
 
     /// Starts a server's warm inits now (call from within the runtime that will serve the runs).
@@ -149,6 +169,25 @@ impl JailBackend {
         if let Launcher::Server(pool) = &self.launcher {
             pool.refill();
         }
+    }
+
+    /// Waits until the Python templates are ready, at most `timeout`: whether they are (`true` without templates).
+    /// Runs before then start their own interpreter; tests wait, to know which way their runs go.
+    pub fn wait_for_templates(&self, timeout: std::time::Duration) -> bool {
+        let Some(templates) = &self.templates else { return true };
+        let deadline = std::time::Instant::now() + timeout;
+        while !templates.all_ready() {
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        true
+    }
+
+    /// Whether Python runs are forked from templates (configured, and a server as root).
+    pub fn forks_python(&self) -> bool {
+        self.templates.is_some()
     }
 
     /// Warm inits waiting now.
@@ -305,17 +344,36 @@ impl Backend for JailBackend {
                 .as_ref()
                 .map(|tree| HeldLock { holder_pid, fd: std::os::fd::AsRawFd::as_raw_fd(tree) }),
         };
-        let spec = spec::build(&job, runner, resources);
+        let mut spec = spec::build(&job, runner, resources);
+        let templates = self.templates.as_ref().filter(|templates| {
+            // A job's own PYTHON* variables change how an interpreter starts: that run starts its own.
+            spec.switch_to.is_some()
+                && !job.env.keys().any(|name| name.starts_with("PYTHON"))
+                && templates.can_fork(&runner.program, &job.code)
+        });
+        spec.forked = templates.is_some();
+        let forked = templates.map(|templates| ForkInto {
+            templates,
+            cgroup_procs: cgroup.as_ref().map(|c| c.procs_files()).unwrap_or_default(),
+        });
         let init = self.launcher.take()?;
         let (mut run, pipes) = Run::new(init, cgroup, uid);
         let capture_netns = self.netns.is_some() && spec.join_netns.is_none();
-        let finished = run.execute(pipes, &spec, &job, sink, capture_netns).await;
+        let finished = run.execute(pipes, &spec, &job, sink, capture_netns, forked).await;
         sandlot_core::marks::mark("c.executed");
         let oom_killed = run.oom_killed(); // read before the slot is released
         let program_ended = matches!(finished, Ok(ref f) if matches!(f.waited, Waited::ProgramEnded));
         run.release(program_ended, matches!(self.config.model, ProcessModel::OneShot)).await;
         sandlot_core::marks::mark("c.released");
-        let finished = finished?;
+        let mut finished = finished?;
+        match finished.forked.take() {
+            Some(Ok(end)) => finished.last_event = Some(InitEvent::ProgramEnded(end)),
+            Some(Err(error)) => {
+                finished.last_event =
+                    Some(InitEvent::SetupFailed { step: "fork from the Python template".into(), error })
+            }
+            None => {}
+        }
         // Every process of the program is gone: the run's network namespace may serve the conversation's next run.
         if let (Some(pool), Some(netns)) = (&self.netns, kept_netns.or(finished.new_netns)) {
             pool.give_back(job.workspace.clone(), netns);

@@ -4,13 +4,16 @@
 //! deadline and cancellation.
 
 use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use sandlot_core::{CapturedStream, Job, OutputChunk, OutputSink, Stream, stop_reason};
+use sandlot_core::{CapturedStream, Job, OutputChunk, OutputSink, Stream, Termination, stop_reason};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::pipe;
+use tokio::sync::watch;
 
 use super::cgroup::RunCgroup;
 use super::child::PidfdChild;
@@ -18,6 +21,7 @@ use super::ending::Waited;
 use super::error::{Error, Result};
 use super::init_process::{Init, InitPipes};
 use super::netns_pool::NetnsPool;
+use super::python_template::{ForkRequest, PythonTemplates, host_ids, pidfd_of};
 use super::uids::UidLease;
 use crate::protocol::{InitEvent, JailSpec, frame};
 
@@ -47,6 +51,24 @@ pub struct Finished {
     pub duration: Duration,
     /// The network namespace the init made, when asked to capture it.
     pub new_netns: Option<OwnedFd>,
+    /// A forked run's end as its template reported it, or why it could not run (`None`: not forked, or the sandbox
+    /// never got ready).
+    pub forked: Option<std::result::Result<Termination, String>>,
+}
+
+/// A run whose program a Python template forks into the sandbox (`spec.forked`; see `python_template`).
+pub struct ForkInto<'a> {
+    pub templates: &'a PythonTemplates,
+    /// The run's `cgroup.procs` files, which the child joins (opened here, as root).
+    pub cgroup_procs: Vec<PathBuf>,
+}
+
+/// Where a forked run's sandbox is: not ready yet, ready for the program, or never to be (its init's events ended).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Readiness {
+    Waiting,
+    Ready,
+    Over,
 }
 
 impl Run {
@@ -56,7 +78,8 @@ impl Run {
         (run, init.pipes)
     }
 
-    /// Runs `spec` for `job` to its end. With `capture_netns`, keeps the network namespace the init makes.
+    /// Runs `spec` for `job` to its end. With `capture_netns`, keeps the network namespace the init makes. With
+    /// `forked`, the program is a Python template's child, with pipes of its own.
     pub async fn execute(
         &mut self,
         pipes: InitPipes,
@@ -64,16 +87,37 @@ impl Run {
         job: &Job,
         sink: &dyn OutputSink,
         capture_netns: bool,
+        forked: Option<ForkInto<'_>>,
     ) -> Result<Finished> {
         let started = Instant::now();
         let spec_json = serde_json::to_vec(spec).map_err(|e| Error::io("encode spec", e.into()))?;
         let frame = frame(&spec_json); // in one write: a second would wake the init a second time
         let InitPipes { mut stdin, stdout, stderr, events } = pipes;
+        let (stdout, stderr, program_stdin, mut forked_stdio) = match forked {
+            None => (stdout, stderr, None, None),
+            Some(_) => {
+                let (stdout, stderr, stdin, stdio) =
+                    program_pipes().map_err(|e| Error::io("create the program's pipes", e))?;
+                (stdout, stderr, Some(stdin), Some(stdio))
+            }
+        };
+        let (readiness_tx, mut readiness) = watch::channel(Readiness::Waiting);
+        let (done_tx, mut done) = watch::channel(false);
         let feed = async move {
             // The program may exit without reading its input; a broken pipe then is not an error.
             let _ = stdin.write_all(&frame).await;
             sandlot_core::marks::mark("c.spec_sent");
-            let _ = stdin.write_all(&job.stdin).await;
+            match program_stdin {
+                None => {
+                    let _ = stdin.write_all(&job.stdin).await;
+                }
+                Some(mut program) => {
+                    let _ = program.write_all(&job.stdin).await;
+                    drop(program);
+                    // Pid 1 ends the run when its fd 0 closes: once the program has ended.
+                    let _ = done.wait_for(|done| *done).await;
+                }
+            }
         };
         let Self { process, cgroup, pid1, reaped, .. } = self;
         let (cgroup, pid1, reaped) = (&*cgroup, &*pid1, &*reaped);
@@ -84,6 +128,8 @@ impl Run {
         let read_events = async {
             let mut lines = BufReader::new(events).lines();
             let (mut last, mut netns) = (None, None);
+            // Pid 1 says it is ready and the init says which pid it is: two writers, in either order.
+            let mut sandbox_ready = false;
             while let Ok(Some(line)) = lines.next_line().await {
                 let event = match serde_json::from_str::<InitEvent>(&line) {
                     Ok(event) => event,
@@ -109,14 +155,33 @@ impl Run {
                         break;
                     }
                     InitEvent::SetupFailed { .. } => last = Some(event),
+                    InitEvent::SandboxReady => sandbox_ready = true,
                     // A live sandbox's events; a run's init never sends them.
-                    InitEvent::SandboxReady
-                    | InitEvent::ProcessStarted { .. }
+                    InitEvent::ProcessStarted { .. }
                     | InitEvent::ProcessFailed { .. }
                     | InitEvent::ProcessEnded { .. } => {}
                 }
+                if sandbox_ready && pid1.load(Ordering::SeqCst) > 0 {
+                    readiness_tx
+                        .send_if_modified(|state| std::mem::replace(state, Readiness::Ready) != Readiness::Ready);
+                }
             }
+            let _ = readiness_tx.send(Readiness::Over);
             (last, netns)
+        };
+        // A forked run: once the sandbox is ready, the template forks the program into it; its end closes pid 1's
+        // fd 0 (through `feed`), which ends the run.
+        let fork = async {
+            let forked = forked.as_ref()?;
+            let ready = readiness.wait_for(|state| *state != Readiness::Waiting).await.map(|state| *state);
+            let outcome = match (ready, forked_stdio.take()) {
+                (Ok(Readiness::Ready), Some(stdio)) => {
+                    Some(fork_program(forked, spec, pid1.load(Ordering::SeqCst), stdio).await)
+                }
+                _ => None,
+            };
+            let _ = done_tx.send(true);
+            outcome
         };
         let processes = || super::processes::run_processes(cgroup.as_ref(), pid1.load(Ordering::SeqCst));
         let cap = job.limits.max_output_bytes;
@@ -144,16 +209,16 @@ impl Run {
             }
             Ok(waited)
         };
-        let everything = async { tokio::join!(feed, read_events, read_stdout, read_stderr, wait) };
+        let everything = async { tokio::join!(feed, read_events, read_stdout, read_stderr, wait, fork) };
         let backstop = job.limits.timeout + KILL_GRACE + DRAIN_GRACE;
-        let Ok(((), (last_event, new_netns), stdout, stderr, waited)) =
+        let Ok(((), (last_event, new_netns), stdout, stderr, waited, forked)) =
             tokio::time::timeout(backstop, everything).await
         else {
             kill_everything(&self.process, &self.cgroup);
             return Err(Error::io("jail did not finish after its deadline", std::io::ErrorKind::TimedOut.into()));
         };
         tracing::debug!(run_id = job.run_id, elapsed_us = started.elapsed().as_micros() as u64, "jail finished");
-        Ok(Finished { waited: waited?, last_event, stdout, stderr, duration: started.elapsed(), new_netns })
+        Ok(Finished { waited: waited?, last_event, stdout, stderr, duration: started.elapsed(), new_netns, forked })
     }
 
     /// Whether the run's memory cgroup counted an OOM kill.
@@ -180,6 +245,41 @@ impl Run {
             });
         }
     }
+}
+
+/// A forked run's own pipes: the supervisor's ends (stdout, stderr, stdin) and the program's (stdin, stdout, stderr).
+fn program_pipes() -> std::io::Result<(pipe::Receiver, pipe::Receiver, pipe::Sender, [OwnedFd; 3])> {
+    let (stdin_read, stdin_write) = std::io::pipe()?;
+    let (stdout_read, stdout_write) = std::io::pipe()?;
+    let (stderr_read, stderr_write) = std::io::pipe()?;
+    Ok((
+        pipe::Receiver::from_owned_fd(stdout_read.into())?,
+        pipe::Receiver::from_owned_fd(stderr_read.into())?,
+        pipe::Sender::from_owned_fd(stdin_write.into())?,
+        [stdin_read.into(), stdout_write.into(), stderr_write.into()],
+    ))
+}
+
+/// Has the template fork the program into the sandbox of `pid1` and waits for its end.
+async fn fork_program(
+    forked: &ForkInto<'_>,
+    spec: &JailSpec,
+    pid1: i32,
+    stdio: [OwnedFd; 3],
+) -> std::result::Result<Termination, String> {
+    let ids = host_ids(pid1).map_err(|e| format!("read the ids of pid 1: {e}"))?;
+    let pid1 = pidfd_of(pid1).map_err(|e| format!("open a pidfd of pid 1: {e}"))?;
+    let cgroups = forked
+        .cgroup_procs
+        .iter()
+        .map(|path| std::fs::OpenOptions::new().write(true).open(path))
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|e| format!("open the run's cgroup.procs: {e}"))?;
+    let mut child =
+        forked.templates.fork(spec, ids, ForkRequest { pid1, stdio, cgroups }).map_err(|e| e.to_string())?;
+    child.started().await?;
+    sandlot_core::marks::mark("c.forked");
+    child.ended().await
 }
 
 /// SIGKILLs the sandbox's pid 1: the kernel then kills everything in its pid namespace, and the init (its parent)

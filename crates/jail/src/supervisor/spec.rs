@@ -35,6 +35,11 @@ const BASE_ENV: &[(&str, &str)] = &[
     ("NO_COLOR", "1"),
 ];
 
+/// The environment every program starts with (a Python template's too, which must start as a run's interpreter).
+pub fn base_env() -> Vec<(String, String)> {
+    BASE_ENV.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+}
+
 /// The spec of `job` run by `runner` with `resources`. Without a cgroup slot, rlimits stand in for the pids and
 /// memory limits.
 pub fn build(job: &Job, runner: &HostRunner, resources: Resources) -> JailSpec {
@@ -75,6 +80,7 @@ pub fn build(job: &Job, runner: &HostRunner, resources: Resources) -> JailSpec {
         rlimits: rlimits(limits, limits.timeout.as_secs() + 1, no_cgroup),
         landlock: true,
         resident: false,
+        forked: false,
     }
 }
 
@@ -110,6 +116,7 @@ pub fn build_live(live: &LiveSpec, binds: Vec<PathBuf>, resources: Resources) ->
         rlimits: rlimits(limits, libc::RLIM_INFINITY, no_cgroup),
         landlock: true,
         resident: true,
+        forked: false,
     }
 }
 

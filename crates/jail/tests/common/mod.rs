@@ -145,8 +145,10 @@ impl Sandbox {
         config.keep_netns = true;
         config.skeleton_dir = Some(root.path().join(sandlot_jail::SKELETON_DIR_NAME));
         config.data_root = Some(root.path().to_owned());
+        config.python_preload = Some(vec![]); // Python runs forked from a template, as a server's are
         configure(&mut config);
         let backend = Arc::new(JailBackend::new(config).expect("the native backend"));
+        assert!(backend.wait_for_templates(Duration::from_secs(60)), "the Python template did not start");
         Self::with_backend(root, backend, LaunchPath::ServerRoot, adjust)
     }
 

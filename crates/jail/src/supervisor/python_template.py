@@ -1,0 +1,347 @@
+# sandlot's Python template: one interpreter, started once with the preloaded modules imported, that forks a
+# child per run into that run's fresh sandbox (built by the jail as for any run) and never runs code itself.
+#
+# Wire: fd 3 is a SOCK_SEQPACKET socket to the supervisor. The template says b"ready" once its imports are done.
+# Each request is one message whose bytes are b"r" and whose descriptors (SCM_RIGHTS) are, in order: the setup
+# pipe (the child reads the run's JSON from it), the status pipe (the template writes "p <pid>", then "e <code>" or
+# "s <signal>"; the child writes "f <why>" if its setup fails), a pidfd of the run's pid 1, the program's stdin,
+# stdout and stderr, and the run's cgroup.procs files. The template itself reads nothing of the run: what the run
+# is (its uid, limits, environment) reaches only the child, so no run's data is ever in the template's memory for
+# a later run to find.
+#
+# Invariants: the template is single-threaded (forks and setns need it); it holds no descriptor but its socket and
+# its own pid namespace between requests; a child closes everything of the template's before the run's code runs.
+import ctypes
+import gc
+import os
+import select
+import socket
+import sys
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+SECCOMP_MODE_FILTER = 2
+SYS_CAPSET = 126
+SYS_LANDLOCK_CREATE_RULESET = 444
+SYS_LANDLOCK_ADD_RULE = 445
+SYS_LANDLOCK_RESTRICT_SELF = 446
+SYS_CLOSE_RANGE = 436
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+
+
+def check(result, what):
+    if result < 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+    return result
+
+
+def setns(fd, flags, what):
+    check(libc.setns(fd, flags), what)
+
+
+def preload(names):
+    for name in filter(None, names.split(",")):
+        try:
+            __import__(name.strip())
+        except Exception as error:  # a module that is missing or broken is simply not preloaded
+            print(f"sandlot template: not preloading {name}: {error}", file=sys.stderr)
+
+
+def serve(sock):
+    own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    children = {}  # pidfd -> (pid, status pipe)
+    gc.collect()
+    gc.freeze()  # the children's collections then leave the template's objects (and their pages) alone
+    sock.send(b"ready")
+    while True:
+        for fd, _ in poller.poll():
+            if fd == sock.fileno():
+                message, fds, _, _ = socket.recv_fds(sock, 16, 64)
+                if not message:
+                    os._exit(0)  # the supervisor is gone
+                start_child(sock, own_pidns, fds, poller, children)
+            else:
+                pid, status = children.pop(fd)
+                poller.unregister(fd)
+                os.close(fd)
+                _, code = os.waitpid(pid, 0)
+                report = f"s {os.WTERMSIG(code)}" if os.WIFSIGNALED(code) else f"e {os.waitstatus_to_exitcode(code)}"
+                write_line(status, report)
+                os.close(status)
+
+
+def write_line(fd, line):
+    try:
+        os.write(fd, (line + "\n").encode())
+    except OSError:
+        pass  # the supervisor stopped listening (the run was killed): nothing to tell
+
+
+def start_child(sock, own_pidns, fds, poller, children):
+    if len(fds) < 6:
+        for fd in fds:
+            os.close(fd)
+        return
+    status, pid1 = fds[1], fds[2]
+    try:
+        # The child is born in the run's pid namespace; the template's own children stay in its own.
+        setns(pid1, CLONE_NEWPID, "setns into the run's pid namespace")
+    except OSError as error:
+        write_line(status, f"f {error}")
+        for fd in fds:
+            os.close(fd)
+        return
+    pid = os.fork()
+    if pid == 0:
+        child(sock, own_pidns, fds)  # never returns
+    try:
+        setns(own_pidns, CLONE_NEWPID, "setns back into the template's pid namespace")
+    except OSError as error:
+        print(f"sandlot template: {error}", file=sys.stderr)
+        os._exit(1)  # the supervisor starts another
+    for fd in fds:
+        if fd != status:
+            os.close(fd)
+    pidfd = os.pidfd_open(pid)
+    children[pidfd] = (pid, status)
+    poller.register(pidfd, select.POLLIN)
+    write_line(status, f"p {pid}")
+
+
+def child(sock, own_pidns, fds):
+    status = fds[1]
+    step = "start"
+    try:
+        step = "read the run"
+        run = read_run(fds[0])
+        run_child(sock, own_pidns, fds, run)
+    except BaseException as error:  # noqa: BLE001 - any failure before the code runs is the setup's
+        write_line(status, f"f {step}: {error}")
+        os._exit(126)
+
+
+def read_run(fd):
+    import json
+
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    os.close(fd)
+    return json.loads(b"".join(chunks))
+
+
+def run_child(sock, own_pidns, fds, run):
+    status, pid1, stdin, stdout, stderr, cgroups = fds[1], fds[2], fds[3], fds[4], fds[5], fds[6:]
+    sock.close()
+    os.close(own_pidns)
+    # As root on the host: the network namespace (made by root, so only root may enter it), the run's cgroups.
+    setns(pid1, CLONE_NEWNET, "setns into the run's network namespace")
+    for procs in cgroups:
+        os.write(procs, b"0")
+        os.close(procs)
+    uid, gid = run["uid"], run["gid"]
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)  # every capability on the host is gone from here on
+    check(libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
+    # As the run's uid, which owns the run's user namespace: its namespaces, with every capability inside it.
+    setns(pid1, CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS, "setns into the run's namespaces")
+    os.close(pid1)
+    if cgroups:
+        check(libc.unshare(CLONE_NEWCGROUP), "unshare the cgroup namespace")
+    for target, fd in enumerate((stdin, stdout, stderr)):
+        os.dup2(fd, target)
+        os.close(fd)
+    import signal
+
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    os.setsid()
+    import resource
+
+    for name, soft, hard in run["rlimits"]:
+        resource.setrlimit(getattr(resource, name), (soft, hard))
+    os.chdir(run["cwd"])
+    drop_capabilities()
+    check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+    if run["landlock"]:
+        landlock(run["writable"])
+    if status > 3:
+        check(libc.syscall(SYS_CLOSE_RANGE, 3, status - 1, 0), "close_range")
+    check(libc.syscall(SYS_CLOSE_RANGE, status + 1, 0xFFFFFFFF, 0), "close_range")
+    install_seccomp(bytes.fromhex(run["seccomp"]))
+    os.close(status)
+    fresh_process(run)
+    run_main(run["code_path"])
+
+
+def drop_capabilities():
+    for cap in range(64):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0:
+            break  # past the kernel's last capability
+    check(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient capabilities")
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)
+    data = (ctypes.c_uint32 * 6)()
+    check(libc.syscall(SYS_CAPSET, header, data), "capset")
+
+
+# Landlock, as the jail's worker applies it (`sandbox/landlock.rs`): read and execute everywhere, write under the
+# writable directories, the harmless devices, and (ABI 6) no signals or abstract sockets out of the domain.
+LANDLOCK_FS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 4: (1 << 15) - 1, 5: (1 << 16) - 1}
+LANDLOCK_READ = (1 << 0) | (1 << 2) | (1 << 3)  # execute, read file, read dir
+LANDLOCK_FILE = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 14) | (1 << 15)  # what applies to a file that is no directory
+DEVICE_ACCESS = (1 << 0) | (1 << 2) | (1 << 1) | (1 << 15)  # read, write file, ioctl on devices
+WRITABLE_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty")
+
+
+class RulesetAttr(ctypes.Structure):
+    _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+
+class PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def landlock(writable):
+    abi = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, 0, 1)
+    if abi < 1:
+        return  # no Landlock in this kernel: best effort, as the worker's
+    handled = LANDLOCK_FS_BY_ABI[min(abi, 5)]
+    attr = RulesetAttr(handled, 0, 3 if abi >= 6 else 0)
+    size = 24 if abi >= 6 else 16  # the scoped field exists from ABI 6
+    ruleset = check(libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), size, 0), "landlock ruleset")
+
+    def allow(path, access):
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        try:
+            if not os.path.isdir(path):
+                access &= LANDLOCK_FILE
+            rule = PathBeneath(access & handled, fd)
+            check(libc.syscall(SYS_LANDLOCK_ADD_RULE, ruleset, 1, ctypes.byref(rule), 0), f"landlock rule {path}")
+        finally:
+            os.close(fd)
+
+    allow("/", LANDLOCK_READ)
+    for path in writable:
+        allow(path, handled)
+    for device in WRITABLE_DEVICES:
+        allow(device, DEVICE_ACCESS)
+    check(libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0), "landlock restrict")
+    os.close(ruleset)
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def install_seccomp(program):
+    if not program:
+        return
+    buffer = ctypes.create_string_buffer(program, len(program))
+    prog = SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
+
+
+def fresh_process(run):
+    """What a run must not share with the template or another run: its environment, arguments and random state."""
+    os.environ.clear()
+    os.environ.update(dict(run["env"]))
+    code_path = run["code_path"]
+    sys.argv = [code_path]
+    sys.path[0] = os.path.dirname(code_path)  # as `python <file>` sets it
+    import random
+
+    random.seed()  # also done by the module's own fork hook; said here so nobody needs to know that
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()  # the legacy global generator, seeded once at import in the template
+
+
+def run_main(code_path):
+    import builtins
+    import types
+
+    main = types.ModuleType("__main__")
+    main.__file__ = code_path
+    main.__builtins__ = builtins
+    main.__cached__ = None
+    sys.modules["__main__"] = main
+    code, interrupted = 0, False
+    try:
+        with open(code_path, "rb") as source:
+            compiled = compile(source.read(), code_path, "exec")
+        exec(compiled, main.__dict__)
+    except SystemExit as stop:
+        code = exit_code(stop)
+    except BaseException as error:  # noqa: BLE001 - the interpreter's own top level
+        code = report(error)
+        interrupted = isinstance(error, KeyboardInterrupt)
+    code = finish(code)
+    if interrupted:  # as the interpreter does: die of the SIGINT it did not handle
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code)
+
+
+def exit_code(stop):
+    if stop.code is None:
+        return 0
+    if isinstance(stop.code, int):
+        return stop.code & 0xFF
+    print(stop.code, file=sys.stderr)
+    return 1
+
+
+def report(error):
+    # Leave out this file's frame: the traceback reads as `python <file>`'s does.
+    traceback = error.__traceback__.tb_next if error.__traceback__ is not None else None
+    sys.excepthook(type(error), error, traceback)
+    return 1
+
+
+def finish(code):
+    """The interpreter's own end without its finalisation (the template's modules need none): threads, atexit, flush."""
+    try:
+        import threading
+
+        threading._shutdown()
+    except BaseException:  # noqa: BLE001
+        pass
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001
+            code = code or 120  # what the interpreter exits with when it cannot flush
+    return code
+
+
+def main():
+    sock = socket.socket(fileno=3)  # the template ends when the supervisor closes it
+    preload(os.environ.get("SANDLOT_TEMPLATE_PRELOAD", ""))
+    os.environ.pop("SANDLOT_TEMPLATE_PRELOAD", None)
+    sys.stdout.flush()
+    serve(sock)
+
+
+main()
