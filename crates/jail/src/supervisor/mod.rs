@@ -274,7 +274,18 @@ impl Backend for JailBackend {
         } else {
             ReadinessCheck::ok("runners", format!("{} languages", self.runners.len()))
         };
-        vec![jail, runners]
+        let mut checks = vec![jail, runners];
+        if let Some(templates) = &self.templates {
+            // Informational: until a template is ready, Python runs start their own interpreter (slower, not broken).
+            checks.push(ReadinessCheck::ok(
+                "python-template",
+                match templates.all_ready() {
+                    true => "ready: Python runs are forked from it",
+                    false => "starting: Python runs start their own interpreter until it is ready",
+                },
+            ));
+        }
+        checks
     }
 
     fn runners(&self) -> Vec<RunnerInfo> {

@@ -313,7 +313,7 @@ def exit_code(stop):
 def report(error):
     # Leave out this file's frame: the traceback reads as `python <file>`'s does.
     traceback = error.__traceback__.tb_next if error.__traceback__ is not None else None
-    sys.excepthook(type(error), error, traceback)
+    sys.excepthook(type(error), error.with_traceback(traceback), traceback)
     return 1
 
 

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Issue 32's latency and memory benchmark: stateless `tools/call` against bare interpreters, with Python runs forked
+from the server's templates (as shipped) and with every run starting its own interpreter
+(`SANDLOT_PYTHON_TEMPLATE=false`), interleaved in one run; then what the templates cost in memory.
+
+Usage: bench_fast.py SANDLOT [--runs N] [--python PATH]   (as root; PATH: the interpreter of both sides, by default
+the scientific one of scripts/python-env.sh when present, so that the pandas rows run)
+"""
+
+import argparse
+import json
+import os
+import tempfile
+import time
+import urllib.request
+
+from benchlib import Connection, free_port, print_latency_table, remove_work, round_robin, spawn_and_wait, start_server
+
+SCIENTIFIC = "/opt/sandlot/python/bin/python3"
+PANDAS = "import pandas; print(pandas.__version__)"
+
+
+def wait_for_templates(port, token):
+    """Waits until the server's readiness says its Python templates are ready."""
+    for _ in range(1200):
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/readyz", headers={"Authorization": f"Bearer {token}"})
+        checks = json.load(urllib.request.urlopen(request, timeout=5))["checks"]
+        template = [c for c in checks if c["name"] == "python-template"]
+        if not template or template[0]["detail"].startswith("ready"):
+            return
+        time.sleep(0.05)
+    raise SystemExit("the Python templates did not get ready")
+
+
+def pss_kib(pid):
+    """Proportional set size of one process (its share of pages it shares with others)."""
+    with open(f"/proc/{pid}/smaps_rollup") as rollup:
+        return next(int(line.split()[1]) for line in rollup if line.startswith("Pss:"))
+
+
+def descendants(pid):
+    """Pids of every process below `pid`."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def command_of(pid):
+    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+        parts = cmdline.read().split(b"\0")
+    if b"-c" in parts and b"sandlot's Python template" in b" ".join(parts):
+        with open(f"/proc/{pid}/environ", "rb") as environ:
+            preload = [v for v in environ.read().split(b"\0") if v.startswith(b"SANDLOT_TEMPLATE_PRELOAD=")]
+        return "Python template (preloaded)" if preload and preload[0].split(b"=", 1)[1] else "Python template (bare)"
+    return os.path.basename(parts[0].decode()) + (" " + parts[1].decode() if len(parts) > 1 and parts[1] else "")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("sandlot")
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--python", default=SCIENTIFIC if os.path.exists(SCIENTIFIC) else "/usr/bin/python3")
+    args = parser.parse_args()
+    sandlot, python = os.path.abspath(args.sandlot), args.python
+    work = tempfile.mkdtemp(prefix="sandlot-bench-fast-")
+    servers = {}
+    try:
+        connections = {}
+        for side, template in (("forked", "true"), ("exec", "false")):
+            port, token = free_port(), "bench-" + os.urandom(8).hex()
+            env = {"PATH": "/usr/bin:/bin", "SANDLOT_PYTHON": python, "SANDLOT_LOG": "error", "MCP_API_TOKEN": token,
+                   "MCP_HTTP_ADDR": f"127.0.0.1:{port}", "SANDBOX_ROOT": os.path.join(work, side),
+                   "FILE_SECRET": "bench", "SANDLOT_PYTHON_TEMPLATE": template}
+            servers[side] = start_server(sandlot, env, port)
+            wait_for_templates(port, token)
+            connections[side] = Connection(port, token)
+        has_pandas = spawn_and_wait_ok([python, "-c", "import pandas"])
+        version = None
+        if has_pandas:
+            version = os.popen(f"{python} -c 'import pandas; print(pandas.__version__)'").read()
+        rows = [
+            ("bare python -c 'print(1)'", lambda: spawn_and_wait([python, "-c", "print(1)"], {})),
+            ("tools/call print(1), forked", lambda: connections["forked"].run_code_ms()),
+            ("tools/call print(1), own interpreter", lambda: connections["exec"].run_code_ms()),
+        ]
+        if has_pandas:
+            rows += [
+                ("bare python -c 'import pandas'", lambda: spawn_and_wait([python, "-c", PANDAS], {})),
+                ("tools/call import pandas, forked", lambda: connections["forked"].run_code_ms(PANDAS, version)),
+                ("tools/call import pandas, own interpreter", lambda: connections["exec"].run_code_ms(PANDAS, version)),
+            ]
+        print(f"{args.runs} runs of each, interleaved; interpreter {python}", flush=True)
+        samples = round_robin(rows, args.runs, warmup=5)
+        names = [name for name, _ in rows]
+        print()
+        print_latency_table(samples, names[:3], names[0], "bare")
+        if has_pandas:
+            print()
+            print_latency_table(samples, names[3:], names[3], "bare")
+        print()
+        print("memory at rest, the shipped server (PSS, KiB)")
+        server = servers["forked"].pid
+        total = pss_kib(server)
+        print(f"{'sandlot serve':<32} {pss_kib(server):>8}")
+        for pid in descendants(server):
+            try:
+                pss, name = pss_kib(pid), command_of(pid)
+            except OSError:
+                continue
+            total += pss
+            print(f"{name[:32]:<32} {pss:>8}")
+        print(f"{'total':<32} {total:>8}")
+    finally:
+        for server in servers.values():
+            server.terminate()
+            server.wait(15)
+        remove_work(work)
+
+
+def spawn_and_wait_ok(argv):
+    try:
+        spawn_and_wait(argv, {})
+        return True
+    except SystemExit:
+        return False
+
+
+if __name__ == "__main__":
+    main()
