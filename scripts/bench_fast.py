@@ -8,28 +8,14 @@ the scientific one of scripts/python-env.sh when present, so that the pandas row
 """
 
 import argparse
-import json
 import os
 import tempfile
-import time
-import urllib.request
 
-from benchlib import Connection, free_port, print_latency_table, remove_work, round_robin, spawn_and_wait, start_server
+from benchlib import (Connection, free_port, print_latency_table, remove_work, round_robin, spawn_and_wait, start_server,
+                      wait_for_templates)
 
 SCIENTIFIC = "/opt/sandlot/python/bin/python3"
 PANDAS = "import pandas; print(pandas.__version__)"
-
-
-def wait_for_templates(port, token):
-    """Waits until the server's readiness says its Python templates are ready."""
-    for _ in range(1200):
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/readyz", headers={"Authorization": f"Bearer {token}"})
-        checks = json.load(urllib.request.urlopen(request, timeout=5))["checks"]
-        template = [c for c in checks if c["name"] == "python-template"]
-        if not template or template[0]["detail"].startswith("ready"):
-            return
-        time.sleep(0.05)
-    raise SystemExit("the Python templates did not get ready")
 
 
 def pss_kib(pid):

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import statistics
 import time
+import urllib.request
 
 
 def percentile(samples, p):
@@ -115,6 +116,18 @@ def start_server(sandlot, env, port):
             time.sleep(0.05)
     server.terminate()
     raise SystemExit("sandlot serve did not start")
+
+
+def wait_for_templates(port, token):
+    """Waits until the server's readiness says its Python templates are ready (at once without templates)."""
+    for _ in range(1200):
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/readyz", headers={"Authorization": f"Bearer {token}"})
+        checks = json.load(urllib.request.urlopen(request, timeout=5))["checks"]
+        template = [c for c in checks if c["name"] == "python-template"]
+        if not template or template[0]["detail"].startswith("ready"):
+            return
+        time.sleep(0.05)
+    raise SystemExit("the Python templates did not get ready")
 
 
 def free_port():

@@ -83,7 +83,9 @@ impl Live {
         config.keep_netns = true; // as a server: live sandboxes must still never join a kept namespace
         config.skeleton_dir = Some(root.path().join(sandlot_jail::SKELETON_DIR_NAME));
         config.data_root = Some(root.path().to_owned());
+        config.python_preload = Some(vec![]); // Python `-c` processes forked from the template, as a server's are
         let backend = Arc::new(JailBackend::new(config).expect("the native backend"));
+        assert!(backend.wait_for_templates(PATIENCE), "the Python template did not start");
         let workspaces = Workspaces::new(root.path());
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
         Self { _root: root, backend, workspaces, runtime }

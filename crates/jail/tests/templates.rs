@@ -27,9 +27,9 @@ fn main() {
     ]);
 }
 
-/// Code that says whether it runs in a child of a template (whose command line is the template's).
-const FORKED: &str = "print('forked' if b\"sandlot's Python template\" in open('/proc/self/cmdline', 'rb').read() \
-                      else 'execd')";
+/// Code that says whether it runs in a child of a template: its parent, the template, is outside its pid namespace
+/// (an exec'd program's parent is pid 1).
+const FORKED: &str = "import os as _os\nprint('forked' if _os.getppid() == 0 else 'execd')";
 
 fn run_ok(sandbox: &Sandbox, conversation: &str, code: &str) -> Result<String, Failed> {
     let report = sandbox.run(conversation, Language::Python, code);
@@ -155,7 +155,8 @@ for path in ('/usr/planted', '/etc/planted'):
 import ctypes
 libc = ctypes.CDLL(None, use_errno=True)
 print('unshare', libc.unshare(0x10000000), ctypes.get_errno())
-print(open('/proc/self/cgroup').read().splitlines()[-1])";
+print(open('/proc/self/cgroup').read().splitlines()[-1])
+print(' '.join(arg for arg in open('/proc/self/cmdline').read().split(chr(0)) if arg))";
     let forked = Sandbox::new(|_| {});
     let execd = Sandbox::with_config(|config| config.python_preload = None, |_| {});
     let mut seen = Vec::new();

@@ -23,6 +23,7 @@ use super::JailBackend;
 use super::error::{Error, Result};
 use super::init_process::LiveInit;
 use super::launch::Launcher;
+use super::live_forked::LiveFork;
 use super::live_sandbox::LiveJail;
 use super::live_state::{Held, LiveParts, LiveState};
 use super::spec::{self, Resources};
@@ -84,6 +85,18 @@ impl JailBackend {
                 .map(|tree| HeldLock { holder_pid, fd: std::os::fd::AsRawFd::as_raw_fd(tree) }),
         };
         let jail_spec = spec::build_live(&live, self.live_binds(), resources);
+        let python = self.runners.iter().find(|runner| runner.language == Language::Python);
+        let fork = match (&self.templates, python, &uid) {
+            (Some(templates), Some(python), Some(_)) => Some(LiveFork {
+                templates: Arc::clone(templates),
+                program: python.program.clone(),
+                rlimits: jail_spec.rlimits.clone(),
+                landlock: jail_spec.landlock,
+                home: jail_spec.home.clone(),
+                cgroup_procs: cgroup.as_ref().map(|c| c.procs_files()).unwrap_or_default(),
+            }),
+            _ => None,
+        };
         let LiveInit { process, channel, events } = LiveInit::from_zygote(pool.zygote())?;
         let init = crate::sys::pidfd_open(process.pid()).map_err(|e| Error::io("open a pidfd for the init", e))?;
         let state = LiveState::new(LiveParts {
@@ -96,7 +109,7 @@ impl JailBackend {
             init,
             held: Held { cgroup, uid, workspace_tree },
         });
-        LiveJail::start(state, process, events, &jail_spec).await
+        LiveJail::start(state, process, events, &jail_spec, fork).await
     }
 
     /// What each language's processes exec: its runner's program; TypeScript's is the JavaScript runner's `node`

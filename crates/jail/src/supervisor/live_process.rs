@@ -14,6 +14,7 @@ use tokio::net::unix::pipe;
 use tokio::sync::watch;
 
 use super::error::Error;
+use super::live_forked::{self, LiveFork};
 use super::live_state::LiveState;
 use crate::protocol::LiveRequest;
 
@@ -23,8 +24,9 @@ const START_PATIENCE: Duration = Duration::from_secs(30);
 /// The name of the variable that tells a TypeScript process where esbuild is.
 pub const ESBUILD_VARIABLE: &str = "SANDLOT_ESBUILD";
 
-/// Starts `spawn` in the sandbox of `state`.
-pub async fn spawn(state: &Arc<LiveState>, spawn: Spawn) -> sandlot_core::Result<LiveProcess> {
+/// Starts `spawn` in the sandbox of `state`: a Python `-c` process forked from the server's template when `fork` can
+/// (see `live_forked`), any other exec'd by pid 1.
+pub async fn spawn(state: &Arc<LiveState>, spawn: Spawn, fork: Option<&LiveFork>) -> sandlot_core::Result<LiveProcess> {
     let fault = |action: &str, e: std::io::Error| sandlot_core::Error::from(Error::io(action, e));
     let program = state
         .programs
@@ -38,6 +40,12 @@ pub async fn spawn(state: &Arc<LiveState>, spawn: Spawn) -> sandlot_core::Result
         env.insert(ESBUILD_VARIABLE.into(), esbuild.to_string_lossy().into_owned());
     }
     env.extend(spawn.env);
+    if let (Language::Python, Some(fork), Some(code)) = (spawn.language, fork, live_forked::code_of(&spawn.args)) {
+        let env: Vec<(String, String)> = env.clone().into_iter().collect();
+        if let Some(forked) = live_forked::spawn(state, fork, code, &env).await {
+            return forked;
+        }
+    }
     let pipes = || std::io::pipe().map_err(|e| fault("create a live process's pipes", e));
     let (stdin_theirs, stdin) = pipes()?;
     let (stdout, stdout_theirs) = pipes()?;

@@ -18,6 +18,7 @@ use tokio::sync::oneshot;
 
 use super::child::PidfdChild;
 use super::error::{Error, Result};
+use super::live_forked::LiveFork;
 use super::live_process;
 use super::live_state::LiveState;
 use super::live_usage;
@@ -33,16 +34,24 @@ const CLEANUP_PATIENCE: Duration = Duration::from_secs(30);
 /// A live sandbox of the native jail.
 pub struct LiveJail {
     state: Arc<LiveState>,
+    /// Its Python processes forked from the server's template, when there is one.
+    fork: Option<LiveFork>,
 }
 
 impl LiveJail {
     /// Builds the sandbox of `spec` in `init` (holding what `state` names), and waits until it is ready. On failure
     /// the sandbox is ended and its resources released before the error returns.
-    pub async fn start(state: LiveState, init: PidfdChild, events: pipe::Receiver, spec: &JailSpec) -> Result<Self> {
+    pub async fn start(
+        state: LiveState,
+        init: PidfdChild,
+        events: pipe::Receiver,
+        spec: &JailSpec,
+        fork: Option<LiveFork>,
+    ) -> Result<Self> {
         let state = Arc::new(state);
         let (ready, is_ready) = oneshot::channel();
         tokio::spawn(drive(Arc::clone(&state), init, events, ready));
-        let sandbox = Self { state }; // from here on, dropping it kills the sandbox
+        let sandbox = Self { state, fork }; // from here on, dropping it kills the sandbox
         let json = serde_json::to_vec(spec).map_err(|e| Error::io("encode a live sandbox's spec", e.into()))?;
         let outcome = match sandbox.state.send(&json, &[]).await {
             Err(e) => Err(Error::io("send a live sandbox's spec", e)),
@@ -123,14 +132,16 @@ impl LiveSandbox for LiveJail {
     }
 
     async fn spawn(&self, spawn: Spawn) -> sandlot_core::Result<LiveProcess> {
-        live_process::spawn(&self.state, spawn).await
+        live_process::spawn(&self.state, spawn, self.fork.as_ref()).await
     }
 
     async fn usage(&self) -> SandboxUsage {
         let pid1 = self.state.pid1().unwrap_or(0);
         let held = self.state.held();
         match held.as_ref() {
-            Some(held) if self.state.is_alive() => live_usage::usage(held.cgroup.as_ref(), pid1, &self.state.limits),
+            Some(held) if self.state.is_alive() => {
+                live_usage::usage(held.cgroup.as_ref(), pid1, &self.state.limits, self.state.reaped_cpu())
+            }
             _ => SandboxUsage::default(),
         }
     }

@@ -82,6 +82,8 @@ pub struct LiveState {
     alive: AtomicBool,
     /// Set once the sandbox has ended and everything it held is released.
     pub done: watch::Sender<bool>,
+    /// CPU of its processes reaped outside it (see `live_forked`), in microseconds.
+    reaped_cpu_micros: AtomicU64,
 }
 
 /// What a new [`LiveState`] is made of.
@@ -113,6 +115,7 @@ impl LiveState {
             held: Mutex::new(Some(held)),
             alive: AtomicBool::new(true),
             done: watch::Sender::new(false),
+            reaped_cpu_micros: AtomicU64::new(0),
         }
     }
 
@@ -167,7 +170,18 @@ impl LiveState {
     }
 
     /// The cgroup's OOM kills now (0 without one).
-    fn oom_count(&self) -> u64 {
+    /// Adds the CPU seconds of a process that ended outside pid 1's reach (a forked one, reaped by its template).
+    pub fn add_reaped_cpu(&self, seconds: f64) {
+        let micros = (seconds * 1e6) as u64;
+        self.reaped_cpu_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    /// CPU seconds of the processes [`Self::add_reaped_cpu`] counted.
+    pub fn reaped_cpu(&self) -> f64 {
+        self.reaped_cpu_micros.load(Ordering::Relaxed) as f64 / 1e6
+    }
+
+    pub fn oom_count(&self) -> u64 {
         self.held().as_ref().and_then(|held| held.cgroup.as_ref()).map_or(0, RunCgroup::oom_count)
     }
 

@@ -17,13 +17,19 @@ use super::processes::run_processes;
 const COMMAND_BYTES: usize = 256;
 
 /// The sandbox's usage now: `cgroup`'s counters, or without one the processes' resident memory against `limits`.
-pub fn usage(cgroup: Option<&RunCgroup>, pid1: i32, limits: &sandlot_core::Limits) -> SandboxUsage {
+/// `reaped_elsewhere`: CPU seconds of its processes that pid 1 did not reap (forked ones), which a v1 cgroup misses.
+pub fn usage(
+    cgroup: Option<&RunCgroup>,
+    pid1: i32,
+    limits: &sandlot_core::Limits,
+    reaped_elsewhere: f64,
+) -> SandboxUsage {
     let pids = sandbox_pids(cgroup, pid1);
     let cpu_of_processes = || {
         let running: f64 =
             pids.iter().filter_map(|pid| stat_of(*pid)).map(|s| s.cpu_seconds + s.children_seconds).sum();
         let reaped_by_pid1 = if pid1 > 0 { stat_of(pid1).map_or(0.0, |s| s.children_seconds) } else { 0.0 };
-        running + reaped_by_pid1
+        running + reaped_by_pid1 + reaped_elsewhere
     };
     match cgroup.map(RunCgroup::usage) {
         Some(counters) => SandboxUsage {

@@ -13,6 +13,7 @@ mod error;
 mod init_process;
 mod launch;
 mod live;
+mod live_forked;
 mod live_process;
 mod live_sandbox;
 mod live_state;
@@ -48,7 +49,7 @@ use ending::{Evidence, Waited};
 use launch::Launcher;
 use netns_pool::NetnsPool;
 use python_template::{PythonTemplates, TemplateSettings};
-use run::{ForkInto, Run};
+use run::{ForkFailure, ForkInto, Run};
 use spec::Resources;
 use uids::UidLeases;
 
@@ -124,7 +125,7 @@ pub struct JailBackend {
     /// Where live sandboxes' TypeScript loads esbuild from, and the prefixes to bind for it (see `find_esbuild`).
     esbuild: Option<(PathBuf, Vec<PathBuf>)>,
     /// The Python templates Python runs are forked from (servers as root, when configured).
-    templates: Option<PythonTemplates>,
+    templates: Option<std::sync::Arc<PythonTemplates>>,
 }
 
 impl JailBackend {
@@ -157,7 +158,7 @@ impl JailBackend {
                     env: spec::base_env(),
                     seccomp: crate::seccomp_program_bytes(),
                 };
-                Some(PythonTemplates::start(&python.program, settings))
+                Some(std::sync::Arc::new(PythonTemplates::start(&python.program, settings)))
             }
             _ => None,
         };
@@ -317,6 +318,33 @@ impl Backend for JailBackend {
             .iter()
             .find(|r| r.language == job.language)
             .ok_or_else(|| sandlot_core::Error::no_runner(job.language, self.runners.iter().map(|r| r.language)))?;
+        match self.run_once(&job, runner, sink, true).await? {
+            Ok(outcome) => Ok(outcome),
+            Err(ForkUnavailable(why)) => {
+                // The template went away before it forked anything (nothing of the program ran): run it again,
+                // starting its own interpreter.
+                tracing::info!(run_id = job.run_id, "the Python template could not fork ({why}); running it anew");
+                match self.run_once(&job, runner, sink, false).await? {
+                    Ok(outcome) => Ok(outcome),
+                    Err(ForkUnavailable(why)) => Err(Error::Setup { step: "run".into(), message: why }.into()),
+                }
+            }
+        }
+    }
+}
+
+/// A forked run whose template could not fork it (gone, or not listening): nothing of the program ran.
+struct ForkUnavailable(String);
+
+impl JailBackend {
+    /// One attempt at `job`, forked from a template when `may_fork` and one is ready.
+    async fn run_once(
+        &self,
+        job: &Job,
+        runner: &HostRunner,
+        sink: &dyn OutputSink,
+        may_fork: bool,
+    ) -> sandlot_core::Result<std::result::Result<RunOutcome, ForkUnavailable>> {
         // On disk the conversation belongs to the storage uid; the run sees it as its own leased uid (idmapped).
         sandlot_core::hand_over(&job.workspace, self.storage_owner())
             .map_err(|e| Error::io(format!("hand over {}", job.workspace.display()), e))?;
@@ -355,22 +383,24 @@ impl Backend for JailBackend {
                 .as_ref()
                 .map(|tree| HeldLock { holder_pid, fd: std::os::fd::AsRawFd::as_raw_fd(tree) }),
         };
-        let mut spec = spec::build(&job, runner, resources);
-        let templates = self.templates.as_ref().filter(|templates| {
+        let mut spec = spec::build(job, runner, resources);
+        let templates = self.templates.as_deref().filter(|templates| {
+            may_fork &&
             // A job's own PYTHON* variables change how an interpreter starts: that run starts its own.
             spec.switch_to.is_some()
                 && !job.env.keys().any(|name| name.starts_with("PYTHON"))
-                && templates.can_fork(&runner.program, &job.code)
+                && templates.can_fork(&runner.program, templates.choose(&job.code))
         });
         spec.forked = templates.is_some();
         let forked = templates.map(|templates| ForkInto {
             templates,
+            choice: templates.choose(&job.code),
             cgroup_procs: cgroup.as_ref().map(|c| c.procs_files()).unwrap_or_default(),
         });
         let init = self.launcher.take()?;
         let (mut run, pipes) = Run::new(init, cgroup, uid);
         let capture_netns = self.netns.is_some() && spec.join_netns.is_none();
-        let finished = run.execute(pipes, &spec, &job, sink, capture_netns, forked).await;
+        let finished = run.execute(pipes, &spec, job, sink, capture_netns, forked).await;
         sandlot_core::marks::mark("c.executed");
         let oom_killed = run.oom_killed(); // read before the slot is released
         let program_ended = matches!(finished, Ok(ref f) if matches!(f.waited, Waited::ProgramEnded));
@@ -379,7 +409,8 @@ impl Backend for JailBackend {
         let mut finished = finished?;
         match finished.forked.take() {
             Some(Ok(end)) => finished.last_event = Some(InitEvent::ProgramEnded(end)),
-            Some(Err(error)) => {
+            Some(Err(ForkFailure::Unavailable(why))) => return Ok(Err(ForkUnavailable(why))),
+            Some(Err(ForkFailure::Failed(error))) => {
                 finished.last_event =
                     Some(InitEvent::SetupFailed { step: "fork from the Python template".into(), error })
             }
@@ -392,8 +423,8 @@ impl Backend for JailBackend {
         // Only a shell's 128+SIGXFSZ needs the quota's word (see `ending::termination`).
         let shell_xfsz = matches!(finished.last_event, Some(InitEvent::ProgramEnded(Termination::Exited { code }))
             if code == 128 + libc::SIGXFSZ);
-        let evidence = Evidence { oom_killed, at_quota: shell_xfsz && sandlot_core::at_quota(&job) };
+        let evidence = Evidence { oom_killed, at_quota: shell_xfsz && sandlot_core::at_quota(job) };
         let termination = ending::termination(&finished.waited, finished.last_event.as_ref(), evidence)?;
-        Ok(RunOutcome::from_streams(termination, finished.stdout, finished.stderr, finished.duration))
+        Ok(Ok(RunOutcome::from_streams(termination, finished.stdout, finished.stderr, finished.duration)))
     }
 }

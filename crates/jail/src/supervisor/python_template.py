@@ -3,20 +3,28 @@
 #
 # Wire: fd 3 is a SOCK_SEQPACKET socket to the supervisor. The template says b"ready" once its imports are done.
 # Each request is one message whose bytes are b"r" and whose descriptors (SCM_RIGHTS) are, in order: the setup
-# pipe (the child reads the run's JSON from it), the status pipe (the template writes "p <pid>", then "e <code>" or
-# "s <signal>"; the child writes "f <why>" if its setup fails), a pidfd of the run's pid 1, the program's stdin,
+# pipe (the child reads the run's JSON from it), the status pipe (the template writes "p <pid>", then "e <code> <cpu>"
+# or "s <signal> <cpu>", cpu in seconds; the child writes "f <why>" if its setup fails), a pidfd of the run's pid 1, the program's stdin,
 # stdout and stderr, and the run's cgroup.procs files. The template itself reads nothing of the run: what the run
 # is (its uid, limits, environment) reaches only the child, so no run's data is ever in the template's memory for
 # a later run to find.
 #
-# Invariants: the template is single-threaded (forks and setns need it); it holds no descriptor but its socket and
+# The modules the child needs are imported here, once. Invariants: the template is single-threaded (forks and setns need it); it holds no descriptor but its socket and
 # its own pid namespace between requests; a child closes everything of the template's before the run's code runs.
+import atexit
+import builtins
 import ctypes
 import gc
+import json
 import os
+import random
+import resource
 import select
+import signal
 import socket
 import sys
+import threading
+import types
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000
@@ -80,9 +88,11 @@ def serve(sock):
                 pid, status = children.pop(fd)
                 poller.unregister(fd)
                 os.close(fd)
-                _, code = os.waitpid(pid, 0)
-                report = f"s {os.WTERMSIG(code)}" if os.WIFSIGNALED(code) else f"e {os.waitstatus_to_exitcode(code)}"
-                write_line(status, report)
+                _, code, usage = os.wait4(pid, 0)
+                end = f"s {os.WTERMSIG(code)}" if os.WIFSIGNALED(code) else f"e {os.waitstatus_to_exitcode(code)}"
+                # The CPU the child and what it reaped used: a v1 cgroup does not count it, and it is reaped here,
+                # not by the sandbox's pid 1.
+                write_line(status, f"{end} {usage.ru_utime + usage.ru_stime:.6f}")
                 os.close(status)
 
 
@@ -137,8 +147,6 @@ def child(sock, own_pidns, fds):
 
 
 def read_run(fd):
-    import json
-
     chunks = []
     while chunk := os.read(fd, 65536):
         chunks.append(chunk)
@@ -150,7 +158,9 @@ def run_child(sock, own_pidns, fds, run):
     status, pid1, stdin, stdout, stderr, cgroups = fds[1], fds[2], fds[3], fds[4], fds[5], fds[6:]
     sock.close()
     os.close(own_pidns)
-    # As root on the host: the network namespace (made by root, so only root may enter it), the run's cgroups.
+    # As root on the host: the command line an exec'd run would have (the template's is not the run's business),
+    # the network namespace (made by root, so only root may enter it), the run's cgroups.
+    set_command_line(run["command"])
     setns(pid1, CLONE_NEWNET, "setns into the run's network namespace")
     for procs in cgroups:
         os.write(procs, b"0")
@@ -168,26 +178,38 @@ def run_child(sock, own_pidns, fds, run):
     for target, fd in enumerate((stdin, stdout, stderr)):
         os.dup2(fd, target)
         os.close(fd)
-    import signal
-
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
     os.setsid()
-    import resource
-
     for name, soft, hard in run["rlimits"]:
         resource.setrlimit(getattr(resource, name), (soft, hard))
     os.chdir(run["cwd"])
     drop_capabilities()
     check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
     if run["landlock"]:
-        landlock(run["writable"])
+        landlock(run["writable"], run["scoped"])
     if status > 3:
         check(libc.syscall(SYS_CLOSE_RANGE, 3, status - 1, 0), "close_range")
     check(libc.syscall(SYS_CLOSE_RANGE, status + 1, 0xFFFFFFFF, 0), "close_range")
     install_seccomp(bytes.fromhex(run["seccomp"]))
     os.close(status)
     fresh_process(run)
-    run_main(run["code_path"])
+    run_main(run["program"])
+
+
+def set_command_line(args):
+    """Shows `args` as this process's command line (`/proc/<pid>/cmdline`, `ps`), setproctitle's way: written over
+    the template's own argument area (its source, far longer than any command line shown), the first NUL ending it,
+    the area's last byte not a NUL (which tells the kernel the area was rewritten). `PR_SET_MM` would need
+    CAP_SYS_RESOURCE, which not every host grants."""
+    with open("/proc/self/stat", "rb") as stat:
+        fields = stat.read().rsplit(b")", 1)[1].split()
+    start, end = int(fields[45]), int(fields[46])  # arg_start and arg_end, fields 48 and 49 of stat(5)
+    size = end - start
+    if size < 2:
+        return
+    shown = " ".join(args).encode()[: size - 2]
+    area = shown + b"\0" * (size - len(shown) - 1) + b" "
+    ctypes.memmove(start, area, size)
 
 
 def drop_capabilities():
@@ -218,12 +240,12 @@ class PathBeneath(ctypes.Structure):
     _fields_ = [("allowed", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-def landlock(writable):
+def landlock(writable, scoped):
     abi = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, 0, 1)
     if abi < 1:
         return  # no Landlock in this kernel: best effort, as the worker's
     handled = LANDLOCK_FS_BY_ABI[min(abi, 5)]
-    attr = RulesetAttr(handled, 0, 3 if abi >= 6 else 0)
+    attr = RulesetAttr(handled, 0, 3 if abi >= 6 and scoped else 0)
     size = 24 if abi >= 6 else 16  # the scoped field exists from ABI 6
     ruleset = check(libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), size, 0), "landlock ruleset")
 
@@ -262,30 +284,29 @@ def fresh_process(run):
     """What a run must not share with the template or another run: its environment, arguments and random state."""
     os.environ.clear()
     os.environ.update(dict(run["env"]))
-    code_path = run["code_path"]
-    sys.argv = [code_path]
-    sys.path[0] = os.path.dirname(code_path)  # as `python <file>` sets it
-    import random
-
+    sys.argv = run["argv"]
+    sys.path[0] = run["path0"]  # as `python <file>` or `python -c` sets it
     random.seed()  # also done by the module's own fork hook; said here so nobody needs to know that
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         numpy.random.seed()  # the legacy global generator, seeded once at import in the template
 
 
-def run_main(code_path):
-    import builtins
-    import types
-
+def run_main(program):
+    """Runs the program as `python <file>` (`{"file": path}`) or `python -c <code>` (`{"code": code}`) would."""
     main = types.ModuleType("__main__")
-    main.__file__ = code_path
+    if "file" in program:
+        main.__file__ = program["file"]
     main.__builtins__ = builtins
     main.__cached__ = None
     sys.modules["__main__"] = main
     code, interrupted = 0, False
     try:
-        with open(code_path, "rb") as source:
-            compiled = compile(source.read(), code_path, "exec")
+        if "file" in program:
+            with open(program["file"], "rb") as source:
+                compiled = compile(source.read(), program["file"], "exec")
+        else:
+            compiled = compile(program["code"], "<string>", "exec")
         exec(compiled, main.__dict__)
     except SystemExit as stop:
         code = exit_code(stop)
@@ -294,8 +315,6 @@ def run_main(code_path):
         interrupted = isinstance(error, KeyboardInterrupt)
     code = finish(code)
     if interrupted:  # as the interpreter does: die of the SIGINT it did not handle
-        import signal
-
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
     os._exit(code)
@@ -320,13 +339,9 @@ def report(error):
 def finish(code):
     """The interpreter's own end without its finalisation (the template's modules need none): threads, atexit, flush."""
     try:
-        import threading
-
         threading._shutdown()
     except BaseException:  # noqa: BLE001
         pass
-    import atexit
-
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -22,7 +22,7 @@ use sandlot_core::Termination;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::unix::pipe;
 
-use crate::protocol::{JailSpec, RlimitSpec};
+use crate::protocol::{HomeMount, RlimitSpec};
 
 /// The template's program, run with `python -c`.
 const TEMPLATE_SOURCE: &str = include_str!("python_template.py");
@@ -63,6 +63,15 @@ struct Template {
     ready: Mutex<Option<Arc<OwnedFd>>>,
 }
 
+/// Which of the two templates a child is forked from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    /// The bare interpreter: the cheapest fork.
+    Bare,
+    /// The one with the preloaded modules (the bare one when none are configured).
+    Loaded,
+}
+
 /// What a run forked from a template needs from the supervisor.
 pub struct ForkRequest {
     /// A pidfd of the run's pid 1 (its namespaces are the run's).
@@ -73,9 +82,34 @@ pub struct ForkRequest {
     pub cgroups: Vec<std::fs::File>,
 }
 
+/// What a child runs: a file of the sandbox, as `python <file>` does, or code, as `python -c <code>` does.
+pub enum Program<'a> {
+    File(&'a Path),
+    Code(&'a str),
+}
+
+/// How a child confines itself, and what it runs.
+pub struct ChildSpec<'a> {
+    /// The host uid and gid of the sandbox's pid 1, which the child takes.
+    pub ids: (u32, u32),
+    pub rlimits: &'a RlimitSpec,
+    pub landlock: bool,
+    /// Landlock's scopes (no signal to, no abstract socket of, a process outside the child's domain): a run is
+    /// alone in its sandbox; a live sandbox's processes must reach each other, and the others are in pid 1's domain.
+    pub scoped: bool,
+    pub home: Option<&'a HomeMount>,
+    /// The whole environment.
+    pub env: &'a [(String, String)],
+    pub program: Program<'a>,
+    /// The command line it shows (`/proc/<pid>/cmdline`): the exec'd equivalent's.
+    pub command: Vec<String>,
+}
+
 /// A run's child of a template, as the template reports it.
 pub struct Forked {
     status: BufReader<pipe::Receiver>,
+    /// The status pipe closed before the template said anything: it was gone, no child was made.
+    gone: bool,
 }
 
 impl PythonTemplates {
@@ -112,26 +146,33 @@ impl PythonTemplates {
         [Some(&self.bare), self.loaded.as_ref()].into_iter().flatten().all(|template| template.is_ready())
     }
 
-    /// Whether a run of `program` with `code` can be forked now: its template is ready.
-    pub fn can_fork(&self, program: &Path, code: &str) -> bool {
-        program == self.program && self.pick(code).is_ready()
+    /// Which template a run of `code` is forked from: the loaded one when the code names one of its modules.
+    pub fn choose(&self, code: &str) -> Choice {
+        match self.loaded_names.iter().any(|name| mentions(code, name)) {
+            true => Choice::Loaded,
+            false => Choice::Bare,
+        }
     }
 
-    /// The template for `code`: the loaded one when the code names one of its modules.
-    fn pick(&self, code: &str) -> &Template {
-        match &self.loaded {
-            Some(loaded) if self.loaded_names.iter().any(|name| mentions(code, name)) => loaded,
+    /// Whether a process of `program` can be forked from `choice` now: that template is ready.
+    pub fn can_fork(&self, program: &Path, choice: Choice) -> bool {
+        program == self.program && self.template(choice).is_ready()
+    }
+
+    /// The template of `choice` (the bare one when there is no loaded one).
+    fn template(&self, choice: Choice) -> &Template {
+        match (&self.loaded, choice) {
+            (Some(loaded), Choice::Loaded) => loaded,
             _ => &self.bare,
         }
     }
 
-    /// Forks the child that runs `spec`'s code into the sandbox of `request.pid1`, whose pid 1 runs as `ids` on the
-    /// host.
-    pub fn fork(&self, spec: &JailSpec, ids: (u32, u32), request: ForkRequest) -> std::io::Result<Forked> {
-        let template = self.pick(&spec.code);
+    /// Forks a child of the template of `choice` into the sandbox of `request.pid1`, to run `child`.
+    pub fn fork(&self, choice: Choice, child: &ChildSpec, request: ForkRequest) -> std::io::Result<Forked> {
+        let template = self.template(choice);
         let socket = template.ready.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let socket = socket.ok_or_else(|| std::io::Error::other("the Python template is not running"))?;
-        let run = self.run_json(spec, ids);
+        let run = self.run_json(child);
         let setup = memfd_with(&run)?;
         let (status_read, status_write) = std::io::pipe()?;
         let mut fds: Vec<RawFd> = vec![setup.as_raw_fd(), status_write.as_raw_fd(), request.pid1.as_raw_fd()];
@@ -149,27 +190,39 @@ impl PythonTemplates {
             return Err(std::io::Error::other(format!("send a run to the Python template: {e}")));
         }
         let status = pipe::Receiver::from_owned_fd(OwnedFd::from(status_read))?;
-        Ok(Forked { status: BufReader::new(status) })
+        Ok(Forked { status: BufReader::new(status), gone: false })
     }
 
     /// The run as the child reads it (see `python_template.py`).
-    fn run_json(&self, spec: &JailSpec, (uid, gid): (u32, u32)) -> Vec<u8> {
-        let home = spec.home.as_ref();
+    fn run_json(&self, child: &ChildSpec) -> Vec<u8> {
+        let (uid, gid) = child.ids;
+        let home = child.home;
         let cwd = match home {
             Some(home) if home.scratch_mb.is_none() => home.path.clone(),
             _ => PathBuf::from("/data"),
         };
         let mut writable: Vec<PathBuf> = ["/data", "/tmp", "/dev/shm"].into_iter().map(PathBuf::from).collect();
         writable.extend(home.map(|home| home.path.clone()));
+        let (program, argv, path0) = match child.program {
+            Program::File(path) => {
+                let dir = path.parent().unwrap_or(Path::new("/"));
+                (serde_json::json!({ "file": path }), vec![path.to_string_lossy().into_owned()], dir.to_owned())
+            }
+            Program::Code(code) => (serde_json::json!({ "code": code }), vec!["-c".to_owned()], PathBuf::new()),
+        };
         let run = serde_json::json!({
             "uid": uid,
             "gid": gid,
             "cwd": cwd,
-            "rlimits": rlimits(&spec.rlimits),
-            "landlock": spec.landlock,
+            "rlimits": rlimits(child.rlimits),
+            "landlock": child.landlock,
+            "scoped": child.scoped,
             "writable": writable,
-            "env": spec.env,
-            "code_path": spec.code_path,
+            "env": child.env,
+            "program": program,
+            "argv": argv,
+            "command": child.command,
+            "path0": path0,
             "seccomp": self.seccomp_hex,
         });
         run.to_string().into_bytes()
@@ -221,24 +274,39 @@ impl Forked {
             Some(('p', pid)) => pid.parse().map_err(|_| format!("the Python template said {pid:?}")),
             Some(('f', why)) => Err(why),
             Some((_, line)) => Err(format!("the Python template said {line:?}")),
-            None => Err("the Python template is gone".into()),
+            None => {
+                self.gone = true;
+                Err("the Python template is gone".into())
+            }
         }
     }
 
-    /// How the child ended; `Err` with its reason if its setup failed.
-    pub async fn ended(&mut self) -> Result<Termination, String> {
+    /// Whether the template was gone before it answered [`Self::started`].
+    pub fn gone(&self) -> bool {
+        self.gone
+    }
+
+    /// How the child ended and the CPU seconds it used; `Err` with its reason if its setup failed.
+    pub async fn ended(&mut self) -> Result<(Termination, f64), String> {
         let mut failure = None;
         loop {
-            match self.next().await {
-                Some(('f', why)) => failure = Some(why),
-                Some(('e', code)) if failure.is_none() => {
-                    return code.parse().map(|code| Termination::Exited { code }).map_err(|_| code);
+            let end = self.next().await;
+            let (number, cpu) = match &end {
+                Some((_, rest)) => {
+                    let mut fields = rest.split_whitespace();
+                    (fields.next().and_then(|n| n.parse().ok()), fields.next().and_then(|c| c.parse().ok()))
                 }
-                Some(('s', signal)) if failure.is_none() => {
-                    return signal.parse().map(|signal| Termination::Signaled { signal }).map_err(|_| signal);
+                None => (None, None),
+            };
+            let cpu = cpu.unwrap_or(0.0);
+            match (end, number) {
+                (Some(('f', why)), _) => failure = Some(why),
+                (Some(('e', _)), Some(code)) if failure.is_none() => return Ok((Termination::Exited { code }, cpu)),
+                (Some(('s', _)), Some(signal)) if failure.is_none() => {
+                    return Ok((Termination::Signaled { signal }, cpu));
                 }
-                Some(_) => return Err(failure.unwrap_or_else(|| "the Python template said nonsense".into())),
-                None => return Err(failure.unwrap_or_else(|| "the Python template is gone".into())),
+                (Some(_), _) => return Err(failure.unwrap_or_else(|| "the Python template said nonsense".into())),
+                (None, _) => return Err(failure.unwrap_or_else(|| "the Python template is gone".into())),
             }
         }
     }

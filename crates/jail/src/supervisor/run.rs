@@ -21,7 +21,7 @@ use super::ending::Waited;
 use super::error::{Error, Result};
 use super::init_process::{Init, InitPipes};
 use super::netns_pool::NetnsPool;
-use super::python_template::{ForkRequest, PythonTemplates, host_ids, pidfd_of};
+use super::python_template::{ChildSpec, Choice, ForkRequest, Program, PythonTemplates, host_ids, pidfd_of};
 use super::uids::UidLease;
 use crate::protocol::{InitEvent, JailSpec, frame};
 
@@ -53,12 +53,21 @@ pub struct Finished {
     pub new_netns: Option<OwnedFd>,
     /// A forked run's end as its template reported it, or why it could not run (`None`: not forked, or the sandbox
     /// never got ready).
-    pub forked: Option<std::result::Result<Termination, String>>,
+    pub forked: Option<std::result::Result<Termination, ForkFailure>>,
+}
+
+/// Why a forked run did not end with its program's end.
+pub enum ForkFailure {
+    /// The template was not there to fork it: nothing of the program ran (the run may be tried again).
+    Unavailable(String),
+    /// The program's child failed to set up, or its template died while it ran.
+    Failed(String),
 }
 
 /// A run whose program a Python template forks into the sandbox (`spec.forked`; see `python_template`).
 pub struct ForkInto<'a> {
     pub templates: &'a PythonTemplates,
+    pub choice: Choice,
     /// The run's `cgroup.procs` files, which the child joins (opened here, as root).
     pub cgroup_procs: Vec<PathBuf>,
 }
@@ -266,20 +275,39 @@ async fn fork_program(
     spec: &JailSpec,
     pid1: i32,
     stdio: [OwnedFd; 3],
-) -> std::result::Result<Termination, String> {
-    let ids = host_ids(pid1).map_err(|e| format!("read the ids of pid 1: {e}"))?;
-    let pid1 = pidfd_of(pid1).map_err(|e| format!("open a pidfd of pid 1: {e}"))?;
+) -> std::result::Result<Termination, ForkFailure> {
+    fn failed(what: &'static str) -> impl Fn(std::io::Error) -> ForkFailure {
+        move |e| ForkFailure::Failed(format!("{what}: {e}"))
+    }
+    let ids = host_ids(pid1).map_err(failed("read the ids of pid 1"))?;
+    let pid1 = pidfd_of(pid1).map_err(failed("open a pidfd of pid 1"))?;
     let cgroups = forked
         .cgroup_procs
         .iter()
         .map(|path| std::fs::OpenOptions::new().write(true).open(path))
         .collect::<std::io::Result<Vec<_>>>()
-        .map_err(|e| format!("open the run's cgroup.procs: {e}"))?;
+        .map_err(failed("open the run's cgroup.procs"))?;
+    let child = ChildSpec {
+        ids,
+        rlimits: &spec.rlimits,
+        landlock: spec.landlock,
+        scoped: true,
+        home: spec.home.as_ref(),
+        env: &spec.env,
+        program: Program::File(&spec.code_path),
+        command: std::iter::once(spec.program.to_string_lossy().into_owned())
+            .chain(spec.args.iter().cloned())
+            .collect(),
+    };
+    let request = ForkRequest { pid1, stdio, cgroups };
     let mut child =
-        forked.templates.fork(spec, ids, ForkRequest { pid1, stdio, cgroups }).map_err(|e| e.to_string())?;
-    child.started().await?;
+        forked.templates.fork(forked.choice, &child, request).map_err(|e| ForkFailure::Unavailable(e.to_string()))?;
+    if let Err(why) = child.started().await {
+        return Err(if child.gone() { ForkFailure::Unavailable(why) } else { ForkFailure::Failed(why) });
+    }
     sandlot_core::marks::mark("c.forked");
-    child.ended().await
+    // A run's cgroup counts its CPU; nobody asks a run's total.
+    child.ended().await.map(|(end, _cpu)| end).map_err(ForkFailure::Failed)
 }
 
 /// SIGKILLs the sandbox's pid 1: the kernel then kills everything in its pid namespace, and the init (its parent)
