@@ -67,6 +67,10 @@ def preload(names):
             __import__(name.strip())
         except Exception as error:  # a module that is missing or broken is simply not preloaded
             print(f"sandlot template: not preloading {name}: {error}", file=sys.stderr)
+    if "matplotlib.pyplot" in sys.modules:
+        # pyplot picks its backend on first use, trying every GUI toolkit first: pick it once, here, as a run would
+        # (no display: Agg).
+        sys.modules["matplotlib"].get_backend()
 
 
 def serve(sock):

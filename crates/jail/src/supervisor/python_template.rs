@@ -357,7 +357,6 @@ impl Template {
             .env_clear()
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("SANDLOT_TEMPLATE_PRELOAD", &self.preload)
-            .env("MPLBACKEND", "Agg")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
