@@ -68,7 +68,8 @@ def main():
             port, token = free_port(), "bench-" + os.urandom(8).hex()
             env = {"PATH": "/usr/bin:/bin", "SANDLOT_PYTHON": python, "SANDLOT_LOG": "error", "MCP_API_TOKEN": token,
                    "MCP_HTTP_ADDR": f"127.0.0.1:{port}", "SANDBOX_ROOT": os.path.join(work, side),
-                   "FILE_SECRET": "bench", "SANDLOT_PYTHON_TEMPLATE": template}
+                   "FILE_SECRET": "bench", "SANDLOT_PYTHON_TEMPLATE": template,
+                   "SANDLOT_TUNE_CGROUPS": "true"}  # as an operator who benchmarks would (bench_server.py does)
             servers[side] = start_server(sandlot, env, port)
             wait_for_templates(port, token)
             connections[side] = Connection(port, token)

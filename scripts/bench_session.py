@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Live sandboxes (issue 31): a `session: true` tools/call of `print(1)` against bare `python3 -c 'print(1)'` (and a
-stateless call), a call that uses a data frame a previous call loaded against reloading it (stateless, and bare
+"""Live sandboxes (issues 31, 32): a `session: true` tools/call of `print(1)`, a conversation's first (its live
+sandbox starts) and a later one, against bare `python -c 'print(1)'` of the same interpreter (and a stateless call), a call that uses a data frame a previous call loaded against reloading it (stateless, and bare
 python3), and the host memory an idle live sandbox costs with a Python interpreter loaded.
 
 Usage: bench_session.py SANDLOT [--runs N] [--env NAME=VALUE ...]   (as root)
@@ -11,7 +11,8 @@ import os
 import tempfile
 import time
 
-from benchlib import Connection, free_port, print_latency_table, remove_work, round_robin, spawn_and_wait, start_server
+from benchlib import (Connection, free_port, print_latency_table, remove_work, round_robin, spawn_and_wait, start_server,
+                      wait_for_templates)
 
 PYTHON = "/usr/bin/python3"
 # The scientific env of scripts/python-env.sh (numpy, pandas): the server's interpreter, as CI's and a data user's.
@@ -36,6 +37,17 @@ def call_ms(connection, conversation, code, session, expected="1\n"):
     assert result["stdout"] == expected, reply
     if session:
         assert result["session"]["calls"] >= 1, reply
+    return elapsed
+
+
+def first_call_ms(connection, counter):
+    """A conversation's first `session: true` call (its live sandbox starts), then the sandbox's close (not timed,
+    so that live sandboxes do not pile up to the cap)."""
+    counter[0] += 1
+    conversation = f"bench-first-{counter[0]}"
+    elapsed = call_ms(connection, conversation, "print(1)", True)
+    connection.call({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "sandbox_session", "arguments": {"conversationId": conversation, "action": "close"}}})
     return elapsed
 
 
@@ -64,16 +76,19 @@ def main():
     try:
         connection = Connection(port, token)
         call_ms(connection, "bench-session", "x = 1", True, expected="")
+        wait_for_templates(port, token)
+        counter = [0]
         rows = [
             ("bare python3", lambda: spawn_and_wait([PYTHON, "-c", "print(1)"], env)),
             ("bare env python", lambda: spawn_and_wait([ENV_PYTHON, "-c", "print(1)"], env)),
             ("tools/call stateless", lambda: call_ms(connection, "bench-stateless", "print(1)", False)),
-            ("tools/call session", lambda: call_ms(connection, "bench-session", "print(1)", True)),
+            ("tools/call session, first call", lambda: first_call_ms(connection, counter)),
+            ("tools/call session, later call", lambda: call_ms(connection, "bench-session", "print(1)", True)),
         ]
         samples = round_robin(rows, args.runs, 10)
         print(f"print(1), {args.runs} runs each, round-robin; bare python3 is {PYTHON}, the server's and the env's "
               f"{ENV_PYTHON}")
-        print_latency_table(samples, [name for name, _ in rows], "bare python3", "bare")
+        print_latency_table(samples, [name for name, _ in rows], "bare env python", "bare")
         print()
 
         call_ms(connection, "bench-frame", MAKE_FRAME, False, expected="")

@@ -78,6 +78,9 @@ def serve(sock):
     poller = select.poll()
     poller.register(sock.fileno(), select.POLLIN)
     children = {}  # pidfd -> (pid, status pipe)
+    # What every fork needs (CAP_SYS_ADMIN, in a server that is root): tried once, so that a template that cannot
+    # fork never says it is ready.
+    setns(own_pidns, CLONE_NEWPID, "setns into the template's own pid namespace")
     gc.collect()
     gc.freeze()  # the children's collections then leave the template's objects (and their pages) alone
     sock.send(b"ready")

@@ -28,8 +28,10 @@ use crate::protocol::{HomeMount, RlimitSpec};
 const TEMPLATE_SOURCE: &str = include_str!("python_template.py");
 /// How long a template may take to import its modules before it is given up on (and tried again).
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
-/// The wait before a dead template is replaced, so that one that cannot start does not spin.
+/// The wait before a dead template is replaced, so that one that cannot start does not spin; doubled after each
+/// template that never got ready, up to [`MAX_RESTART_DELAY`].
 const RESTART_DELAY: Duration = Duration::from_secs(2);
+const MAX_RESTART_DELAY: Duration = Duration::from_secs(300);
 
 /// What the server's templates are made of.
 #[derive(Debug, Clone)]
@@ -108,8 +110,6 @@ pub struct ChildSpec<'a> {
 /// A run's child of a template, as the template reports it.
 pub struct Forked {
     status: BufReader<pipe::Receiver>,
-    /// The status pipe closed before the template said anything: it was gone, no child was made.
-    gone: bool,
 }
 
 impl PythonTemplates {
@@ -190,7 +190,7 @@ impl PythonTemplates {
             return Err(std::io::Error::other(format!("send a run to the Python template: {e}")));
         }
         let status = pipe::Receiver::from_owned_fd(OwnedFd::from(status_read))?;
-        Ok(Forked { status: BufReader::new(status), gone: false })
+        Ok(Forked { status: BufReader::new(status) })
     }
 
     /// The run as the child reads it (see `python_template.py`).
@@ -274,16 +274,8 @@ impl Forked {
             Some(('p', pid)) => pid.parse().map_err(|_| format!("the Python template said {pid:?}")),
             Some(('f', why)) => Err(why),
             Some((_, line)) => Err(format!("the Python template said {line:?}")),
-            None => {
-                self.gone = true;
-                Err("the Python template is gone".into())
-            }
+            None => Err("the Python template is gone".into()),
         }
-    }
-
-    /// Whether the template was gone before it answered [`Self::started`].
-    pub fn gone(&self) -> bool {
-        self.gone
     }
 
     /// How the child ended and the CPU seconds it used; `Err` with its reason if its setup failed.
@@ -333,11 +325,14 @@ impl Template {
     fn keep_running(template: Arc<Self>) {
         let spawned =
             std::thread::Builder::new().name(format!("python-template-{}", template.label)).spawn(move || {
+                let mut delay = RESTART_DELAY;
                 loop {
-                    if let Err(e) = template.run_once() {
+                    let (was_ready, ended) = template.run_once();
+                    if let Err(e) = ended {
                         tracing::warn!(template = template.label, "the Python template ended: {e}");
                     }
-                    std::thread::sleep(RESTART_DELAY);
+                    delay = if was_ready { RESTART_DELAY } else { (delay * 2).min(MAX_RESTART_DELAY) };
+                    std::thread::sleep(delay);
                 }
             });
         if let Err(e) = spawned {
@@ -345,8 +340,15 @@ impl Template {
         }
     }
 
-    /// Starts the template, waits until it is ready, serves with it until it exits.
-    fn run_once(&self) -> std::io::Result<()> {
+    /// Starts the template, waits until it is ready, serves with it until it exits: whether it got ready, and how
+    /// it ended.
+    fn run_once(&self) -> (bool, std::io::Result<()>) {
+        let mut was_ready = false;
+        let ended = self.start_and_serve(&mut was_ready);
+        (was_ready, ended)
+    }
+
+    fn start_and_serve(&self, was_ready: &mut bool) -> std::io::Result<()> {
         let (ours, theirs) =
             socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).map_err(io)?;
         let theirs_raw = theirs.as_raw_fd();
@@ -371,13 +373,13 @@ impl Template {
         };
         let mut child = command.spawn()?;
         drop(theirs);
-        let result = self.serve(ours, &mut child);
+        let result = self.serve(ours, &mut child, was_ready);
         let _ = child.kill();
         let status = child.wait()?;
         result.and(Err(std::io::Error::other(format!("it exited ({status})"))))
     }
 
-    fn serve(&self, socket: OwnedFd, child: &mut std::process::Child) -> std::io::Result<()> {
+    fn serve(&self, socket: OwnedFd, child: &mut std::process::Child, was_ready: &mut bool) -> std::io::Result<()> {
         let timeout = nix::sys::time::TimeVal::new(READY_TIMEOUT.as_secs() as i64, 0);
         nix::sys::socket::setsockopt(&socket, nix::sys::socket::sockopt::ReceiveTimeout, &timeout).map_err(io)?;
         let mut ready = [0u8; 8];
@@ -386,6 +388,7 @@ impl Template {
             return Err(std::io::Error::other("it did not say it was ready"));
         }
         tracing::info!(template = self.label, pid = child.id(), "Python template ready");
+        *was_ready = true;
         let socket = Arc::new(socket);
         *self.ready.lock().unwrap_or_else(|e| e.into_inner()) = Some(socket.clone());
         let ended = child.wait();

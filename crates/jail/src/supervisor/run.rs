@@ -303,7 +303,8 @@ async fn fork_program(
     let mut child =
         forked.templates.fork(forked.choice, &child, request).map_err(|e| ForkFailure::Unavailable(e.to_string()))?;
     if let Err(why) = child.started().await {
-        return Err(if child.gone() { ForkFailure::Unavailable(why) } else { ForkFailure::Failed(why) });
+        // No child was made (the template is gone, or could not enter the sandbox): nothing of the program ran.
+        return Err(ForkFailure::Unavailable(why));
     }
     sandlot_core::marks::mark("c.forked");
     // A run's cgroup counts its CPU; nobody asks a run's total.
