@@ -15,8 +15,10 @@ use tokio::net::unix::pipe;
 use tokio::sync::watch;
 
 use super::error::Error;
-use super::live_state::LiveState;
-use super::python_template::{ChildSpec, Choice, ForkRequest, Program, PythonTemplates, host_ids, pidfd_of};
+use super::live_state::{LiveState, end_of};
+use super::python_template::{
+    ChildSpec, Choice, ForkRequest, Program, PythonTemplates, SandboxHandles, pidfd_of, sandbox_handles,
+};
 use crate::protocol::{HomeMount, RlimitSpec};
 
 /// What a live sandbox's forked processes need, kept for its life.
@@ -66,14 +68,7 @@ async fn start(
     fn io(what: &'static str) -> impl Fn(std::io::Error) -> String + Copy {
         move |e| format!("{what}: {e}")
     }
-    let ids = host_ids(pid1).map_err(io("read the ids of pid 1"))?;
-    let pid1 = pidfd_of(pid1).map_err(io("open a pidfd of pid 1"))?;
-    let cgroups = fork
-        .cgroup_procs
-        .iter()
-        .map(|path| std::fs::OpenOptions::new().write(true).open(path))
-        .collect::<std::io::Result<Vec<_>>>()
-        .map_err(io("open the sandbox's cgroup.procs"))?;
+    let SandboxHandles { ids, pid1, cgroups } = sandbox_handles(pid1, &fork.cgroup_procs)?;
     let pipes = || std::io::pipe().map_err(io("create a live process's pipes"));
     let (stdin_theirs, stdin) = pipes()?;
     let (stdout, stdout_theirs) = pipes()?;
@@ -157,11 +152,7 @@ impl ProcessHandle for ForkedProcess {
     }
 
     async fn wait(&self) -> Termination {
-        let mut ended = self.ended.clone();
-        match ended.wait_for(Option::is_some).await {
-            Ok(end) => end.clone().unwrap_or(Termination::Signaled { signal: libc::SIGKILL }),
-            Err(_) => Termination::Signaled { signal: libc::SIGKILL },
-        }
+        end_of(&self.ended).await // the task that reads the template's report always sends one
     }
 }
 

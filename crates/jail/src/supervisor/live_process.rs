@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use super::error::Error;
 use super::live_forked::{self, LiveFork};
-use super::live_state::LiveState;
+use super::live_state::{LiveState, end_of};
 use crate::protocol::LiveRequest;
 
 /// How long pid 1 may take to answer a start (milliseconds when idle; seconds on a loaded machine).
@@ -111,11 +111,6 @@ impl ProcessHandle for JailProcess {
     }
 
     async fn wait(&self) -> Termination {
-        let mut ended = self.ended.clone();
-        match ended.wait_for(Option::is_some).await {
-            Ok(termination) => termination.clone().unwrap_or(Termination::Signaled { signal: libc::SIGKILL }),
-            // Never before the end is known (`LiveState::end_all` answers every process); a killed one, if ever.
-            Err(_) => Termination::Signaled { signal: libc::SIGKILL },
-        }
+        end_of(&self.ended).await // `LiveState::end_all` answers every process
     }
 }

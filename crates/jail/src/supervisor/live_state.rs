@@ -278,6 +278,15 @@ fn send_kill(pidfd: &OwnedFd) {
     unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), libc::SIGKILL, 0usize, 0u32) };
 }
 
+/// A live process's end, once its `ended` channel says it; a process whose sender went without a word was killed.
+pub async fn end_of(ended: &watch::Receiver<Option<Termination>>) -> Termination {
+    let mut ended = ended.clone();
+    match ended.wait_for(Option::is_some).await {
+        Ok(end) => end.clone().unwrap_or(Termination::Signaled { signal: libc::SIGKILL }),
+        Err(_) => Termination::Signaled { signal: libc::SIGKILL },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

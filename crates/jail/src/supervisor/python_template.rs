@@ -409,8 +409,28 @@ fn io(e: nix::errno::Errno) -> std::io::Error {
     e.into()
 }
 
+/// What a fork into the sandbox whose pid 1 is `pid1` (on the host) needs from the host: pid 1's uid and gid, a
+/// pidfd of it, and the sandbox's `cgroup.procs` files opened for writing (as root); `Err` says which failed.
+pub fn sandbox_handles(pid1: i32, cgroup_procs: &[PathBuf]) -> Result<SandboxHandles, String> {
+    let ids = host_ids(pid1).map_err(|e| format!("read the ids of pid 1: {e}"))?;
+    let pidfd = pidfd_of(pid1).map_err(|e| format!("open a pidfd of pid 1: {e}"))?;
+    let cgroups = cgroup_procs
+        .iter()
+        .map(|path| std::fs::OpenOptions::new().write(true).open(path))
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|e| format!("open the sandbox's cgroup.procs: {e}"))?;
+    Ok(SandboxHandles { ids, pid1: pidfd, cgroups })
+}
+
+/// See [`sandbox_handles`].
+pub struct SandboxHandles {
+    pub ids: (u32, u32),
+    pub pid1: OwnedFd,
+    pub cgroups: Vec<std::fs::File>,
+}
+
 /// The real uid and gid of process `pid` on the host (`/proc/<pid>/status`).
-pub fn host_ids(pid: i32) -> std::io::Result<(u32, u32)> {
+fn host_ids(pid: i32) -> std::io::Result<(u32, u32)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let first = |key: &str| {
         status

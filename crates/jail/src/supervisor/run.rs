@@ -21,7 +21,9 @@ use super::ending::Waited;
 use super::error::{Error, Result};
 use super::init_process::{Init, InitPipes};
 use super::netns_pool::NetnsPool;
-use super::python_template::{ChildSpec, Choice, ForkRequest, Program, PythonTemplates, host_ids, pidfd_of};
+use super::python_template::{
+    ChildSpec, Choice, ForkRequest, Program, PythonTemplates, SandboxHandles, sandbox_handles,
+};
 use super::uids::UidLease;
 use crate::protocol::{InitEvent, JailSpec, frame};
 
@@ -276,17 +278,8 @@ async fn fork_program(
     pid1: i32,
     stdio: [OwnedFd; 3],
 ) -> std::result::Result<Termination, ForkFailure> {
-    fn failed(what: &'static str) -> impl Fn(std::io::Error) -> ForkFailure {
-        move |e| ForkFailure::Failed(format!("{what}: {e}"))
-    }
-    let ids = host_ids(pid1).map_err(failed("read the ids of pid 1"))?;
-    let pid1 = pidfd_of(pid1).map_err(failed("open a pidfd of pid 1"))?;
-    let cgroups = forked
-        .cgroup_procs
-        .iter()
-        .map(|path| std::fs::OpenOptions::new().write(true).open(path))
-        .collect::<std::io::Result<Vec<_>>>()
-        .map_err(failed("open the run's cgroup.procs"))?;
+    let SandboxHandles { ids, pid1, cgroups } =
+        sandbox_handles(pid1, &forked.cgroup_procs).map_err(ForkFailure::Failed)?;
     let child = ChildSpec {
         ids,
         rlimits: &spec.rlimits,
