@@ -31,12 +31,14 @@ pub async fn dispatch(cli: Cli, forked_init: Option<sandlot_jail::ForkedInit>) -
 }
 
 /// The native backend, for the given languages (all when empty), with versions probed or not, for `model`. A server
-/// caches the sandbox's skeleton under its root and keeps conversations' network namespaces (`--keep-netns`).
+/// caches the sandbox's skeleton under its root and keeps conversations' network namespaces (`--keep-netns`); one
+/// that `serves` runs (not `doctor`'s probe) keeps Python templates (`--python-template`).
 pub fn jail_backend(
     sandbox: &SandboxArgs,
     languages: Option<Vec<sandlot_core::Language>>,
     probe_versions: bool,
     model: ProcessModel,
+    serves: bool,
 ) -> anyhow::Result<Arc<JailBackend>> {
     let exe = std::env::current_exe().map_err(|e| anyhow::anyhow!("cannot find the sandlot binary: {e}"))?;
     let server = matches!(model, ProcessModel::Server { .. });
@@ -46,7 +48,7 @@ pub fn jail_backend(
     config.probe_versions = probe_versions;
     config.keep_netns = server && sandbox.keep_netns;
     let preload = sandbox.python_preload.iter().map(|m| m.trim().to_owned()).filter(|m| !m.is_empty()).collect();
-    config.python_preload = (server && sandbox.python_template).then_some(preload);
+    config.python_preload = (server && serves && sandbox.python_template).then_some(preload);
     config.skeleton_dir = server.then(|| sandbox.root.join(sandlot_jail::SKELETON_DIR_NAME));
     config.data_root = Some(sandbox.root.clone());
     config.tune_cgroups = sandbox.tune_cgroups;
@@ -75,7 +77,7 @@ pub fn check_file_url_args(files: &FileUrlArgs) -> Result<(), String> {
 pub async fn backend(sandbox: &SandboxArgs, warm_inits: usize) -> anyhow::Result<Arc<dyn sandlot_core::Backend>> {
     Ok(match sandbox.backend {
         BackendKind::Native => {
-            let backend = jail_backend(sandbox, None, true, ProcessModel::Server { warm_inits })?;
+            let backend = jail_backend(sandbox, None, true, ProcessModel::Server { warm_inits }, true)?;
             backend.warm_up();
             backend
         }

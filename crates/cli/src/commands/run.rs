@@ -39,7 +39,7 @@ pub async fn run(args: RunArgs, forked_init: Option<sandlot_jail::ForkedInit>) -
     let backend: std::sync::Arc<dyn sandlot_core::Backend> = match args.sandbox.backend {
         crate::cli::BackendKind::Native => {
             let model = sandlot_jail::ProcessModel::OneShot;
-            let backend = super::jail_backend(&args.sandbox, language.map(|l| vec![l]), false, model)?;
+            let backend = super::jail_backend(&args.sandbox, language.map(|l| vec![l]), false, model, false)?;
             if let Some(init) = forked_init {
                 backend.use_forked_init(init);
             }
