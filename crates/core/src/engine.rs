@@ -42,6 +42,9 @@ pub struct EngineConfig {
     pub result_text_bytes: usize,
     /// Live sandboxes: how long they live, how many there may be (`session` runs).
     pub sessions: crate::SessionConfig,
+    /// Where TypeScript becomes JavaScript: in the server, run by the JavaScript runner (the default), or by the
+    /// backend's TypeScript runner.
+    pub typescript: crate::TypeScriptMode,
 }
 
 impl Default for EngineConfig {
@@ -57,6 +60,7 @@ impl Default for EngineConfig {
             max_listed_path_bytes: 64 * 1024,
             result_text_bytes: DEFAULT_RESULT_TEXT_BYTES,
             sessions: crate::SessionConfig::default(),
+            typescript: crate::TypeScriptMode::default(),
         }
     }
 }
@@ -136,9 +140,28 @@ impl Engine {
         &self.config
     }
 
-    /// The backend's runners.
+    /// The runners of the languages runs can use: the backend's, where TypeScript's is the JavaScript runner when
+    /// TypeScript is stripped in the server (whatever TypeScript runner the backend has, or none).
     pub fn runners(&self) -> Vec<RunnerInfo> {
-        self.backend.runners()
+        let mut runners = self.backend.runners();
+        if self.config.typescript == crate::TypeScriptMode::Strip {
+            runners.retain(|r| r.language != Language::TypeScript);
+            if let Some(node) = runners.iter().find(|r| r.language == Language::JavaScript) {
+                let typescript = RunnerInfo { language: Language::TypeScript, ..node.clone() };
+                runners.push(typescript);
+                runners.sort_by_key(|r| r.language);
+            }
+        }
+        runners
+    }
+
+    /// The language the backend runs for a run in `language`: JavaScript for TypeScript stripped in the server (a
+    /// fresh sandbox's run; a live sandbox's TypeScript cells are stripped by its driver).
+    fn backend_language(&self, language: Language, session: crate::SessionUse) -> Language {
+        match session.is_live() {
+            true => language,
+            false => self.config.typescript.backend_language(language),
+        }
     }
 
     /// How many runs are executing now.
@@ -192,7 +215,7 @@ impl Engine {
                 if !checks.is_empty() {
                     return checks;
                 }
-                match self.backend.runners().len() {
+                match self.runners().len() {
                     0 => vec![ReadinessCheck::failed("runners", "no runner: no language can run")],
                     n => vec![ReadinessCheck::ok("runners", format!("{n} languages"))],
                 }
@@ -307,9 +330,9 @@ impl Engine {
 
     async fn run_for(&self, tenant: Option<&Tenant>, request: RunRequest, sink: &dyn OutputSink) -> Result<RunReport> {
         let (conversation, language, limits, mut request) = self.validate(request)?;
-        let runners = self.backend.runners();
-        if !runners.iter().any(|r| r.language == language) {
-            return Err(Error::no_runner(language, runners.iter().map(|r| r.language)));
+        let backend_language = self.backend_language(language, request.session);
+        if !self.backend.runners().iter().any(|r| r.language == backend_language) {
+            return Err(Error::no_runner(language, self.runners().iter().map(|r| r.language)));
         }
         if let Some(tenant) = tenant {
             self.workspaces.claim_owner(&conversation, tenant)?;
@@ -372,12 +395,16 @@ impl Engine {
         tracing::info!(run_id, conversation = %conversation, %language, "run started");
         entry.start();
         let (files_dir, mounts) = (workspace.clone(), request.mounts.clone());
+        let (code, env) = match backend_language == language {
+            true => (request.code, request.env),
+            false => stripped(request.code, request.env).await,
+        };
         let job = Job {
             run_id: run_id.clone(),
-            language,
-            code: request.code,
+            language: backend_language,
+            code,
             stdin: request.stdin,
-            env: request.env,
+            env,
             limits: limits.clone(),
             workspace,
             layout: request.layout,
@@ -464,6 +491,25 @@ impl Engine {
             Err(error) => (Err(error), None),
         }
     }
+}
+
+/// TypeScript `code` as the JavaScript runner runs it, and the run's environment (`NODE_OPTIONS` with source maps
+/// when the code was transformed, not only stripped: see `typescript`). Off the async threads: a large program
+/// takes milliseconds.
+async fn stripped(
+    code: String,
+    mut env: std::collections::BTreeMap<String, String>,
+) -> (String, std::collections::BTreeMap<String, String>) {
+    let javascript = match tokio::task::spawn_blocking(move || crate::typescript::to_javascript(&code)).await {
+        Ok(javascript) => javascript,
+        // `to_javascript` catches the transformer's panics; a task that failed anyway is reported like them.
+        Err(_) => crate::typescript::reporting("error: the TypeScript transform failed on this program\n"),
+    };
+    if javascript.source_mapped {
+        let options = crate::typescript::with_source_maps(env.get("NODE_OPTIONS").map(String::as_str));
+        env.insert("NODE_OPTIONS".to_owned(), options);
+    }
+    (javascript.code, env)
 }
 
 /// What [`Engine::delete_conversation`] removed.

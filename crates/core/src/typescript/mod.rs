@@ -44,8 +44,8 @@ pub fn to_javascript(code: &str) -> JavaScript {
     let attempt = std::panic::catch_unwind(|| transpile(code));
     match attempt {
         Ok(Ok(javascript)) => javascript,
-        Ok(Err(diagnostics)) => reports_error(&diagnostics),
-        Err(_) => reports_error(&format!("error: the TypeScript transform failed on this program ({FILE_NAME})\n")),
+        Ok(Err(diagnostics)) => reporting(&diagnostics),
+        Err(_) => reporting(&format!("error: the TypeScript transform failed on this program ({FILE_NAME})\n")),
     }
 }
 
@@ -108,7 +108,7 @@ fn inline_source_map(output: TransformOutput) -> String {
 }
 
 /// A program that prints `diagnostics` to stderr and exits with 1, as Node does for a syntax error.
-fn reports_error(diagnostics: &str) -> JavaScript {
+pub(crate) fn reporting(diagnostics: &str) -> JavaScript {
     let message = serde_json::Value::String(diagnostics.to_owned());
     JavaScript { code: format!("process.stderr.write({message});\nprocess.exitCode = 1;\n"), source_mapped: false }
 }

@@ -5,7 +5,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::Error;
+use crate::{Error, Language};
 
 /// Where TypeScript becomes JavaScript.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -19,6 +19,15 @@ pub enum TypeScriptMode {
 }
 
 impl TypeScriptMode {
+    /// The language a backend runs for a fresh sandbox's run in `language`: JavaScript for TypeScript stripped in
+    /// the server.
+    pub fn backend_language(self, language: Language) -> Language {
+        match (language, self) {
+            (Language::TypeScript, TypeScriptMode::Strip) => Language::JavaScript,
+            _ => language,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             TypeScriptMode::Strip => "strip",
