@@ -1,0 +1,143 @@
+//! TypeScript stripped in the server (the default `TypeScriptMode::Strip`) and run by `node` in the jail, on a
+//! backend that has no TypeScript runner at all: only JavaScript's `node` is discovered, and the TypeScript override
+//! points at a tsx that does not exist, so a run that reached for tsx would fail. Types, interfaces, generics, enums,
+//! namespaces, parameter properties, ES modules with top-level `await`, CommonJS `require`, the positions errors
+//! name, and a syntax error that is a failed run (not an error) after which the engine goes on serving.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::{Sandbox, check, check_eq, describe};
+use libtest_mimic::Failed;
+use sandlot_core::{Language, RunReport, Termination};
+
+fn main() {
+    common::main(vec![
+        ("typescript_is_listed_on_the_javascript_runner", typescript_is_listed_on_the_javascript_runner),
+        ("types_interfaces_and_generics_run_on_node", types_interfaces_and_generics_run_on_node),
+        ("enums_namespaces_and_parameter_properties_run", enums_namespaces_and_parameter_properties_run),
+        ("es_modules_import_and_await_at_top_level", es_modules_import_and_await_at_top_level),
+        ("commonjs_programs_require", commonjs_programs_require),
+        ("runtime_errors_name_the_typescript_line", runtime_errors_name_the_typescript_line),
+        ("a_syntax_error_is_a_failed_run_with_its_line", a_syntax_error_is_a_failed_run_with_its_line),
+    ]);
+}
+
+/// A sandbox whose backend has `node` for JavaScript and no TypeScript runner (a tsx that is not there).
+fn without_tsx() -> Sandbox {
+    Sandbox::with_engine_config(
+        tempfile::tempdir().expect("temp root"),
+        |config| {
+            config.languages = vec![Language::JavaScript, Language::TypeScript];
+            config.overrides.typescript = Some("/nonexistent/tsx".into());
+        },
+        |_| {},
+    )
+}
+
+fn typescript(sandbox: &Sandbox, code: &str) -> RunReport {
+    sandbox.run("ts", Language::TypeScript, code)
+}
+
+/// A run that must succeed with exactly `stdout`.
+fn check_prints(report: &RunReport, stdout: &str) -> Result<(), Failed> {
+    check(report.outcome.success(), || describe(report))?;
+    check_eq(report.outcome.stdout.as_str(), stdout, &describe(report))
+}
+
+fn typescript_is_listed_on_the_javascript_runner() -> Result<(), Failed> {
+    let sandbox = without_tsx();
+    let runners = sandbox.engine.runners();
+    let node = runners.iter().find(|r| r.language == Language::JavaScript).expect("node");
+    let typescript = runners.iter().find(|r| r.language == Language::TypeScript);
+    check_eq(typescript.map(|r| r.image.as_str()), Some(node.image.as_str()), "TypeScript's runner")?;
+    check(!node.image.contains("tsx"), || format!("{node:?}"))
+}
+
+fn types_interfaces_and_generics_run_on_node() -> Result<(), Failed> {
+    let sandbox = without_tsx();
+    let code = r#"interface Shape { area(): number }
+type Pair<T> = [T, T];
+abstract class Base implements Shape { abstract area(): number; }
+class Square extends Base { constructor(readonly side: number) { super(); } area(): number { return this.side ** 2; } }
+function largest<T extends Shape>(shapes: T[]): T | undefined {
+  return shapes.reduce<T | undefined>((a, b) => (a && a.area() >= b.area() ? a : b), undefined);
+}
+const pair: Pair<number> = [2, 3];
+const sizes = pair.map((n): Square => new Square(n)) satisfies Shape[];
+const config = { name: "x" } as const;
+let maybe: string | null = null;
+console.log(largest(sizes)!.area(), config.name, maybe ?? "none", typeof (process.versions.node as string));
+"#;
+    check_prints(&typescript(&sandbox, code), "9 x none string\n")
+}
+
+fn enums_namespaces_and_parameter_properties_run() -> Result<(), Failed> {
+    let sandbox = without_tsx();
+    let code = r#"enum Color { Red, Green = 5, Blue }
+const enum Flag { On = "on" }
+namespace Geo { export const unit = 2; export function twice(n: number) { return n * unit; } }
+class Point { constructor(private x: number, public y = 1) {} sum() { return this.x + this.y; } }
+console.log(Color.Blue, Color[5], Flag.On, Geo.twice(21), new Point(3).sum());
+"#;
+    check_prints(&typescript(&sandbox, code), "6 Green on 42 4\n")?;
+    // The caller's NODE_OPTIONS stay; source maps are added for the transformed code.
+    let env = BTreeMap::from([("NODE_OPTIONS".to_owned(), "--no-warnings".to_owned())]);
+    let code = "enum E { A }\nconsole.log(E.A, process.env.NODE_OPTIONS);\n";
+    let report = sandbox.run_with("ts", Language::TypeScript, code, Vec::new(), env);
+    check_prints(&report, "0 --no-warnings --enable-source-maps\n")
+}
+
+fn es_modules_import_and_await_at_top_level() -> Result<(), Failed> {
+    let sandbox = without_tsx();
+    let code = r#"import { writeFileSync, readFileSync } from "node:fs";
+import * as path from "node:path";
+import type { Stats } from "node:fs";
+const name: string = path.join("/data", "esm.txt");
+writeFileSync(name, "written");
+const later: number = await new Promise<number>((resolve) => setTimeout(() => resolve(7), 10));
+const stats: Stats | undefined = undefined;
+console.log(readFileSync(name, "utf8"), later, typeof require, typeof import.meta.url, stats);
+export const done = true;
+"#;
+    check_prints(&typescript(&sandbox, code), "written 7 undefined string undefined\n")
+}
+
+fn commonjs_programs_require() -> Result<(), Failed> {
+    let sandbox = without_tsx();
+    let code = r#"const os = require("node:os") as typeof import("node:os");
+const { basename } = require("node:path");
+const count: number = os.cpus().length;
+console.log(count > 0, basename(__filename), typeof module.exports);
+"#;
+    check_prints(&typescript(&sandbox, code), "true main.js object\n")
+}
+
+fn runtime_errors_name_the_typescript_line() -> Result<(), Failed> {
+    let sandbox = without_tsx();
+    // Stripped: the JavaScript has the TypeScript's lines and columns.
+    let code = "interface A { n: number }\nconst a: A = { n: 1 };\n\nthrow new Error(`failed at ${a.n}`);\n";
+    let report = typescript(&sandbox, code);
+    check_eq(report.outcome.termination.clone(), Termination::Exited { code: 1 }, &describe(&report))?;
+    check(report.outcome.stderr.contains("main.js:4:7"), || describe(&report))?;
+    // Transformed (an enum moves lines): the inline source map takes the stack back to the TypeScript.
+    let code = "enum E { A, B }\nnamespace N { export const x = 1; }\n\nfunction fail(): never {\n  throw new Error(`E.B is ${E.B}`);\n}\nfail();\n";
+    let report = typescript(&sandbox, code);
+    check_eq(report.outcome.termination.clone(), Termination::Exited { code: 1 }, &describe(&report))?;
+    check(report.outcome.stderr.contains("E.B is 1"), || describe(&report))?;
+    check(report.outcome.stderr.contains("main.ts:5:9"), || describe(&report))
+}
+
+fn a_syntax_error_is_a_failed_run_with_its_line() -> Result<(), Failed> {
+    let sandbox = without_tsx();
+    let report = typescript(&sandbox, "const a: number = 1;\nconsole.log(a);\nconst b: = 2;\n");
+    check_eq(report.outcome.termination.clone(), Termination::Exited { code: 1 }, &describe(&report))?;
+    check_eq(report.outcome.stdout.as_str(), "", "stdout")?;
+    check(report.outcome.stderr.contains("main.ts:3:"), || describe(&report))?;
+    check(report.outcome.stderr.starts_with("error"), || describe(&report))?;
+    // The engine goes on serving.
+    check_prints(&typescript(&sandbox, "const ok: string = 'ok';\nconsole.log(ok);\n"), "ok\n")
+}
