@@ -555,6 +555,9 @@ pub struct RunnersArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// Where TypeScript becomes JavaScript (as `serve`'s option): with `strip`, TypeScript's runner is node's.
+    #[arg(long, env = "SANDLOT_TYPESCRIPT_MODE", default_value = "strip", value_parser = parse_typescript_mode)]
+    pub typescript_mode: sandlot_core::TypeScriptMode,
 }
 
 /// Parses the command line and fills in the default data root. A bad value stops the start with one line naming

@@ -395,14 +395,15 @@ impl Engine {
         tracing::info!(run_id, conversation = %conversation, %language, "run started");
         entry.start();
         let (files_dir, mounts) = (workspace.clone(), request.mounts.clone());
-        let (code, env) = match backend_language == language {
-            true => (request.code, request.env),
+        let (code, es_module, env) = match backend_language == language {
+            true => (request.code, false, request.env),
             false => stripped(request.code, request.env).await,
         };
         let job = Job {
             run_id: run_id.clone(),
             language: backend_language,
             code,
+            es_module,
             stdin: request.stdin,
             env,
             limits: limits.clone(),
@@ -493,13 +494,13 @@ impl Engine {
     }
 }
 
-/// TypeScript `code` as the JavaScript runner runs it, and the run's environment (`NODE_OPTIONS` with source maps
-/// when the code was transformed, not only stripped: see `typescript`). Off the async threads: a large program
-/// takes milliseconds.
+/// TypeScript `code` as the JavaScript runner runs it, whether it is an ES module, and the run's environment
+/// (`NODE_OPTIONS` with source maps when the code was transformed, not only stripped: see `typescript`). Off the
+/// async threads: a large program takes milliseconds.
 async fn stripped(
     code: String,
     mut env: std::collections::BTreeMap<String, String>,
-) -> (String, std::collections::BTreeMap<String, String>) {
+) -> (String, bool, std::collections::BTreeMap<String, String>) {
     let javascript = match tokio::task::spawn_blocking(move || crate::typescript::to_javascript(&code)).await {
         Ok(javascript) => javascript,
         // `to_javascript` catches the transformer's panics; a task that failed anyway is reported like them.
@@ -509,7 +510,7 @@ async fn stripped(
         let options = crate::typescript::with_source_maps(env.get("NODE_OPTIONS").map(String::as_str));
         env.insert("NODE_OPTIONS".to_owned(), options);
     }
-    (javascript.code, env)
+    (javascript.code, javascript.module, env)
 }
 
 /// What [`Engine::delete_conversation`] removed.

@@ -100,10 +100,12 @@ const name: string = path.join("/data", "esm.txt");
 writeFileSync(name, "written");
 const later: number = await new Promise<number>((resolve) => setTimeout(() => resolve(7), 10));
 const stats: Stats | undefined = undefined;
-console.log(readFileSync(name, "utf8"), later, typeof require, typeof import.meta.url, stats);
+const file = path.basename(new URL(import.meta.url).pathname);
+console.log(readFileSync(name, "utf8"), later, typeof require, file, stats);
 export const done = true;
 "#;
-    check_prints(&typescript(&sandbox, code), "written 7 undefined string undefined\n")
+    // Run from main.mjs: an ES module for any node, with module detection or without.
+    check_prints(&typescript(&sandbox, code), "written 7 undefined main.mjs undefined\n")
 }
 
 fn commonjs_programs_require() -> Result<(), Failed> {

@@ -19,7 +19,9 @@ use std::sync::{Arc, Mutex};
 use base64::Engine as _;
 use swc_common::errors::Handler;
 use swc_common::sync::Lrc;
-use swc_common::{GLOBALS, Globals, SourceMap};
+use swc_common::{FileName, GLOBALS, Globals, SourceMap};
+use swc_ecma_ast::{EsVersion, Program};
+use swc_ecma_parser::StringInput;
 use swc_ts_fast_strip::{ErrorCode, Mode, Options, TransformOutput, TsError};
 
 pub use mode::TypeScriptMode;
@@ -35,6 +37,9 @@ pub struct JavaScript {
     /// The code was transformed, not only stripped: it ends with an inline source map, which Node follows only
     /// with `--enable-source-maps` (see [`with_source_maps`]).
     pub source_mapped: bool,
+    /// The code has module syntax (`import`, `export`, `import.meta`, top-level `await`): it must run as an ES
+    /// module (from a `.mjs` file), which a node without module detection (18, and 20 before 20.19) needs told.
+    pub module: bool,
 }
 
 /// TypeScript to JavaScript: the types stripped in place, or, for what stripping cannot express, transformed with a
@@ -59,14 +64,28 @@ pub fn with_source_maps(node_options: Option<&str>) -> String {
 
 /// Strip first; transform when the code has what stripping cannot express. `Err`: the diagnostics to show.
 fn transpile(code: &str) -> Result<JavaScript, String> {
-    match operate(code, Mode::StripOnly) {
-        Ok(output) => Ok(JavaScript { code: output.code, source_mapped: false }),
+    let (code, source_mapped) = match operate(code, Mode::StripOnly) {
+        Ok(output) => (output.code, false),
         Err((error, _)) if matches!(error.code, ErrorCode::UnsupportedSyntax) => match operate(code, Mode::Transform) {
-            Ok(output) => Ok(JavaScript { code: inline_source_map(output), source_mapped: true }),
-            Err((_, diagnostics)) => Err(diagnostics),
+            Ok(output) => (inline_source_map(output), true),
+            Err((_, diagnostics)) => return Err(diagnostics),
         },
-        Err((_, diagnostics)) => Err(diagnostics),
-    }
+        Err((_, diagnostics)) => return Err(diagnostics),
+    };
+    // The output, not the input: `import x = require()` parses as module syntax but is transformed to a `require`.
+    let module = is_module(&code);
+    Ok(JavaScript { code, source_mapped, module })
+}
+
+/// Whether JavaScript `code` has module syntax, as swc's parser decides between a module and a script (Node's own
+/// detection decides alike). Code that does not parse as either is left to Node: not a module.
+fn is_module(code: &str) -> bool {
+    let source_map: Lrc<SourceMap> = Default::default();
+    let file = source_map.new_source_file(Lrc::new(FileName::Anon), code.to_owned());
+    let syntax = swc_ecma_parser::Syntax::Es(Default::default());
+    let lexer = swc_ecma_parser::Lexer::new(syntax, EsVersion::latest(), StringInput::from(&*file), None);
+    let mut parser = swc_ecma_parser::Parser::new_from(lexer);
+    matches!(parser.parse_program(), Ok(Program::Module(_)))
 }
 
 /// One pass of swc's stripper; on failure its error and the diagnostics it wrote (rustc-like, with the line).
@@ -110,7 +129,8 @@ fn inline_source_map(output: TransformOutput) -> String {
 /// A program that prints `diagnostics` to stderr and exits with 1, as Node does for a syntax error.
 pub(crate) fn reporting(diagnostics: &str) -> JavaScript {
     let message = serde_json::Value::String(diagnostics.to_owned());
-    JavaScript { code: format!("process.stderr.write({message});\nprocess.exitCode = 1;\n"), source_mapped: false }
+    let code = format!("process.stderr.write({message});\nprocess.exitCode = 1;\n");
+    JavaScript { code, source_mapped: false, module: false }
 }
 
 /// Where swc's handler writes its diagnostics: shared, so they can be read after the handler is done.

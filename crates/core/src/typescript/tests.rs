@@ -9,7 +9,7 @@ fn types_are_blanked_in_place_so_every_position_is_kept() {
                 function norm<T extends Point>(p: T): number {\n  return Math.hypot(p.x, p.y);\n}\n\
                 const p: Point = { x: 3, y: 4 } as Point;\nconsole.log(norm(p));\n";
     let javascript = to_javascript(code);
-    assert!(!javascript.source_mapped);
+    assert!(!javascript.source_mapped && !javascript.module);
     assert_eq!(javascript.code.len(), code.len(), "{}", javascript.code);
     let lines: Vec<&str> = javascript.code.lines().collect();
     assert_eq!(lines.len(), code.lines().count());
@@ -34,8 +34,27 @@ fn module_syntax_is_left_for_node() {
                    export const x = n;\n"
                 .to_owned(),
             source_mapped: false,
+            module: true,
         }
     );
+}
+
+#[test]
+fn module_syntax_is_told_from_the_javascript_made() {
+    let cases = [
+        ("const x: number = 1;\nconsole.log(x);\n", false),
+        ("const fs = require('node:fs');\nconsole.log(module.exports);\n", false),
+        ("console.log(import.meta.url);\n", true),
+        ("const n: number = await Promise.resolve(1);\n", true),
+        ("export {};\n", true),
+        // Transformed to `const fs = require(...)`: CommonJS, though the TypeScript has module syntax.
+        ("import fs = require('node:fs');\nconsole.log(typeof fs);\n", false),
+        // Only types imported: nothing of the import is left.
+        ("import type { Stats } from 'node:fs';\nlet s: Stats | undefined;\n", false),
+    ];
+    for (code, module) in cases {
+        assert_eq!(to_javascript(code).module, module, "{code}");
+    }
 }
 
 #[test]
