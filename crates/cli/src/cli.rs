@@ -525,6 +525,8 @@ impl SandboxArgs {
                 session_default: self.session_default,
             },
             typescript: self.typescript_mode,
+            // This binary: `main` answers as the transform's helper first thing.
+            typescript_helper: std::env::current_exe().ok(),
             ..EngineConfig::default()
         }
     }

@@ -45,6 +45,11 @@ pub struct EngineConfig {
     /// Where TypeScript becomes JavaScript: in the server, run by the JavaScript runner (the default), or by the
     /// backend's TypeScript runner.
     pub typescript: crate::TypeScriptMode,
+    /// A binary that is the TypeScript transform's helper (its `main` calls
+    /// [`crate::typescript::run_helper_if_asked`]; a server names itself): the transform runs there, so code that
+    /// crashes it (a stack overflow) fails its run and nothing else. `None`: in a thread of this process, where such
+    /// code aborts the process (for tests and embedders whose callers are trusted).
+    pub typescript_helper: Option<std::path::PathBuf>,
 }
 
 impl Default for EngineConfig {
@@ -61,6 +66,7 @@ impl Default for EngineConfig {
             result_text_bytes: DEFAULT_RESULT_TEXT_BYTES,
             sessions: crate::SessionConfig::default(),
             typescript: crate::TypeScriptMode::default(),
+            typescript_helper: None,
         }
     }
 }
@@ -397,7 +403,7 @@ impl Engine {
         let (files_dir, mounts) = (workspace.clone(), request.mounts.clone());
         let (code, es_module, env) = match backend_language == language {
             true => (request.code, false, request.env),
-            false => stripped(request.code, request.env).await,
+            false => stripped(self.config.typescript_helper.as_deref(), request.code, request.env).await,
         };
         let job = Job {
             run_id: run_id.clone(),
@@ -495,16 +501,20 @@ impl Engine {
 }
 
 /// TypeScript `code` as the JavaScript runner runs it, whether it is an ES module, and the run's environment
-/// (`NODE_OPTIONS` with source maps when the code was transformed, not only stripped: see `typescript`). Off the
-/// async threads: a large program takes milliseconds.
+/// (`NODE_OPTIONS` with source maps when the code was transformed, not only stripped: see `typescript`). In the
+/// `helper` process when there is one, else off the async threads (a large program takes milliseconds).
 async fn stripped(
+    helper: Option<&std::path::Path>,
     code: String,
     mut env: std::collections::BTreeMap<String, String>,
 ) -> (String, bool, std::collections::BTreeMap<String, String>) {
-    let javascript = match tokio::task::spawn_blocking(move || crate::typescript::to_javascript(&code)).await {
-        Ok(javascript) => javascript,
-        // `to_javascript` catches the transformer's panics; a task that failed anyway is reported like them.
-        Err(_) => crate::typescript::reporting("error: the TypeScript transform failed on this program\n"),
+    let javascript = match helper {
+        Some(helper) => crate::typescript::to_javascript_in_helper(helper, code).await,
+        None => match tokio::task::spawn_blocking(move || crate::typescript::to_javascript(&code)).await {
+            Ok(javascript) => javascript,
+            // `to_javascript` catches the transformer's panics; a task that failed anyway is reported like them.
+            Err(_) => crate::typescript::reporting("error: the TypeScript transform failed on this program\n"),
+        },
     };
     if javascript.source_mapped {
         let options = crate::typescript::with_source_maps(env.get("NODE_OPTIONS").map(String::as_str));

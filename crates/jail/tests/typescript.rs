@@ -2,7 +2,8 @@
 //! backend that has no TypeScript runner at all: only JavaScript's `node` is discovered, and the TypeScript override
 //! points at a tsx that does not exist, so a run that reached for tsx would fail. Types, interfaces, generics, enums,
 //! namespaces, parameter properties, ES modules with top-level `await`, CommonJS `require`, the positions errors
-//! name, and a syntax error that is a failed run (not an error) after which the engine goes on serving.
+//! name, and a syntax error that is a failed run (not an error) after which the engine goes on serving. The transform
+//! runs in its helper process (this binary), as a server's does, and code that crashes it fails its own run only.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -23,6 +24,7 @@ fn main() {
         ("commonjs_programs_require", commonjs_programs_require),
         ("runtime_errors_name_the_typescript_line", runtime_errors_name_the_typescript_line),
         ("a_syntax_error_is_a_failed_run_with_its_line", a_syntax_error_is_a_failed_run_with_its_line),
+        ("code_that_crashes_the_transform_fails_its_run_only", code_that_crashes_the_transform_fails_its_run_only),
     ]);
 }
 
@@ -142,4 +144,16 @@ fn a_syntax_error_is_a_failed_run_with_its_line() -> Result<(), Failed> {
     check(report.outcome.stderr.starts_with("error"), || describe(&report))?;
     // The engine goes on serving.
     check_prints(&typescript(&sandbox, "const ok: string = 'ok';\nconsole.log(ok);\n"), "ok\n")
+}
+
+/// Parentheses nested a million deep overflow any stack swc's recursive parser is given: in the helper, that ends
+/// the helper, and the run fails with a message; the engine (this process) goes on.
+fn code_that_crashes_the_transform_fails_its_run_only() -> Result<(), Failed> {
+    let sandbox = without_tsx();
+    let depth = 500_000; // 1 MB of code, the largest a run may send
+    let code = format!("const x: number = {}1{};\n", "(".repeat(depth), ")".repeat(depth));
+    let report = typescript(&sandbox, &code);
+    check_eq(report.outcome.termination.clone(), Termination::Exited { code: 1 }, &describe(&report))?;
+    check(report.outcome.stderr.contains("could not be transformed"), || describe(&report))?;
+    check_prints(&typescript(&sandbox, "const ok: string = 'still';\nconsole.log(ok);\n"), "still\n")
 }

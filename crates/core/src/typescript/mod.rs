@@ -10,7 +10,9 @@
 //! `await` as an ES module and any other as CommonJS, so `require` and `import` programs both run.
 //! Code that does not parse becomes a program that prints swc's diagnostic (what, and where: `main.ts:LINE:COL`) to
 //! stderr and exits with 1: a failed run, as a JavaScript syntax error is, recorded like any run.
+//! A server runs the transform in a helper process (`helper.rs`): code nested deep enough overflows swc's stack.
 
+mod helper;
 mod mode;
 
 use std::io::Write;
@@ -24,13 +26,16 @@ use swc_ecma_ast::{EsVersion, Program};
 use swc_ecma_parser::StringInput;
 use swc_ts_fast_strip::{ErrorCode, Mode, Options, TransformOutput, TsError};
 
+pub use helper::{
+    HELPER_DEADLINE, HELPER_STACK_BYTES, HELPER_SUBCOMMAND, run_helper_if_asked, to_javascript_in_helper,
+};
 pub use mode::TypeScriptMode;
 
 /// The name diagnostics and source maps give the user's code.
 pub const FILE_NAME: &str = "main.ts";
 
 /// What [`to_javascript`] made of a TypeScript program.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct JavaScript {
     /// JavaScript that `node` runs as it runs the user's JavaScript.
     pub code: String,

@@ -49,6 +49,8 @@ pub fn main(tests: Vec<Test>) -> ! {
 /// [`main`] for trials made by the caller (tests run once per launch path, say).
 pub fn main_trials(trials: Vec<Trial>) -> ! {
     sandlot_jail::run_hidden_subcommand();
+    // The TypeScript transform's helper, as the server's binary is (`EngineConfig::typescript_helper`).
+    sandlot_core::typescript::run_helper_if_asked();
     // A child of the test binary running one job on a one-shot or unprivileged path: before any thread exists.
     child_backend::serve_if_child();
     let arguments = Arguments::from_args();
@@ -171,6 +173,7 @@ impl Sandbox {
     ) -> Self {
         let mut engine_config = EngineConfig::default();
         engine_config.limits.timeout = Duration::from_secs(10);
+        engine_config.typescript_helper = Some(std::env::current_exe().expect("test binary"));
         configure(&mut engine_config);
         let engine = Engine::new(backend, workspaces(root.path(), &engine_config.limits), engine_config);
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
