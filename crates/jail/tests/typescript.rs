@@ -98,10 +98,11 @@ fn es_modules_import_and_await_at_top_level() -> Result<(), Failed> {
     let code = r#"import { writeFileSync, readFileSync } from "node:fs";
 import * as path from "node:path";
 import type { Stats } from "node:fs";
+import { RequestListener } from "node:http"; // a type only, without `import type`: dropped, as tsx drops it
 const name: string = path.join("/data", "esm.txt");
 writeFileSync(name, "written");
 const later: number = await new Promise<number>((resolve) => setTimeout(() => resolve(7), 10));
-const stats: Stats | undefined = undefined;
+const stats: Stats | RequestListener | undefined = undefined;
 const file = path.basename(new URL(import.meta.url).pathname);
 console.log(readFileSync(name, "utf8"), later, typeof require, file, stats);
 export const done = true;
@@ -132,7 +133,12 @@ fn runtime_errors_name_the_typescript_line() -> Result<(), Failed> {
     let report = typescript(&sandbox, code);
     check_eq(report.outcome.termination.clone(), Termination::Exited { code: 1 }, &describe(&report))?;
     check(report.outcome.stderr.contains("E.B is 1"), || describe(&report))?;
-    check(report.outcome.stderr.contains("main.ts:5:9"), || describe(&report))
+    check(report.outcome.stderr.contains("main.ts:5:9"), || describe(&report))?;
+    // An ES module importing bindings (transformed, to drop type-only imports): mapped back too.
+    let code = "import { join } from 'node:path';\n\nconst p: string = join('a', 'b');\nthrow new Error(p);\n";
+    let report = typescript(&sandbox, code);
+    check_eq(report.outcome.termination.clone(), Termination::Exited { code: 1 }, &describe(&report))?;
+    check(report.outcome.stderr.contains("main.ts:4:7"), || describe(&report))
 }
 
 fn a_syntax_error_is_a_failed_run_with_its_line() -> Result<(), Failed> {

@@ -22,7 +22,7 @@ use base64::Engine as _;
 use swc_common::errors::Handler;
 use swc_common::sync::Lrc;
 use swc_common::{FileName, GLOBALS, Globals, SourceMap};
-use swc_ecma_ast::{EsVersion, Program};
+use swc_ecma_ast::{EsVersion, ModuleDecl, ModuleItem, Program};
 use swc_ecma_parser::StringInput;
 use swc_ts_fast_strip::{ErrorCode, Mode, Options, TransformOutput, TsError};
 
@@ -67,9 +67,10 @@ pub fn with_source_maps(node_options: Option<&str>) -> String {
     }
 }
 
-/// Strip first; transform when the code has what stripping cannot express. `Err`: the diagnostics to show.
+/// Strip first; transform when the code has what stripping cannot express, or imports bindings (which may be types
+/// only). `Err`: the diagnostics to show.
 fn transpile(code: &str) -> Result<JavaScript, String> {
-    let (code, source_mapped) = match operate(code, Mode::StripOnly) {
+    let (mut javascript, mut source_mapped) = match operate(code, Mode::StripOnly) {
         Ok(output) => (output.code, false),
         Err((error, _)) if matches!(error.code, ErrorCode::UnsupportedSyntax) => match operate(code, Mode::Transform) {
             Ok(output) => (inline_source_map(output), true),
@@ -78,19 +79,42 @@ fn transpile(code: &str) -> Result<JavaScript, String> {
         Err((_, diagnostics)) => return Err(diagnostics),
     };
     // The output, not the input: `import x = require()` parses as module syntax but is transformed to a `require`.
-    let module = is_module(&code);
-    Ok(JavaScript { code, source_mapped, module })
+    let mut kind = kind_of(&javascript);
+    // Stripping keeps `import { SomeType } from "..."` of a name that is only a type, which then fails to link; the
+    // transform drops what is used only as a type, as tsc and tsx do.
+    if kind == Kind::ModuleImportingBindings
+        && !source_mapped
+        && let Ok(output) = operate(code, Mode::Transform)
+    {
+        (javascript, source_mapped) = (inline_source_map(output), true);
+        kind = kind_of(&javascript);
+    }
+    Ok(JavaScript { code: javascript, source_mapped, module: kind != Kind::Script })
 }
 
-/// Whether JavaScript `code` has module syntax, as swc's parser decides between a module and a script (Node's own
-/// detection decides alike). Code that does not parse as either is left to Node: not a module.
-fn is_module(code: &str) -> bool {
+/// What swc's parser makes of JavaScript: a module or a script, as Node's own detection decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// No module syntax, or code that does not parse (left to Node to report).
+    Script,
+    Module,
+    /// A module with an `import` that binds names (`import x`, `import { x }`, `import * as x`).
+    ModuleImportingBindings,
+}
+
+fn kind_of(code: &str) -> Kind {
     let source_map: Lrc<SourceMap> = Default::default();
     let file = source_map.new_source_file(Lrc::new(FileName::Anon), code.to_owned());
     let syntax = swc_ecma_parser::Syntax::Es(Default::default());
     let lexer = swc_ecma_parser::Lexer::new(syntax, EsVersion::latest(), StringInput::from(&*file), None);
     let mut parser = swc_ecma_parser::Parser::new_from(lexer);
-    matches!(parser.parse_program(), Ok(Program::Module(_)))
+    match parser.parse_program() {
+        Ok(Program::Module(module)) => {
+            let binds = |item: &ModuleItem| matches!(item, ModuleItem::ModuleDecl(ModuleDecl::Import(import)) if !import.specifiers.is_empty());
+            if module.body.iter().any(binds) { Kind::ModuleImportingBindings } else { Kind::Module }
+        }
+        _ => Kind::Script,
+    }
 }
 
 /// One pass of swc's stripper; on failure its error and the diagnostics it wrote (rustc-like, with the line).

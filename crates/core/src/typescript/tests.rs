@@ -24,19 +24,27 @@ fn types_are_blanked_in_place_so_every_position_is_kept() {
 
 #[test]
 fn module_syntax_is_left_for_node() {
-    let code = "import { readFileSync } from 'node:fs';\nconst n: number = await Promise.resolve(1);\n\
-                export const x = n;\n";
+    let code = "const n: number = await Promise.resolve(1);\nexport const x = n;\nconsole.log(import.meta.url);\n";
     let javascript = to_javascript(code);
     assert_eq!(
         javascript,
         JavaScript {
-            code: "import { readFileSync } from 'node:fs';\nconst n         = await Promise.resolve(1);\n\
-                   export const x = n;\n"
+            code: "const n         = await Promise.resolve(1);\nexport const x = n;\nconsole.log(import.meta.url);\n"
                 .to_owned(),
             source_mapped: false,
             module: true,
         }
     );
+}
+
+#[test]
+fn imports_used_only_as_types_are_dropped() {
+    let code = "import { RequestListener } from 'node:http';\nimport { readFileSync } from 'node:fs';\n\
+                const l: RequestListener | null = null;\nconsole.log(l, typeof readFileSync);\n";
+    let javascript = to_javascript(code);
+    assert!(javascript.source_mapped && javascript.module, "{javascript:?}");
+    assert!(!javascript.code.contains("RequestListener"), "{}", javascript.code);
+    assert!(javascript.code.contains("import { readFileSync } from 'node:fs'"), "{}", javascript.code);
 }
 
 #[test]
