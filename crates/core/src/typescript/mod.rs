@@ -12,11 +12,9 @@
 //! stderr and exits with 1: a failed run, as a JavaScript syntax error is, recorded like any run.
 //! A server runs the transform in a helper process (`helper.rs`): code nested deep enough overflows swc's stack.
 
+mod diagnostics;
 mod helper;
 mod mode;
-
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
 use swc_common::errors::Handler;
@@ -26,6 +24,7 @@ use swc_ecma_ast::{EsVersion, ModuleDecl, ModuleItem, Program};
 use swc_ecma_parser::StringInput;
 use swc_ts_fast_strip::{ErrorCode, Mode, Options, TransformOutput, TsError};
 
+use diagnostics::Diagnostics;
 pub use helper::{
     HELPER_DEADLINE, HELPER_STACK_BYTES, HELPER_SUBCOMMAND, run_helper_if_asked, to_javascript_in_helper,
 };
@@ -132,8 +131,8 @@ fn operate(code: &str, mode: Mode) -> Result<TransformOutput, (TsError, String)>
         (error, format!("error: the TypeScript transform's options: {e}\n"))
     })?;
     let source_map: Lrc<SourceMap> = Default::default();
-    let written = Diagnostics::default();
-    let handler = Handler::with_emitter_writer(Box::new(written.clone()), Some(source_map.clone()));
+    let written = Diagnostics::new(source_map.clone());
+    let handler = Handler::with_emitter(true, false, Box::new(written.clone()));
     let result =
         GLOBALS.set(&Globals::new(), || swc_ts_fast_strip::operate(&source_map, &handler, code.to_owned(), options));
     result.map_err(|error| {
@@ -160,30 +159,6 @@ pub(crate) fn reporting(diagnostics: &str) -> JavaScript {
     let message = serde_json::Value::String(diagnostics.to_owned());
     let code = format!("process.stderr.write({message});\nprocess.exitCode = 1;\n");
     JavaScript { code, source_mapped: false, module: false }
-}
-
-/// Where swc's handler writes its diagnostics: shared, so they can be read after the handler is done.
-#[derive(Clone, Default)]
-struct Diagnostics(Arc<Mutex<Vec<u8>>>);
-
-impl Diagnostics {
-    fn text(&self) -> String {
-        let bytes = self.0.lock().map(|b| b.clone()).unwrap_or_default();
-        String::from_utf8_lossy(&bytes).into_owned()
-    }
-}
-
-impl Write for Diagnostics {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if let Ok(mut bytes) = self.0.lock() {
-            bytes.extend_from_slice(buf);
-        }
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 #[cfg(test)]

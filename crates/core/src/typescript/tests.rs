@@ -100,3 +100,18 @@ fn node_options_get_source_maps_added() {
     assert_eq!(with_source_maps(Some("  ")), "--enable-source-maps");
     assert_eq!(with_source_maps(Some("--max-old-space-size=64")), "--max-old-space-size=64 --enable-source-maps");
 }
+
+#[test]
+fn diagnostics_are_bounded_however_many_errors_there_are() {
+    // 100,000 bad `--` on one 200,000-character line: swc's own writer printed the line under each.
+    // On a stack as large as the helper's: the `--` nest.
+    let code = format!("let x: number = {}1;\n", "-".repeat(200_000));
+    let transform = std::thread::Builder::new().stack_size(HELPER_STACK_BYTES).spawn(move || to_javascript(&code));
+    let javascript = transform.unwrap().join().unwrap();
+    assert!(javascript.code.len() < 4096, "{} bytes", javascript.code.len());
+    let message = javascript.code.strip_prefix("process.stderr.write(").unwrap();
+    let message: String = serde_json::from_str(message.split_once(");\n").unwrap().0).unwrap();
+    assert!(message.starts_with("error[InvalidSyntax]: "), "{message}");
+    assert!(message.contains(" --> main.ts:1:"), "{message}");
+    assert!(message.contains("more errors"), "{message}");
+}
