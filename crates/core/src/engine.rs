@@ -161,13 +161,10 @@ impl Engine {
         runners
     }
 
-    /// The language the backend runs for a run in `language`: JavaScript for TypeScript stripped in the server (a
-    /// fresh sandbox's run; a live sandbox's TypeScript cells are stripped by its driver).
-    fn backend_language(&self, language: Language, session: crate::SessionUse) -> Language {
-        match session.is_live() {
-            true => language,
-            false => self.config.typescript.backend_language(language),
-        }
+    /// The language whose runner the backend must have for a run in `language`: JavaScript for TypeScript stripped
+    /// in the server (a live sandbox's cells too: see `session_code`).
+    fn backend_language(&self, language: Language) -> Language {
+        self.config.typescript.backend_language(language)
     }
 
     /// How many runs are executing now.
@@ -336,7 +333,7 @@ impl Engine {
 
     async fn run_for(&self, tenant: Option<&Tenant>, request: RunRequest, sink: &dyn OutputSink) -> Result<RunReport> {
         let (conversation, language, limits, mut request) = self.validate(request)?;
-        let backend_language = self.backend_language(language, request.session);
+        let backend_language = self.backend_language(language);
         if !self.backend.runners().iter().any(|r| r.language == backend_language) {
             return Err(Error::no_runner(language, self.runners().iter().map(|r| r.language)));
         }
@@ -401,13 +398,21 @@ impl Engine {
         tracing::info!(run_id, conversation = %conversation, %language, "run started");
         entry.start();
         let (files_dir, mounts) = (workspace.clone(), request.mounts.clone());
-        let (code, es_module, env) = match backend_language == language {
-            true => (request.code, false, request.env),
-            false => stripped(self.config.typescript_helper.as_deref(), request.code, request.env).await,
+        let helper = self.config.typescript_helper.as_deref();
+        let (job_language, code, es_module, env) = match (backend_language == language, request.session.is_live()) {
+            (true, _) => (language, request.code, false, request.env),
+            (false, false) => {
+                let (code, es_module, env) = stripped(helper, request.code, request.env).await;
+                (backend_language, code, es_module, env)
+            }
+            (false, true) => {
+                let (language, code) = session_code(helper, request.code).await;
+                (language, code, false, request.env)
+            }
         };
         let job = Job {
             run_id: run_id.clone(),
-            language: backend_language,
+            language: job_language,
             code,
             es_module,
             stdin: request.stdin,
@@ -508,19 +513,36 @@ async fn stripped(
     code: String,
     mut env: std::collections::BTreeMap<String, String>,
 ) -> (String, bool, std::collections::BTreeMap<String, String>) {
-    let javascript = match helper {
+    let javascript = transform(helper, code).await;
+    if javascript.source_mapped {
+        let options = crate::typescript::with_source_maps(env.get("NODE_OPTIONS").map(String::as_str));
+        env.insert("NODE_OPTIONS".to_owned(), options);
+    }
+    (javascript.code, javascript.module, env)
+}
+
+/// A TypeScript cell of a live sandbox (or its command of its own) as the JavaScript its node driver runs: stripped
+/// in the server when it is a script (no `import`, `export` or top-level `await`) that parses. Otherwise the
+/// TypeScript itself, which the driver converts with esbuild (module syntax to CommonJS, and its own error message),
+/// as it did before the server stripped anything.
+async fn session_code(helper: Option<&std::path::Path>, code: String) -> (Language, String) {
+    let javascript = transform(helper, code.clone()).await;
+    match javascript.module || javascript.failed {
+        true => (Language::TypeScript, code),
+        false => (Language::JavaScript, javascript.code),
+    }
+}
+
+/// [`crate::typescript::to_javascript`] in the `helper` process when there is one, else off the async threads.
+async fn transform(helper: Option<&std::path::Path>, code: String) -> crate::typescript::JavaScript {
+    match helper {
         Some(helper) => crate::typescript::to_javascript_in_helper(helper, code).await,
         None => match tokio::task::spawn_blocking(move || crate::typescript::to_javascript(&code)).await {
             Ok(javascript) => javascript,
             // `to_javascript` catches the transformer's panics; a task that failed anyway is reported like them.
             Err(_) => crate::typescript::reporting("error: the TypeScript transform failed on this program\n"),
         },
-    };
-    if javascript.source_mapped {
-        let options = crate::typescript::with_source_maps(env.get("NODE_OPTIONS").map(String::as_str));
-        env.insert("NODE_OPTIONS".to_owned(), options);
     }
-    (javascript.code, javascript.module, env)
 }
 
 /// What [`Engine::delete_conversation`] removed.

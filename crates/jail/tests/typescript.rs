@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use common::{Sandbox, check, check_eq, describe};
 use libtest_mimic::Failed;
-use sandlot_core::{Language, RunReport, Termination};
+use sandlot_core::{Language, RunReport, RunRequest, SessionUse, Termination};
 
 fn main() {
     common::main(vec![
@@ -25,6 +25,7 @@ fn main() {
         ("runtime_errors_name_the_typescript_line", runtime_errors_name_the_typescript_line),
         ("a_syntax_error_is_a_failed_run_with_its_line", a_syntax_error_is_a_failed_run_with_its_line),
         ("code_that_crashes_the_transform_fails_its_run_only", code_that_crashes_the_transform_fails_its_run_only),
+        ("session_cells_are_stripped_in_the_server", session_cells_are_stripped_in_the_server),
     ]);
 }
 
@@ -162,4 +163,45 @@ fn code_that_crashes_the_transform_fails_its_run_only() -> Result<(), Failed> {
     check_eq(report.outcome.termination.clone(), Termination::Exited { code: 1 }, &describe(&report))?;
     check(report.outcome.stderr.contains("could not be transformed"), || describe(&report))?;
     check_prints(&typescript(&sandbox, "const ok: string = 'still';\nconsole.log(ok);\n"), "still\n")
+}
+
+/// A live sandbox's TypeScript cells that are scripts are stripped in the server and reach the node driver as
+/// JavaScript: they run with no esbuild in the sandbox (none is found without tsx), share the JavaScript cells'
+/// globals, and a command of its own (`SessionUse::Process`) in TypeScript runs too. A cell with module syntax is
+/// still the driver's to convert, and says it needs esbuild.
+fn session_cells_are_stripped_in_the_server() -> Result<(), Failed> {
+    use std::os::unix::fs::PermissionsExt;
+    // A live sandbox binds every runner's prefix, so the TypeScript runner here is a file that exists: a `tsx` that
+    // fails if run, in no package, so no esbuild is found beside it (nor on PATH: the runner named tsx is this one).
+    std::fs::create_dir_all("/var/tmp")?;
+    let fake = tempfile::tempdir_in("/var/tmp")?;
+    std::fs::set_permissions(fake.path(), std::fs::Permissions::from_mode(0o755))?;
+    std::fs::create_dir(fake.path().join("bin"))?;
+    let tsx = fake.path().join("bin/tsx");
+    std::fs::write(&tsx, "#!/bin/sh\necho not tsx >&2\nexit 99\n")?;
+    std::fs::set_permissions(&tsx, std::fs::Permissions::from_mode(0o755))?;
+    let sandbox = Sandbox::with_engine_config(
+        tempfile::tempdir()?,
+        |config| {
+            config.languages = vec![Language::JavaScript, Language::TypeScript];
+            config.overrides.typescript = Some(tsx.clone());
+        },
+        |_| {},
+    );
+    let call = |language: Language, code: &str, session: SessionUse| {
+        sandbox.run_request(RunRequest {
+            conversation_id: "ts-session".into(),
+            language: language.as_str().into(),
+            code: code.into(),
+            session,
+            ..RunRequest::default()
+        })
+    };
+    let cell = "enum E { A = 20 }\nconst twice = (n: number): number => n * 2;\ntwice(E.A + 1)";
+    check_prints(&call(Language::TypeScript, cell, SessionUse::Interpreter), "42\n")?;
+    check_prints(&call(Language::JavaScript, "twice(1)", SessionUse::Interpreter), "2\n")?;
+    let command = "const n: number = 7;\nconsole.log(n * 6);\n";
+    check_prints(&call(Language::TypeScript, command, SessionUse::Process), "42\n")?;
+    let module = call(Language::TypeScript, "import { sep } from 'node:path';\nsep", SessionUse::Interpreter);
+    check(!module.outcome.success() && module.outcome.stderr.contains("esbuild"), || describe(&module))
 }

@@ -44,6 +44,9 @@ pub struct JavaScript {
     /// The code has module syntax (`import`, `export`, `import.meta`, top-level `await`): it must run as an ES
     /// module (from a `.mjs` file), which a node without module detection (18, and 20 before 20.19) needs told.
     pub module: bool,
+    /// The TypeScript did not parse or could not be transformed: the code is a program that reports it.
+    #[serde(default)]
+    pub failed: bool,
 }
 
 /// TypeScript to JavaScript: the types stripped in place, or, for what stripping cannot express, transformed with a
@@ -88,7 +91,7 @@ fn transpile(code: &str) -> Result<JavaScript, String> {
         (javascript, source_mapped) = (inline_source_map(output), true);
         kind = kind_of(&javascript);
     }
-    Ok(JavaScript { code: javascript, source_mapped, module: kind != Kind::Script })
+    Ok(JavaScript { code: javascript, source_mapped, module: kind != Kind::Script, failed: false })
 }
 
 /// What swc's parser makes of JavaScript: a module or a script, as Node's own detection decides.
@@ -158,7 +161,7 @@ fn inline_source_map(output: TransformOutput) -> String {
 pub(crate) fn reporting(diagnostics: &str) -> JavaScript {
     let message = serde_json::Value::String(diagnostics.to_owned());
     let code = format!("process.stderr.write({message});\nprocess.exitCode = 1;\n");
-    JavaScript { code, source_mapped: false, module: false }
+    JavaScript { code, source_mapped: false, module: false, failed: true }
 }
 
 #[cfg(test)]

@@ -10,8 +10,8 @@ use crate::{Error, Language};
 /// Where TypeScript becomes JavaScript.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum TypeScriptMode {
-    /// In the server (`super::to_javascript`); the run is a JavaScript run. Live sandboxes' cells are still
-    /// stripped in the sandbox (by esbuild, in the node driver).
+    /// In the server (`super::to_javascript`); the run is a JavaScript run. A live sandbox's cell too, unless it
+    /// has module syntax (the node driver converts those with esbuild).
     #[default]
     Strip,
     /// By the backend's TypeScript runner (tsx when installed), as a TypeScript run.

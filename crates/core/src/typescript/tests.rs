@@ -33,6 +33,7 @@ fn module_syntax_is_left_for_node() {
                 .to_owned(),
             source_mapped: false,
             module: true,
+            failed: false,
         }
     );
 }
