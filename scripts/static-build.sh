@@ -35,4 +35,4 @@ if ! command -v musl-gcc >/dev/null; then
 fi
 echo "==> cargo build ${flags[*]} --target $target" >&2
 cargo build "${flags[@]}" --quiet --locked --bin sandlot --target "$target"
-echo "$PWD/target/$target/$profile/sandlot"
+echo "${CARGO_TARGET_DIR:-$PWD/target}/$target/$profile/sandlot"

@@ -451,6 +451,10 @@ pub struct SandboxArgs {
     /// Whether `sandbox_run_code` runs in the conversation's live sandbox when the call does not say `session`.
     #[arg(long, env = "SANDLOT_SESSION_DEFAULT", default_value_t = false, action = clap::ArgAction::Set)]
     pub session_default: bool,
+    /// Where TypeScript becomes JavaScript: `strip` (in the server; node runs it as JavaScript, no tsx needed) or
+    /// `runner` (the backend's TypeScript runner: tsx, deno or bun; the Docker backend's runner-typescript).
+    #[arg(long, env = "SANDLOT_TYPESCRIPT_MODE", default_value = "strip", value_parser = parse_typescript_mode)]
+    pub typescript_mode: sandlot_core::TypeScriptMode,
 }
 
 /// The longest deadline a server may be configured with: a year. Deadlines are added to clocks and to grace
@@ -471,6 +475,10 @@ fn checked_uid_range(range: sandlot_jail::UidRange) -> Result<sandlot_jail::UidR
         Some(account) => Err(format!("{range} includes the host's {account}")),
         None => Ok(range),
     }
+}
+
+fn parse_typescript_mode(text: &str) -> Result<sandlot_core::TypeScriptMode, String> {
+    text.parse().map_err(|e: sandlot_core::Error| e.to_string())
 }
 
 fn parse_cpus(text: &str) -> Result<f64, String> {
@@ -516,6 +524,9 @@ impl SandboxArgs {
                 min_free_mb: self.sandbox_min_free_mb,
                 session_default: self.session_default,
             },
+            typescript: self.typescript_mode,
+            // This binary: `main` answers as the transform's helper first thing.
+            typescript_helper: std::env::current_exe().ok(),
             ..EngineConfig::default()
         }
     }
@@ -546,6 +557,9 @@ pub struct RunnersArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+    /// Where TypeScript becomes JavaScript (as `serve`'s option): with `strip`, TypeScript's runner is node's.
+    #[arg(long, env = "SANDLOT_TYPESCRIPT_MODE", default_value = "strip", value_parser = parse_typescript_mode)]
+    pub typescript_mode: sandlot_core::TypeScriptMode,
 }
 
 /// Parses the command line and fills in the default data root. A bad value stops the start with one line naming

@@ -15,6 +15,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     // The jail init and zygote must start before anything else (no runtime, no threads): check for them by hand.
     sandlot_jail::run_hidden_subcommand();
+    // The TypeScript transform's helper, which a server runs per TypeScript run (sandlot_core::typescript).
+    sandlot_core::typescript::run_helper_if_asked();
     // Before the init is forked, which inherits the log (a no-op without the `phases` feature).
     sandlot_core::marks::open();
     sandlot_core::marks::mark("c.main");

@@ -391,6 +391,27 @@ fn runners_lists_every_language_with_a_version() {
     }
 }
 
+/// `sandlot run` strips TypeScript and runs it on node: with the TypeScript runner pinned to a tsx that does not
+/// exist, a typed ES module runs, and a syntax error is the program's failure (exit 1, the line on stderr). `sandlot
+/// runners` lists TypeScript on node.
+#[test]
+fn typescript_runs_on_node_without_tsx() {
+    let root = common::TempRoot::new();
+    let no_tsx = [("SANDLOT_TYPESCRIPT", "/nonexistent/tsx")];
+    let code = "import { basename } from 'node:path';\nenum E { A = 41 }\nconst n: number = await Promise.resolve(E.A + 1);\nconsole.log(n, basename(import.meta.url));\n";
+    let out = sandlot_with_env(&["run", "-l", "typescript"], code, root.path(), &no_tsx);
+    assert_eq!((out.status.code(), text(&out.stdout)), (Some(0), "42 main.mjs\n"), "{}", text(&out.stderr));
+    let out = sandlot_with_env(&["run", "-l", "ts"], "let a: number = 1;\nlet b: = 2;\n", root.path(), &no_tsx);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("main.ts:2:"), "{}", text(&out.stderr));
+    let out = sandlot_with_env(&["runners", "--json"], "", root.path(), &no_tsx);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let image = |language: &str| {
+        json["languages"].as_array().unwrap().iter().find(|l| l["language"] == language).map(|l| l["image"].clone())
+    };
+    assert_eq!(image("typescript"), image("javascript"));
+}
+
 #[test]
 fn doctor_passes_on_this_host() {
     let root = common::TempRoot::new();

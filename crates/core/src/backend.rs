@@ -28,6 +28,9 @@ pub struct Job {
     pub run_id: String,
     pub language: Language,
     pub code: String,
+    /// The code is an ES module and runs from a `.mjs` file (JavaScript only): set for TypeScript stripped in the
+    /// server when the result has module syntax, so a node without module detection runs it too.
+    pub es_module: bool,
     pub stdin: Vec<u8>,
     pub env: BTreeMap<String, String>,
     pub limits: Limits,

@@ -42,6 +42,14 @@ pub struct EngineConfig {
     pub result_text_bytes: usize,
     /// Live sandboxes: how long they live, how many there may be (`session` runs).
     pub sessions: crate::SessionConfig,
+    /// Where TypeScript becomes JavaScript: in the server, run by the JavaScript runner (the default), or by the
+    /// backend's TypeScript runner.
+    pub typescript: crate::TypeScriptMode,
+    /// A binary that is the TypeScript transform's helper (its `main` calls
+    /// [`crate::typescript::run_helper_if_asked`]; a server names itself): the transform runs there, so code that
+    /// crashes it (a stack overflow) fails its run and nothing else. `None`: in a thread of this process, where such
+    /// code aborts the process (for tests and embedders whose callers are trusted).
+    pub typescript_helper: Option<std::path::PathBuf>,
 }
 
 impl Default for EngineConfig {
@@ -57,6 +65,8 @@ impl Default for EngineConfig {
             max_listed_path_bytes: 64 * 1024,
             result_text_bytes: DEFAULT_RESULT_TEXT_BYTES,
             sessions: crate::SessionConfig::default(),
+            typescript: crate::TypeScriptMode::default(),
+            typescript_helper: None,
         }
     }
 }
@@ -136,9 +146,25 @@ impl Engine {
         &self.config
     }
 
-    /// The backend's runners.
+    /// The runners of the languages runs can use: the backend's, where TypeScript's is the JavaScript runner when
+    /// TypeScript is stripped in the server (whatever TypeScript runner the backend has, or none).
     pub fn runners(&self) -> Vec<RunnerInfo> {
-        self.backend.runners()
+        let mut runners = self.backend.runners();
+        if self.config.typescript == crate::TypeScriptMode::Strip {
+            runners.retain(|r| r.language != Language::TypeScript);
+            if let Some(node) = runners.iter().find(|r| r.language == Language::JavaScript) {
+                let typescript = RunnerInfo { language: Language::TypeScript, ..node.clone() };
+                runners.push(typescript);
+                runners.sort_by_key(|r| r.language);
+            }
+        }
+        runners
+    }
+
+    /// The language whose runner the backend must have for a run in `language`: JavaScript for TypeScript stripped
+    /// in the server (a live sandbox's cells too: see `session_code`).
+    fn backend_language(&self, language: Language) -> Language {
+        self.config.typescript.backend_language(language)
     }
 
     /// How many runs are executing now.
@@ -192,7 +218,7 @@ impl Engine {
                 if !checks.is_empty() {
                     return checks;
                 }
-                match self.backend.runners().len() {
+                match self.runners().len() {
                     0 => vec![ReadinessCheck::failed("runners", "no runner: no language can run")],
                     n => vec![ReadinessCheck::ok("runners", format!("{n} languages"))],
                 }
@@ -307,9 +333,9 @@ impl Engine {
 
     async fn run_for(&self, tenant: Option<&Tenant>, request: RunRequest, sink: &dyn OutputSink) -> Result<RunReport> {
         let (conversation, language, limits, mut request) = self.validate(request)?;
-        let runners = self.backend.runners();
-        if !runners.iter().any(|r| r.language == language) {
-            return Err(Error::no_runner(language, runners.iter().map(|r| r.language)));
+        let backend_language = self.backend_language(language);
+        if !self.backend.runners().iter().any(|r| r.language == backend_language) {
+            return Err(Error::no_runner(language, self.runners().iter().map(|r| r.language)));
         }
         if let Some(tenant) = tenant {
             self.workspaces.claim_owner(&conversation, tenant)?;
@@ -372,12 +398,25 @@ impl Engine {
         tracing::info!(run_id, conversation = %conversation, %language, "run started");
         entry.start();
         let (files_dir, mounts) = (workspace.clone(), request.mounts.clone());
+        let helper = self.config.typescript_helper.as_deref();
+        let (job_language, code, es_module, env) = match (backend_language == language, request.session.is_live()) {
+            (true, _) => (language, request.code, false, request.env),
+            (false, false) => {
+                let (code, es_module, env) = stripped(helper, request.code, request.env).await;
+                (backend_language, code, es_module, env)
+            }
+            (false, true) => {
+                let (language, code) = session_code(helper, request.code).await;
+                (language, code, false, request.env)
+            }
+        };
         let job = Job {
             run_id: run_id.clone(),
-            language,
-            code: request.code,
+            language: job_language,
+            code,
+            es_module,
             stdin: request.stdin,
-            env: request.env,
+            env,
             limits: limits.clone(),
             workspace,
             layout: request.layout,
@@ -463,6 +502,46 @@ impl Engine {
             Ok((outcome, report)) => (Ok(outcome), Some(report)),
             Err(error) => (Err(error), None),
         }
+    }
+}
+
+/// TypeScript `code` as the JavaScript runner runs it, whether it is an ES module, and the run's environment
+/// (`NODE_OPTIONS` with source maps when the code was transformed, not only stripped: see `typescript`). In the
+/// `helper` process when there is one, else off the async threads (a large program takes milliseconds).
+async fn stripped(
+    helper: Option<&std::path::Path>,
+    code: String,
+    mut env: std::collections::BTreeMap<String, String>,
+) -> (String, bool, std::collections::BTreeMap<String, String>) {
+    let javascript = transform(helper, code).await;
+    if javascript.source_mapped {
+        let options = crate::typescript::with_source_maps(env.get("NODE_OPTIONS").map(String::as_str));
+        env.insert("NODE_OPTIONS".to_owned(), options);
+    }
+    (javascript.code, javascript.module, env)
+}
+
+/// A TypeScript cell of a live sandbox (or its command of its own) as the JavaScript its node driver runs: stripped
+/// in the server when it is a script (no `import`, `export` or top-level `await`) that parses. Otherwise the
+/// TypeScript itself, which the driver converts with esbuild (module syntax to CommonJS, and its own error message),
+/// as it did before the server stripped anything.
+async fn session_code(helper: Option<&std::path::Path>, code: String) -> (Language, String) {
+    let javascript = transform(helper, code.clone()).await;
+    match javascript.module || javascript.failed {
+        true => (Language::TypeScript, code),
+        false => (Language::JavaScript, javascript.code),
+    }
+}
+
+/// [`crate::typescript::to_javascript`] in the `helper` process when there is one, else off the async threads.
+async fn transform(helper: Option<&std::path::Path>, code: String) -> crate::typescript::JavaScript {
+    match helper {
+        Some(helper) => crate::typescript::to_javascript_in_helper(helper, code).await,
+        None => match tokio::task::spawn_blocking(move || crate::typescript::to_javascript(&code)).await {
+            Ok(javascript) => javascript,
+            // `to_javascript` catches the transformer's panics; a task that failed anyway is reported like them.
+            Err(_) => crate::typescript::reporting("error: the TypeScript transform failed on this program\n"),
+        },
     }
 }
 

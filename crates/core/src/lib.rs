@@ -38,6 +38,7 @@ mod state_dir;
 mod stop;
 mod tenant;
 mod timestamp;
+pub mod typescript;
 mod unlinked_files;
 mod uploads;
 mod workspaces;
@@ -75,6 +76,7 @@ pub use state_dir::{STATE_DIR_NAME, StateDir};
 pub use stop::{Stop, stop_reason};
 pub use tenant::Tenant;
 pub use timestamp::{rfc3339_millis, rfc3339_seconds};
+pub use typescript::TypeScriptMode;
 pub use uploads::{MAX_UPLOADS_PER_CONVERSATION, Upload, UploadSize};
 pub use workspaces::{
     Budgeted, Claim, ConversationBounds, DEFAULT_FREE_SPACE_PERCENT, DEFAULT_MAX_CONVERSATIONS,

@@ -175,6 +175,9 @@ impl DockerBackend {
 
     fn container_body(&self, job: &Job, image: &str) -> ContainerCreateBody {
         let mut env = vec![format!("SANDLOT_CODE_BYTES={}", job.code.len())];
+        if job.es_module {
+            env.push("SANDLOT_EXT=mjs".to_owned()); // the entrypoint's file name: node runs it as an ES module
+        }
         // The Home layout: the conversation at its path (also HOME), and a scratch tmpfs of its own at /data. The
         // Workspace layout: the conversation at its path (also HOME and the working directory), /data the image's
         // (read-only with the rootfs).

@@ -1049,12 +1049,14 @@ fn a_project_local_runner_exposes_nothing_of_its_project() -> Result<(), Failed>
     check(copied.success(), || "tsx must be installed at /usr/lib/node_modules/tsx (npm install -g tsx)".into())?;
     std::os::unix::fs::symlink("../tsx/dist/cli.mjs", modules.join(".bin/tsx"))?;
     let tsx = modules.join(".bin/tsx");
-    let sandbox = Sandbox::with_config(
+    // TypeScript through the backend's runner (tsx), not stripped in the server.
+    let sandbox = Sandbox::with_engine_config(
+        tempfile::tempdir()?,
         |config| {
             config.languages = vec![Language::Python, Language::TypeScript];
             config.overrides.typescript = Some(tsx.clone());
         },
-        |_| {},
+        |config| config.typescript = sandlot_core::TypeScriptMode::Runner,
     );
     let path = env_file.display();
     let python = sandbox.run(

@@ -34,8 +34,10 @@ pub async fn run(args: RunArgs, forked_init: Option<sandlot_jail::ForkedInit>) -
         }
         None => None,
     };
-    // Only the requested language's runner is looked up, without asking its version: `run` stays fast.
-    let language: Option<Language> = args.language.parse().ok();
+    // Only the runner the run needs is looked up (TypeScript stripped in the server needs the JavaScript one),
+    // without asking its version: `run` stays fast.
+    let language: Option<Language> =
+        args.language.parse().ok().map(|l| args.sandbox.typescript_mode.backend_language(l));
     let backend: std::sync::Arc<dyn sandlot_core::Backend> = match args.sandbox.backend {
         crate::cli::BackendKind::Native => {
             let model = sandlot_jail::ProcessModel::OneShot;

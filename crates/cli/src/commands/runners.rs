@@ -2,11 +2,21 @@
 
 use std::process::ExitCode;
 
+use sandlot_core::{Language, TypeScriptMode};
+
 use crate::cli::RunnersArgs;
 
 pub fn runners(args: RunnersArgs) -> anyhow::Result<ExitCode> {
-    let runners =
+    let mut runners =
         sandlot_jail::discover_runners(&sandlot_core::Language::ALL, &sandlot_jail::RunnerOverrides::from_env(), true);
+    if args.typescript_mode == TypeScriptMode::Strip {
+        // TypeScript is stripped in the server and run by JavaScript's node, as the engine lists it.
+        runners.retain(|r| r.language != Language::TypeScript);
+        if let Some(node) = runners.iter().find(|r| r.language == Language::JavaScript) {
+            runners.push(sandlot_jail::HostRunner { language: Language::TypeScript, ..node.clone() });
+            runners.sort_by_key(|r| r.language);
+        }
+    }
     if args.json {
         let list: Vec<_> = runners
             .iter()

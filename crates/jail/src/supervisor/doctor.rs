@@ -165,6 +165,7 @@ async fn probe_run(backend: &JailBackend, language: Language) -> Check {
         run_id: format!("doctor-{}", std::process::id()),
         language,
         code: probe_code(language).into(),
+        es_module: false,
         stdin: Vec::new(),
         env: BTreeMap::new(),
         limits: Limits::default(),

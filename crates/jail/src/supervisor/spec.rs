@@ -43,7 +43,8 @@ pub fn base_env() -> Vec<(String, String)> {
 /// The spec of `job` run by `runner` with `resources`. Without a cgroup slot, rlimits stand in for the pids and
 /// memory limits.
 pub fn build(job: &Job, runner: &HostRunner, resources: Resources) -> JailSpec {
-    let code_path = PathBuf::from(format!("/tmp/main.{}", job.language.file_extension()));
+    let extension = if job.es_module { "mjs" } else { job.language.file_extension() };
+    let code_path = PathBuf::from(format!("/tmp/main.{extension}"));
     let mut env: BTreeMap<String, String> = BASE_ENV.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
     let home = home_mount(job.layout, &job.limits);
     if let Some(home) = &home {
@@ -171,6 +172,7 @@ mod tests {
             run_id: "r1".into(),
             language: Language::Python,
             code: "print(1)".into(),
+            es_module: false,
             stdin: vec![],
             env: BTreeMap::from([("HOME".into(), "/elsewhere".into()), ("A".into(), "1".into())]),
             limits: Limits::default(),

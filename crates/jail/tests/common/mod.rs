@@ -49,6 +49,8 @@ pub fn main(tests: Vec<Test>) -> ! {
 /// [`main`] for trials made by the caller (tests run once per launch path, say).
 pub fn main_trials(trials: Vec<Trial>) -> ! {
     sandlot_jail::run_hidden_subcommand();
+    // The TypeScript transform's helper, as the server's binary is (`EngineConfig::typescript_helper`).
+    sandlot_core::typescript::run_helper_if_asked();
     // A child of the test binary running one job on a one-shot or unprivileged path: before any thread exists.
     child_backend::serve_if_child();
     let arguments = Arguments::from_args();
@@ -118,7 +120,7 @@ impl Sandbox {
         // The unprivileged child must reach the conversations below the root (each is handed to it).
         std::fs::set_permissions(root.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
         let backend = Arc::new(child_backend::ChildBackend::new(model, caller, root.path().to_owned()));
-        Self::with_backend(root, backend, path, adjust)
+        Self::with_backend(root, backend, path, |config| adjust(&mut config.limits))
     }
 
     /// A sandbox with default limits changed by `adjust`.
@@ -137,6 +139,16 @@ impl Sandbox {
         configure: impl FnOnce(&mut JailConfig),
         adjust: impl FnOnce(&mut Limits),
     ) -> Self {
+        Self::with_engine_config(root, configure, |config| adjust(&mut config.limits))
+    }
+
+    /// A sandbox whose conversations live in `root`, its backend configured by `configure` and its engine by
+    /// `engine` (after the tests' default timeout is set).
+    pub fn with_engine_config(
+        root: tempfile::TempDir,
+        configure: impl FnOnce(&mut JailConfig),
+        engine: impl FnOnce(&mut EngineConfig),
+    ) -> Self {
         assert!(nix::unistd::geteuid().is_root(), "the jail tests need root (run scripts/test.sh as root)");
         let mut config = JailConfig::new(std::env::current_exe().expect("test binary"));
         config.sandbox_uids = sandbox_uids();
@@ -149,7 +161,7 @@ impl Sandbox {
         configure(&mut config);
         let backend = Arc::new(JailBackend::new(config).expect("the native backend"));
         assert!(backend.wait_for_templates(Duration::from_secs(60)), "the Python template did not start");
-        Self::with_backend(root, backend, LaunchPath::ServerRoot, adjust)
+        Self::with_backend(root, backend, LaunchPath::ServerRoot, engine)
     }
 
     /// A sandbox over `backend`, whose conversations live in `root`.
@@ -157,11 +169,12 @@ impl Sandbox {
         root: tempfile::TempDir,
         backend: Arc<dyn sandlot_core::Backend>,
         path: LaunchPath,
-        adjust: impl FnOnce(&mut Limits),
+        configure: impl FnOnce(&mut EngineConfig),
     ) -> Self {
         let mut engine_config = EngineConfig::default();
         engine_config.limits.timeout = Duration::from_secs(10);
-        adjust(&mut engine_config.limits);
+        engine_config.typescript_helper = Some(std::env::current_exe().expect("test binary"));
+        configure(&mut engine_config);
         let engine = Engine::new(backend, workspaces(root.path(), &engine_config.limits), engine_config);
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
         Self { root, engine, runtime, path }

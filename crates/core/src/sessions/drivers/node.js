@@ -11,6 +11,8 @@
 // shown with util.inspect; a thenable is awaited first. A cell with top-level `await` is rewritten by node's own REPL
 // rewriting (internal/repl/await): its `var`, `let`, `const`, function and class declarations stay global; without
 // it (a node that lacks it), the cell runs in an async function where only plain assignments persist.
+// The server strips most TypeScript cells itself and sends them as JavaScript (engine.rs, `session_code`); those it
+// sends as TypeScript (module syntax, top-level await, or a syntax error) are stripped here with esbuild.
 // TypeScript cells are stripped of types with esbuild (from SANDLOT_ESBUILD) as scripts; a cell with import or
 // export is converted to CommonJS, where `import * as x` persists as `x` but default and named imports are renamed.
 // SIGINT: during synchronous code, breakOnSigint ends the cell; while a cell's promise is awaited, the driver stops
