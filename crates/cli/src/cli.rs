@@ -389,9 +389,10 @@ pub struct SandboxArgs {
     /// Memory per run, in MiB (no swap).
     #[arg(long, env = "SANDLOT_MEMORY_MB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(16..))]
     pub memory_mb: u64,
-    /// CPU quota per run, in cores.
-    #[arg(long, env = "SANDLOT_CPUS", default_value_t = 0.5, value_parser = parse_cpus)]
-    pub cpus: f64,
+    /// A hard CPU cap per run, in cores [default: none: runs share the cores by equal weights, and a run alone
+    /// has them all].
+    #[arg(long, env = "SANDLOT_CPUS", value_parser = parse_cpus)]
+    pub cpus: Option<f64>,
     /// Processes and threads per run.
     #[arg(long, env = "SANDLOT_PIDS", default_value_t = 64, value_parser = clap::value_parser!(u64).range(4..))]
     pub pids: u64,
