@@ -487,20 +487,35 @@ impl SandboxArgs {
         self.sandbox_uid.unwrap_or(self.sandbox_uids)
     }
 
+    /// The limits of a run these options describe.
+    fn limits(&self) -> Limits {
+        Limits {
+            timeout: Duration::from_secs(self.timeout_secs),
+            memory_mb: self.memory_mb,
+            cpus: self.cpus,
+            pids: self.pids,
+            max_output_bytes: self.max_output_bytes as usize,
+            tmp_mb: self.tmp_mb,
+            disk_mb: self.disk_mb,
+            disk_inodes: self.disk_inodes,
+            ..Limits::default()
+        }
+    }
+
+    /// The engine configuration of `sandlot run`: its one run's limits, without the probes of the host that only
+    /// a server's places and live sandboxes need (see `EngineConfig::for_one_run`).
+    pub fn one_run_engine_config(&self) -> EngineConfig {
+        EngineConfig {
+            limits: self.limits(),
+            max_timeout: Duration::from_secs(self.max_timeout_secs),
+            ..EngineConfig::for_one_run()
+        }
+    }
+
     /// The engine configuration these options describe.
     pub fn engine_config(&self) -> EngineConfig {
         EngineConfig {
-            limits: Limits {
-                timeout: Duration::from_secs(self.timeout_secs),
-                memory_mb: self.memory_mb,
-                cpus: self.cpus,
-                pids: self.pids,
-                max_output_bytes: self.max_output_bytes as usize,
-                tmp_mb: self.tmp_mb,
-                disk_mb: self.disk_mb,
-                disk_inodes: self.disk_inodes,
-                ..Limits::default()
-            },
+            limits: self.limits(),
             max_timeout: Duration::from_secs(self.max_timeout_secs),
             sessions: sandlot_core::SessionConfig {
                 idle: Duration::from_secs(self.sandbox_idle_secs),
