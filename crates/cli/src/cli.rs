@@ -389,9 +389,10 @@ pub struct SandboxArgs {
     /// Memory per run, in MiB (no swap).
     #[arg(long, env = "SANDLOT_MEMORY_MB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(16..))]
     pub memory_mb: u64,
-    /// CPU quota per run, in cores.
-    #[arg(long, env = "SANDLOT_CPUS", default_value_t = 0.5, value_parser = parse_cpus)]
-    pub cpus: f64,
+    /// A hard CPU cap per run, in cores [default: none: runs share the cores by equal weights, and a run alone
+    /// has them all].
+    #[arg(long, env = "SANDLOT_CPUS", value_parser = parse_cpus)]
+    pub cpus: Option<f64>,
     /// Processes and threads per run.
     #[arg(long, env = "SANDLOT_PIDS", default_value_t = 64, value_parser = clap::value_parser!(u64).range(4..))]
     pub pids: u64,
@@ -494,20 +495,35 @@ impl SandboxArgs {
         self.sandbox_uid.unwrap_or(self.sandbox_uids)
     }
 
+    /// The limits of a run these options describe.
+    fn limits(&self) -> Limits {
+        Limits {
+            timeout: Duration::from_secs(self.timeout_secs),
+            memory_mb: self.memory_mb,
+            cpus: self.cpus,
+            pids: self.pids,
+            max_output_bytes: self.max_output_bytes as usize,
+            tmp_mb: self.tmp_mb,
+            disk_mb: self.disk_mb,
+            disk_inodes: self.disk_inodes,
+            ..Limits::default()
+        }
+    }
+
+    /// The engine configuration of `sandlot run`: its one run's limits, without the probes of the host that only
+    /// a server's places and live sandboxes need (see `EngineConfig::for_one_run`).
+    pub fn one_run_engine_config(&self) -> EngineConfig {
+        EngineConfig {
+            limits: self.limits(),
+            max_timeout: Duration::from_secs(self.max_timeout_secs),
+            ..EngineConfig::for_one_run()
+        }
+    }
+
     /// The engine configuration these options describe.
     pub fn engine_config(&self) -> EngineConfig {
         EngineConfig {
-            limits: Limits {
-                timeout: Duration::from_secs(self.timeout_secs),
-                memory_mb: self.memory_mb,
-                cpus: self.cpus,
-                pids: self.pids,
-                max_output_bytes: self.max_output_bytes as usize,
-                tmp_mb: self.tmp_mb,
-                disk_mb: self.disk_mb,
-                disk_inodes: self.disk_inodes,
-                ..Limits::default()
-            },
+            limits: self.limits(),
             max_timeout: Duration::from_secs(self.max_timeout_secs),
             sessions: sandlot_core::SessionConfig {
                 idle: Duration::from_secs(self.sandbox_idle_secs),

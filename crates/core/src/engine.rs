@@ -54,17 +54,30 @@ pub struct EngineConfig {
 
 impl Default for EngineConfig {
     fn default() -> Self {
+        Self::with(2 * std::thread::available_parallelism().map_or(1, usize::from), crate::SessionConfig::default())
+    }
+}
+
+impl EngineConfig {
+    /// The defaults for an engine that runs one job and exits (`sandlot run`): one place, no live sandbox, and none
+    /// of the host probes the defaults make for them (the CPUs, the cgroup's CPU quota, `/proc/meminfo` twice: ~0.1
+    /// ms on the path of every such run, docs/benchmarks.md).
+    pub fn for_one_run() -> Self {
+        Self::with(1, crate::SessionConfig::without_host_probe())
+    }
+
+    fn with(max_concurrent_runs: usize, sessions: crate::SessionConfig) -> Self {
         Self {
             limits: Limits::default(),
             max_timeout: Duration::from_secs(3600),
-            max_concurrent_runs: 2 * std::thread::available_parallelism().map_or(1, usize::from),
+            max_concurrent_runs,
             max_queued: 256,
             queue_wait_limit: Duration::from_secs(60),
             max_code_bytes: 1024 * 1024,
             max_files_listed: 1000,
             max_listed_path_bytes: 64 * 1024,
             result_text_bytes: DEFAULT_RESULT_TEXT_BYTES,
-            sessions: crate::SessionConfig::default(),
+            sessions,
             typescript: crate::TypeScriptMode::default(),
             typescript_helper: None,
         }

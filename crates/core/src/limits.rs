@@ -1,4 +1,7 @@
 //! Resource limits of one run.
+//!
+//! CPU is shared, not capped, unless the operator sets a cap: every run's group gets the same weight, so runs
+//! competing for the cores get equal shares and a run alone gets the whole machine (docs/security.md, "CPU").
 
 use std::time::Duration;
 
@@ -9,8 +12,9 @@ pub struct Limits {
     pub timeout: Duration,
     /// Memory (RAM, no swap) for the whole run, in MiB.
     pub memory_mb: u64,
-    /// CPU quota in cores (0.5 = half a core).
-    pub cpus: f64,
+    /// The operator's hard CPU cap in cores (0.5 = half a core), or `None`: no cap, the run shares the cores with
+    /// the others by an equal weight. The cap bounds a run even on an idle machine; fairness needs only the weight.
+    pub cpus: Option<f64>,
     /// Maximum number of processes and threads alive at once.
     pub pids: u64,
     /// Bytes kept per output stream; the rest is dropped and the stream marked truncated.
@@ -31,7 +35,7 @@ impl Default for Limits {
         Self {
             timeout: Duration::from_secs(30),
             memory_mb: 256,
-            cpus: 0.5,
+            cpus: None,
             pids: 64,
             max_output_bytes: 1024 * 1024,
             tmp_mb: 64,

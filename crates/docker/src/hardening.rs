@@ -1,13 +1,16 @@
 //! How every container sandlot makes is confined, a run's and a live sandbox's alike: the host config (no network,
-//! no capabilities, `no-new-privileges`, a read-only root, a sized `/tmp`, memory without swap, CPU, pids, ulimits,
-//! an init) and the binds (the conversation at its path, the volumes). One place, so the two kinds of container
-//! cannot drift apart: a live sandbox is hardened exactly as a run is, with the limits bounding the whole container.
+//! no capabilities, `no-new-privileges`, a read-only root, a sized `/tmp`, memory without swap, CPU by weight and a
+//! quota only under the operator's cap, pids, ulimits, an init) and the binds (the conversation at its path, the
+//! volumes). One place, so the two kinds of container cannot drift apart: a live sandbox is hardened exactly as a run is, with the limits bounding the whole container.
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use bollard::models::{HostConfig, ResourcesUlimits};
 use sandlot_core::{Layout, Limits, Mount};
+
+/// Every container's CPU weight (`--cpu-shares`): Docker's default, the same for all, so none outweighs another.
+const CPU_SHARES: i64 = 1024;
 
 /// What a container is made for: its limits, where it sees the conversation, its binds and the runner's user.
 pub(crate) struct Confinement<'a> {
@@ -48,7 +51,10 @@ impl Confinement<'_> {
             security_opt: Some(vec!["no-new-privileges:true".into()]),
             memory: Some(memory),
             memory_swap: Some(memory),
-            nano_cpus: Some((limits.cpus * 1e9) as i64),
+            // CPU by weight: every container the same shares (Docker's default, 1024, said outright), so busy runs
+            // split the cores equally and one alone has them all; a quota only where the operator set a cap.
+            cpu_shares: Some(CPU_SHARES),
+            nano_cpus: limits.cpus.map(|cpus| (cpus * 1e9) as i64),
             pids_limit: Some(i64::try_from(limits.pids).unwrap_or(i64::MAX)),
             ulimits: Some(vec![
                 ulimit("nofile", i64::try_from(limits.open_files).unwrap_or(1024)),
@@ -72,5 +78,24 @@ impl Confinement<'_> {
             format!("{}:{}:{mode}", m.host.display(), m.path)
         });
         std::iter::once(conversation).chain(mounts).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host_config(limits: &Limits) -> HostConfig {
+        let confinement =
+            Confinement { limits, layout: Layout::Data, workspace: Path::new("/w"), mounts: &[], user: (10001, 10001) };
+        confinement.host_config()
+    }
+
+    #[test]
+    fn cpu_is_shared_by_weight_and_capped_only_by_the_operator() {
+        let default = host_config(&Limits::default());
+        assert_eq!((default.cpu_shares, default.nano_cpus), (Some(1024), None));
+        let capped = host_config(&Limits { cpus: Some(1.5), ..Limits::default() });
+        assert_eq!((capped.cpu_shares, capped.nano_cpus), (Some(1024), Some(1_500_000_000)));
     }
 }

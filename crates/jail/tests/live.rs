@@ -56,6 +56,7 @@ fn main() {
         ("pid_1_outlives_its_processes_attacks", pid_1_outlives_its_processes_attacks),
         ("a_background_memory_bomb_is_oom_killed_alone", a_background_memory_bomb_is_oom_killed_alone),
         ("a_background_fork_bomb_hits_pids_max", a_background_fork_bomb_hits_pids_max),
+        ("a_live_sandbox_shares_cpu_by_weight_without_a_cap", a_live_sandbox_shares_cpu_by_weight_without_a_cap),
     ]);
 }
 
@@ -858,4 +859,26 @@ fn a_background_fork_bomb_hits_pids_max() -> Result<(), Failed> {
     // Closing ends it, however many it keeps forking.
     live.close(&sandbox);
     check_eq(common::sandbox_processes(), vec![], "processes after close")
+}
+
+/// A live sandbox's cgroup gets a run's CPU weight and, with the default limits, no quota: busy, it gets a run's
+/// share of the cores and no more, however many processes it keeps busy (docs/security.md, "CPU").
+fn a_live_sandbox_shares_cpu_by_weight_without_a_cap() -> Result<(), Failed> {
+    let live = Live::new();
+    let sandbox = live.start("cpu-weight");
+    let marker = "cpu-weight-marker-4d1";
+    let _sleeper =
+        live.spawn(&sandbox, Language::Python, &["-c", &format!("import time; time.sleep(600)  # {marker}")]);
+    eventually("the sleeper running", || !host_pids_running(marker).is_empty())?;
+    let dirs = sandlot_cgroups_of(host_pids_running(marker)[0]);
+    let read = |dir: &std::path::Path, file: &str| std::fs::read_to_string(dir.join(file)).map(|t| t.trim().to_owned());
+    let settings = if let Some(v2) = dirs.iter().find(|dir| dir.join("cpu.weight").exists()) {
+        (read(v2, "cpu.weight")?, read(v2, "cpu.max")?)
+    } else {
+        let v1 = dirs.iter().find(|dir| dir.join("cpu.shares").exists()).ok_or("the sandbox is in no cpu cgroup")?;
+        (read(v1, "cpu.shares")?, read(v1, "cpu.cfs_quota_us")?)
+    };
+    let expected = if settings.0 == "100" { ("100", "max 100000") } else { ("1024", "-1") };
+    live.close(&sandbox);
+    check_eq((settings.0.as_str(), settings.1.as_str()), expected, "the live sandbox's cpu weight and quota")
 }

@@ -52,7 +52,7 @@ pub async fn run(args: RunArgs, forked_init: Option<sandlot_jail::ForkedInit>) -
     sandlot_core::marks::mark("c.backend");
     let workspaces =
         super::with_disk_images_for(Workspaces::unbounded(&args.sandbox.root), &args.sandbox, &args.conversation);
-    let engine = Engine::new(backend, workspaces, args.sandbox.engine_config());
+    let engine = Engine::new(backend, workspaces, args.sandbox.one_run_engine_config());
     let request = RunRequest {
         conversation_id: args.conversation.clone(),
         language: args.language.clone(),

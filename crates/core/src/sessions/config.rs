@@ -27,10 +27,17 @@ pub struct SessionConfig {
 
 impl Default for SessionConfig {
     fn default() -> Self {
+        Self { max_live: default_max_live(256), ..Self::without_host_probe() }
+    }
+}
+
+impl SessionConfig {
+    /// The defaults with the cap on live sandboxes at its floor, 4, without reading the host's memory for it.
+    pub fn without_host_probe() -> Self {
         Self {
             idle: DEFAULT_SANDBOX_IDLE,
             max_lifetime: DEFAULT_SANDBOX_LIFETIME,
-            max_live: default_max_live(256),
+            max_live: 4,
             min_free_mb: 512,
             session_default: false,
         }

@@ -4,6 +4,10 @@
 //! writes the run's limits, and passes the `cgroup.procs` files to the init, which opens them as root; the worker
 //! joins them through those descriptors just before the program starts (so only the program is in them, and its
 //! cgroup namespace is rooted there). After the run it reads the OOM counter, kills stragglers and frees the slot.
+//!
+//! CPU: every slot gets the same weight and, unless the operator set a cap, no quota. The slots are siblings under
+//! one parent, so busy runs share the cores equally whatever their number of threads, and a run alone uses them all.
+//! Both files are written on every take: a slot is reused, by this process or another sandlot with other settings.
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -16,6 +20,10 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 /// Name of sandlot's parent group in each hierarchy.
 const PARENT: &str = "sandlot";
 const CPU_PERIOD_US: u64 = 100_000;
+/// Every run's CPU weight: the kernel's default for a group (`cpu.weight` on v2, `cpu.shares` on v1), so a run
+/// weighs what any other group or nice-0 task beside sandlot's parent does, and all runs weigh the same.
+const CPU_WEIGHT_V2: u32 = 100;
+const CPU_SHARES_V1: u32 = 1024;
 /// Most runs with cgroups at once on one host.
 const MAX_SLOTS: usize = 1024;
 
@@ -194,9 +202,14 @@ async fn remove_empty_group(dir: &Path) -> std::io::Result<()> {
 }
 
 /// The cgroup2 mount point and its superblock options, from `/proc/self/mountinfo`.
+///
+/// Read line by line and left at the first cgroup2 mount: the kernel writes the file as it is read, a few µs per
+/// mount, and a host with a conversation image mounted per conversation lists hundreds (187 took ~450 µs to read
+/// whole, on every `sandlot run` that asks for the tuning); the cgroup mounts come early, with the system's.
 fn cgroup2_mount() -> Option<(PathBuf, String)> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    mountinfo.lines().find_map(|line| {
+    use std::io::BufRead;
+    let mountinfo = std::io::BufReader::new(std::fs::File::open("/proc/self/mountinfo").ok()?);
+    mountinfo.lines().map_while(Result::ok).find_map(|line| {
         let (left, right) = line.split_once(" - ")?;
         let mut right = right.split_whitespace();
         if right.next()? != "cgroup2" {
@@ -291,7 +304,8 @@ pub struct RunCgroup {
 impl RunCgroup {
     fn write_limits(&self, support: &CgroupSupport, limits: &Limits, kill_group: bool) -> std::io::Result<()> {
         let memory = limits.memory_mb * 1024 * 1024;
-        let quota = ((limits.cpus * CPU_PERIOD_US as f64) as u64).max(1000);
+        // The operator's cap as microseconds per period, at least 1 ms; `None`: no quota.
+        let quota = limits.cpus.map(|cpus| ((cpus * CPU_PERIOD_US as f64) as u64).max(1000));
         match support {
             CgroupSupport::Unavailable { .. } => {}
             CgroupSupport::V2 { .. } => {
@@ -301,6 +315,8 @@ impl RunCgroup {
                 // On OOM, kill the whole run rather than one process of it (a live sandbox: the one the kernel picks).
                 write(dir, "memory.oom.group", if kill_group { "1" } else { "0" })?;
                 write(dir, "pids.max", &limits.pids.to_string())?;
+                write(dir, "cpu.weight", &CPU_WEIGHT_V2.to_string())?;
+                let quota = quota.map_or_else(|| "max".to_owned(), |quota| quota.to_string());
                 write(dir, "cpu.max", &format!("{quota} {CPU_PERIOD_US}"))?;
             }
             CgroupSupport::V1 { .. } => {
@@ -320,8 +336,10 @@ impl RunCgroup {
                 }
                 limit_socket_memory(memory_dir, memory)?;
                 write(pids_dir, "pids.max", &limits.pids.to_string())?;
+                write(cpu_dir, "cpu.shares", &CPU_SHARES_V1.to_string())?;
                 write(cpu_dir, "cpu.cfs_period_us", &CPU_PERIOD_US.to_string())?;
-                write(cpu_dir, "cpu.cfs_quota_us", &quota.to_string())?;
+                let quota = quota.map_or_else(|| "-1".to_owned(), |quota| quota.to_string());
+                write(cpu_dir, "cpu.cfs_quota_us", &quota)?;
             }
         }
         Ok(())

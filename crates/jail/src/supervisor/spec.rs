@@ -87,7 +87,8 @@ pub fn build(job: &Job, runner: &HostRunner, resources: Resources) -> JailSpec {
 
 /// The spec of the live sandbox `live` with `resources`, every runner's prefixes in `binds` (it serves every
 /// language). Its processes' environment is [`live_environment`]'s, sent with each; the per-process CPU limit is
-/// off (an interpreter may live for hours; the sandbox's `cpu.max` bounds its rate), the rest are a run's.
+/// off (an interpreter may live for hours; the sandbox's cgroup weight shares the cores fairly with the runs, and
+/// the operator's cap, if set, bounds its rate), the rest are a run's.
 pub fn build_live(live: &LiveSpec, binds: Vec<PathBuf>, resources: Resources) -> JailSpec {
     let identity = Identity::standard();
     let no_cgroup = resources.cgroup.is_none();
