@@ -300,8 +300,9 @@ async fn fork_program(
         return Err(ForkFailure::Unavailable(why));
     }
     sandlot_core::marks::mark("c.forked");
-    // A run's cgroup counts its CPU; nobody asks a run's total.
-    child.ended().await.map(|(end, _cpu)| end).map_err(ForkFailure::Failed)
+    let (end, cpu) = child.ended().await.map_err(ForkFailure::Failed)?;
+    tracing::debug!(cpu_us = (cpu * 1e6) as u64, "the forked program ended"); // its cgroup counts it too
+    Ok(end)
 }
 
 /// SIGKILLs the sandbox's pid 1: the kernel then kills everything in its pid namespace, and the init (its parent)
