@@ -41,10 +41,12 @@ def call_ms(connection, conversation, code, session, expected="1\n"):
 
 
 def first_call_ms(connection, counter):
-    """A conversation's first `session: true` call (its live sandbox starts), then the sandbox's close (not timed,
-    so that live sandboxes do not pile up to the cap)."""
+    """A conversation's first `session: true` call (its live sandbox starts), in a conversation that exists (a
+    stateless call made it: a new conversation's disk image is not the session's cost), then the sandbox's close
+    (not timed either, so that live sandboxes do not pile up to the cap)."""
     counter[0] += 1
     conversation = f"bench-first-{counter[0]}"
+    call_ms(connection, conversation, "pass", False, expected="")
     elapsed = call_ms(connection, conversation, "print(1)", True)
     connection.call({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
         "name": "sandbox_session", "arguments": {"conversationId": conversation, "action": "close"}}})

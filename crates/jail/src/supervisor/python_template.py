@@ -203,14 +203,23 @@ def run_child(sock, own_pidns, fds, run):
     run_main(run["program"])
 
 
+def argument_area():
+    """Where the kernel finds this process's command line: `arg_start` and `arg_end` (fields 48 and 49 of stat(5)),
+    the same in every child (a fork keeps the address space), so read once, by the template."""
+    with open("/proc/self/stat", "rb") as stat:
+        fields = stat.read().rsplit(b")", 1)[1].split()
+    return int(fields[45]), int(fields[46])
+
+
+ARGUMENT_AREA = argument_area()
+
+
 def set_command_line(args):
     """Shows `args` as this process's command line (`/proc/<pid>/cmdline`, `ps`), setproctitle's way: written over
     the template's own argument area (its source, far longer than any command line shown), the first NUL ending it,
     the area's last byte not a NUL (which tells the kernel the area was rewritten). `PR_SET_MM` would need
     CAP_SYS_RESOURCE, which not every host grants."""
-    with open("/proc/self/stat", "rb") as stat:
-        fields = stat.read().rsplit(b")", 1)[1].split()
-    start, end = int(fields[45]), int(fields[46])  # arg_start and arg_end, fields 48 and 49 of stat(5)
+    start, end = ARGUMENT_AREA
     size = end - start
     if size < 2:
         return
