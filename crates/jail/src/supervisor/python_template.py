@@ -66,7 +66,7 @@ def preload(names):
         try:
             __import__(name.strip())
         except Exception as error:  # a module that is missing or broken is simply not preloaded
-            print(f"sandlot template: not preloading {name}: {error}", file=sys.stderr)
+            print(f"info: not preloading {name}: {error}", file=sys.stderr, flush=True)
     if "matplotlib.pyplot" in sys.modules:
         # pyplot picks its backend on first use, trying every GUI toolkit first: pick it once, here, as a run would
         # (no display: Agg).

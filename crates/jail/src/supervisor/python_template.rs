@@ -361,7 +361,7 @@ impl Template {
             .env("SANDLOT_TEMPLATE_PRELOAD", &self.preload)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+            .stderr(Stdio::piped());
         // SAFETY: between fork and exec the closure only calls dup2 (async-signal-safe) on a descriptor it owns.
         unsafe {
             command.pre_exec(move || {
@@ -373,6 +373,9 @@ impl Template {
         };
         let mut child = command.spawn()?;
         drop(theirs);
+        if let Some(stderr) = child.stderr.take() {
+            self.log_lines_of(stderr);
+        }
         let result = self.serve(ours, &mut child, was_ready);
         let _ = child.kill();
         let status = child.wait()?;
@@ -394,6 +397,24 @@ impl Template {
         let ended = child.wait();
         self.lost(&socket);
         ended.map(|_| ())
+    }
+
+    /// Logs what the template writes on its stderr, a line per event, so that the server's log keeps its format: an
+    /// `info: ` line (a module it could not preload) as info, anything else (a traceback) as a warning.
+    fn log_lines_of(&self, stderr: std::process::ChildStderr) {
+        let label = self.label;
+        let reader = std::thread::Builder::new().name(format!("python-template-{label}-stderr")).spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                match line.strip_prefix("info: ") {
+                    Some(info) => tracing::info!(template = label, "{}", sandlot_core::Escaped(info)),
+                    None => tracing::warn!(template = label, "{}", sandlot_core::Escaped(&line)),
+                }
+            }
+        });
+        if let Err(e) = reader {
+            tracing::warn!(template = label, "the template's stderr is not logged: {e}");
+        }
     }
 
     /// Stops using `socket` (its template is gone or broken).
