@@ -15,7 +15,8 @@ import argparse
 import os
 import tempfile
 
-from benchlib import Connection, free_port, print_latency_table, remove_work, round_robin, spawn_and_wait, start_server
+from benchlib import (Connection, free_port, print_latency_table, round_robin, spawn_and_wait, start_server,
+                      stop_servers)
 
 PYTHON = "/usr/bin/python3"
 
@@ -56,10 +57,7 @@ def main():
         print(f"{code}: {args.runs} runs each, round-robin; interpreter {PYTHON}; {os.cpu_count()} CPUs")
         print_latency_table(samples, [name for name, _ in rows], "bare python3", "bare")
     finally:
-        for server in servers:
-            server.terminate()
-            server.wait(timeout=20)
-        remove_work(work)
+        stop_servers(servers, work)
 
 
 if __name__ == "__main__":

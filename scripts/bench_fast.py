@@ -11,8 +11,8 @@ import argparse
 import os
 import tempfile
 
-from benchlib import (Connection, free_port, print_latency_table, remove_work, round_robin, spawn_and_wait, start_server,
-                      wait_for_templates)
+from benchlib import (Connection, free_port, print_latency_table, round_robin, spawn_and_wait, start_server,
+                      stop_servers, wait_for_templates)
 
 SCIENTIFIC = "/opt/sandlot/python/bin/python3"
 PANDAS = "import pandas; print(pandas.__version__)"
@@ -110,10 +110,7 @@ def main():
             print(f"{name[:32]:<32} {pss:>8}")
         print(f"{'total':<32} {total:>8}")
     finally:
-        for server in servers.values():
-            server.terminate()
-            server.wait(15)
-        remove_work(work)
+        stop_servers(servers.values(), work)
 
 
 def spawn_and_wait_ok(argv):

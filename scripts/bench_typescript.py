@@ -18,8 +18,8 @@ import os
 import shutil
 import tempfile
 
-from benchlib import (Connection, free_port, percentile, print_latency_table, remove_work, round_robin,
-                      spawn_and_wait, start_server)
+from benchlib import (Connection, free_port, percentile, print_latency_table, round_robin,
+                      spawn_and_wait, start_server, stop_servers)
 
 NODE = "/usr/bin/node"
 JAVASCRIPT = "console.log(1)"
@@ -85,10 +85,7 @@ def main():
               f"p95 {percentile(ts, 95) / percentile(js, 95):.2f}")
         print(json.dumps({name: round(percentile(s, 50), 2) for name, s in samples.items()}))
     finally:
-        for server in servers:
-            server.terminate()
-            server.wait(timeout=20)
-        remove_work(work)
+        stop_servers(servers, work)
 
 
 if __name__ == "__main__":

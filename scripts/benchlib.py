@@ -130,6 +130,14 @@ def wait_for_templates(port, token):
     raise SystemExit("the Python templates did not get ready")
 
 
+def stop_servers(servers, work):
+    """Stops the benchmark's servers, then removes its work directory (see `remove_work`)."""
+    for server in servers:
+        server.terminate()
+        server.wait(timeout=20)
+    remove_work(work)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
