@@ -143,11 +143,11 @@ def start_child(sock, own_pidns, fds, poller, children):
 
 def child(sock, own_pidns, fds):
     status = fds[1]
-    step = "start"
+    step = "read the run"
     try:
-        step = "read the run"
         run = read_run(fds[0])
-        run_child(sock, own_pidns, fds, run)
+        step = "set up the run"
+        run_child(sock, own_pidns, fds, run)  # runs the code and exits, or raises before the code runs
     except BaseException as error:  # noqa: BLE001 - any failure before the code runs is the setup's
         write_line(status, f"f {step}: {error}")
         os._exit(126)
