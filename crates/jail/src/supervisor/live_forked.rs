@@ -16,9 +16,8 @@ use tokio::sync::watch;
 
 use super::error::Error;
 use super::live_state::{LiveState, end_of};
-use super::python_template::{
-    ChildSpec, Choice, ForkRequest, Program, PythonTemplates, SandboxHandles, pidfd_of, sandbox_handles,
-};
+use super::python_template::{Choice, ForkRequest, PythonTemplates, SandboxHandles, pidfd_of, sandbox_handles};
+use super::template_child::{ChildSpec, Program};
 use crate::protocol::{HomeMount, RlimitSpec};
 
 /// What a live sandbox's forked processes need, kept for its life.

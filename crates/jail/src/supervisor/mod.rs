@@ -24,6 +24,8 @@ mod python_template;
 mod run;
 mod runners;
 mod spec;
+mod template_child;
+mod template_process;
 mod uids;
 mod warm_pool;
 mod zygote;

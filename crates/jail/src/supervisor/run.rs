@@ -21,9 +21,8 @@ use super::ending::Waited;
 use super::error::{Error, Result};
 use super::init_process::{Init, InitPipes};
 use super::netns_pool::NetnsPool;
-use super::python_template::{
-    ChildSpec, Choice, ForkRequest, Program, PythonTemplates, SandboxHandles, sandbox_handles,
-};
+use super::python_template::{Choice, ForkRequest, PythonTemplates, SandboxHandles, sandbox_handles};
+use super::template_child::{ChildSpec, Program};
 use super::uids::UidLease;
 use crate::protocol::{InitEvent, JailSpec, frame};
 

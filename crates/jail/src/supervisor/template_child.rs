@@ -1,0 +1,167 @@
+//! A template's child as the supervisor sees it: what it is told (a [`ChildSpec`], as the JSON the child reads from its
+//! memfd) and what the template says of it on its status pipe ([`Forked`]: `p <pid>`, then `e <code> <cpu>` or
+//! `s <signal> <cpu>`; `f <why>` when its setup failed).
+
+use std::path::{Path, PathBuf};
+
+use sandlot_core::Termination;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::unix::pipe;
+
+use crate::protocol::{HomeMount, RlimitSpec};
+
+/// What a child runs: a file of the sandbox, as `python <file>` does, or code, as `python -c <code>` does.
+pub enum Program<'a> {
+    File(&'a Path),
+    Code(&'a str),
+}
+
+/// How a child confines itself, and what it runs.
+pub struct ChildSpec<'a> {
+    /// The host uid and gid of the sandbox's pid 1, which the child takes.
+    pub ids: (u32, u32),
+    pub rlimits: &'a RlimitSpec,
+    pub landlock: bool,
+    /// Landlock's scopes (no signal to, no abstract socket of, a process outside the child's domain): a run is
+    /// alone in its sandbox; a live sandbox's processes must reach each other, and the others are in pid 1's domain.
+    pub scoped: bool,
+    pub home: Option<&'a HomeMount>,
+    /// The whole environment.
+    pub env: &'a [(String, String)],
+    pub program: Program<'a>,
+    /// The command line it shows (`/proc/<pid>/cmdline`): the exec'd equivalent's.
+    pub command: Vec<String>,
+}
+
+/// The run as the child reads it (see `python_template.py`), with the jail's seccomp program in hex.
+pub fn run_json(child: &ChildSpec, seccomp_hex: &str) -> Vec<u8> {
+    let (uid, gid) = child.ids;
+    let home = child.home;
+    let cwd = match home {
+        Some(home) if home.scratch_mb.is_none() => home.path.clone(),
+        _ => PathBuf::from("/data"),
+    };
+    let mut writable: Vec<PathBuf> = ["/data", "/tmp", "/dev/shm"].into_iter().map(PathBuf::from).collect();
+    writable.extend(home.map(|home| home.path.clone()));
+    let (program, argv, path0) = match child.program {
+        Program::File(path) => {
+            let dir = path.parent().unwrap_or(Path::new("/"));
+            (serde_json::json!({ "file": path }), vec![path.to_string_lossy().into_owned()], dir.to_owned())
+        }
+        Program::Code(code) => (serde_json::json!({ "code": code }), vec!["-c".to_owned()], PathBuf::new()),
+    };
+    let run = serde_json::json!({
+        "uid": uid,
+        "gid": gid,
+        "cwd": cwd,
+        "rlimits": rlimits(child.rlimits),
+        "landlock": child.landlock,
+        "scoped": child.scoped,
+        "writable": writable,
+        "env": child.env,
+        "program": program,
+        "argv": argv,
+        "command": child.command,
+        "path0": path0,
+        "seccomp": seccomp_hex,
+    });
+    run.to_string().into_bytes()
+}
+
+/// The limits of `rlimits::apply`, by the names of Python's `resource` module (infinity is its -1).
+fn rlimits(spec: &RlimitSpec) -> Vec<(&'static str, i64, i64)> {
+    let value = |v: u64| if v == u64::MAX { -1 } else { v.min(i64::MAX as u64) as i64 };
+    let mut limits = vec![
+        ("RLIMIT_CORE", 0, 0),
+        ("RLIMIT_NOFILE", value(spec.open_files), value(spec.open_files)),
+        ("RLIMIT_FSIZE", value(spec.file_size_bytes), value(spec.file_size_bytes)),
+        ("RLIMIT_CPU", value(spec.cpu_seconds), value(spec.cpu_seconds.saturating_add(1))),
+    ];
+    if let Some(processes) = spec.processes {
+        limits.push(("RLIMIT_NPROC", value(processes), value(processes)));
+    }
+    if let Some(bytes) = spec.data_bytes {
+        limits.push(("RLIMIT_DATA", value(bytes), value(bytes)));
+    }
+    limits
+}
+
+/// A run's child of a template, as the template reports it.
+pub struct Forked {
+    status: BufReader<pipe::Receiver>,
+}
+
+impl Forked {
+    /// The child whose word comes on `status`.
+    pub fn new(status: pipe::Receiver) -> Self {
+        Self { status: BufReader::new(status) }
+    }
+
+    /// The child's host pid, once forked; `Err` with the template's reason if it could not be.
+    pub async fn started(&mut self) -> Result<u32, String> {
+        match self.next().await {
+            Some(('p', pid)) => pid.parse().map_err(|_| format!("the Python template said {pid:?}")),
+            Some(('f', why)) => Err(why),
+            Some((_, line)) => Err(format!("the Python template said {line:?}")),
+            None => Err("the Python template is gone".into()),
+        }
+    }
+
+    /// How the child ended and the CPU seconds it used; `Err` with its reason if its setup failed.
+    pub async fn ended(&mut self) -> Result<(Termination, f64), String> {
+        let mut failure = None;
+        loop {
+            let end = self.next().await;
+            let (number, cpu) = match &end {
+                Some((_, rest)) => {
+                    let mut fields = rest.split_whitespace();
+                    (fields.next().and_then(|n| n.parse().ok()), fields.next().and_then(|c| c.parse().ok()))
+                }
+                None => (None, None),
+            };
+            let cpu = cpu.unwrap_or(0.0);
+            match (end, number) {
+                (Some(('f', why)), _) => failure = Some(why),
+                (Some(('e', _)), Some(code)) if failure.is_none() => return Ok((Termination::Exited { code }, cpu)),
+                (Some(('s', _)), Some(signal)) if failure.is_none() => {
+                    return Ok((Termination::Signaled { signal }, cpu));
+                }
+                (Some(_), _) => return Err(failure.unwrap_or_else(|| "the Python template said nonsense".into())),
+                (None, _) => return Err(failure.unwrap_or_else(|| "the Python template is gone".into())),
+            }
+        }
+    }
+
+    async fn next(&mut self) -> Option<(char, String)> {
+        let mut line = String::new();
+        match self.status.read_line(&mut line).await {
+            Ok(0) | Err(_) => None,
+            Ok(_) => {
+                let line = line.trim_end();
+                let kind = line.chars().next()?;
+                Some((kind, line.get(2..).unwrap_or_default().to_owned()))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn infinite_limits_are_pythons_minus_one() {
+        let spec = RlimitSpec {
+            open_files: 256,
+            file_size_bytes: u64::MAX,
+            cpu_seconds: u64::MAX,
+            processes: Some(64),
+            data_bytes: None,
+        };
+        let limits = rlimits(&spec);
+        assert!(limits.contains(&("RLIMIT_FSIZE", -1, -1)));
+        assert!(limits.contains(&("RLIMIT_CPU", -1, -1)));
+        assert!(limits.contains(&("RLIMIT_NOFILE", 256, 256)));
+        assert!(limits.contains(&("RLIMIT_NPROC", 64, 64)));
+    }
+}
