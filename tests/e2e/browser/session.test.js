@@ -51,7 +51,8 @@ test("a session run keeps its state; the panel lists its processes, restarts and
   await page.click("#connect");
   await page.waitForSelector("#connection.ok");
   await page.selectOption("#language", "python");
-  assert.match(await text("#live-note"), /No live sandbox/);
+  // The note says so once the page has asked the server (it shows the page's own hint until then).
+  await page.waitForFunction(() => document.querySelector("#live-note").textContent.includes("No live sandbox"));
   assert.ok(await page.isDisabled("#live-restart"));
   await page.check("#session");
 
