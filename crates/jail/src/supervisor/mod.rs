@@ -386,19 +386,17 @@ impl JailBackend {
                 .map(|tree| HeldLock { holder_pid, fd: std::os::fd::AsRawFd::as_raw_fd(tree) }),
         };
         let mut spec = spec::build(job, runner, resources);
-        let templates = self.templates.as_deref().filter(|templates| {
-            may_fork &&
-            // A job's own PYTHON* variables change how an interpreter starts: that run starts its own.
-            spec.switch_to.is_some()
-                && !job.env.keys().any(|name| name.starts_with("PYTHON"))
-                && templates.can_fork(&runner.program, templates.choose(&job.code))
+        // A job's own PYTHON* variables change how an interpreter starts: that run starts its own.
+        let forkable = may_fork && spec.switch_to.is_some() && !job.env.keys().any(|name| name.starts_with("PYTHON"));
+        let forked = self.templates.as_deref().filter(|_| forkable).and_then(|templates| {
+            let choice = templates.choose(&job.code);
+            templates.can_fork(&runner.program, choice).then(|| ForkInto {
+                templates,
+                choice,
+                cgroup_procs: cgroup.as_ref().map(|c| c.procs_files()).unwrap_or_default(),
+            })
         });
-        spec.forked = templates.is_some();
-        let forked = templates.map(|templates| ForkInto {
-            templates,
-            choice: templates.choose(&job.code),
-            cgroup_procs: cgroup.as_ref().map(|c| c.procs_files()).unwrap_or_default(),
-        });
+        spec.forked = forked.is_some();
         let init = self.launcher.take()?;
         let (mut run, pipes) = Run::new(init, cgroup, uid);
         let capture_netns = self.netns.is_some() && spec.join_netns.is_none();
