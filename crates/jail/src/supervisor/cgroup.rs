@@ -178,7 +178,11 @@ impl CgroupSupport {
             }
             let Some(lock) = lock_slot(&dirs[0])? else { continue }; // held by another run
             let mut group = RunCgroup { dirs, oom_file, oom_baseline: 0, lock };
-            group.kill_all();
+            // Processes still in the slot, or still exiting (they count against its pids limit until they are
+            // gone): those of a sandlot that stopped, whose lock died with it. The slot is left for later.
+            if group.kill_all() || group.usage().pids > 0 {
+                continue;
+            }
             group.write_limits(self, limits, kill_group)?;
             group.oom_baseline = group.oom_count();
             return Ok(Some(group));
