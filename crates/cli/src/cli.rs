@@ -436,6 +436,10 @@ pub struct SandboxArgs {
         value_delimiter = ','
     )]
     pub python_preload: Vec<String>,
+    /// Sandboxes a server (as root, with Python templates) keeps built ahead per Python template, each with a child
+    /// of the template already in it, waiting for one stateless Python run (see docs/security.md). 0: none.
+    #[arg(long, env = "SANDLOT_PREPARED_SANDBOXES", default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=64))]
+    pub prepared_sandboxes: u64,
     /// A conversation's live sandbox (its `session: true` calls') ends after this many seconds without a call.
     #[arg(long, env = "SANDLOT_SANDBOX_IDLE_SECS", default_value_t = sandlot_core::DEFAULT_SANDBOX_IDLE.as_secs(), value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_SECS))]
     pub sandbox_idle_secs: u64,
@@ -496,7 +500,7 @@ impl SandboxArgs {
     }
 
     /// The limits of a run these options describe.
-    fn limits(&self) -> Limits {
+    pub fn limits(&self) -> Limits {
         Limits {
             timeout: Duration::from_secs(self.timeout_secs),
             memory_mb: self.memory_mb,

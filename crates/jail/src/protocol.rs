@@ -114,6 +114,11 @@ pub struct JailSpec {
     /// does once the template's child, which ran the code, has ended; then it ends the run as usual.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub forked: bool,
+    /// A prepared sandbox (with `forked`), built before its run is known: it has no workspace (`workspace` is empty,
+    /// `workspace_tree` `None`) and no code. Pid 1 builds the rest, leaves `/data` the root's empty directory and
+    /// waits as a forked run's does; the template's child it then gets attaches the conversation there and writes
+    /// the code once the run comes (see `supervisor::prepared`). Only sandlot's own layout is prepared.
+    pub prepared: bool,
 }
 
 /// What the supervisor asks a live sandbox's pid 1, one [`frame`] of JSON each on the init's fd 0 (a socket).
@@ -322,6 +327,7 @@ mod tests {
             landlock: true,
             resident: false,
             forked: false,
+            prepared: false,
         }
     }
 

@@ -282,18 +282,23 @@ import os
 print("netns", os.readlink("/proc/self/ns/net"))
 "#
     );
-    // A conversation's network namespace is kept for its next run (as a server keeps it, as root): the second run
-    // must be just as closed, and another conversation must get a namespace of its own. On the other paths each run
-    // has a new one, freed when it ends (so its inode number may come again): only "not the host's" is checked.
+    // A conversation's network namespace is kept for its next run built on the path (as a server keeps it, as
+    // root): the second run must be just as closed, and another conversation must get a namespace of its own. A
+    // Python run in a prepared sandbox has the new one its sandbox was built with, as every run on the other paths
+    // has (freed when it ends, so its inode number may come again): only "not the host's" is checked for those. The
+    // shell's `readlink` says which namespace a run built on the path has.
+    let expected = "host-loopback ConnectionRefusedError\ndns gaierror\ninterfaces ['lo']\nroutes 0\nown-loopback hi\n";
     let mut namespaces = Vec::new();
     for conversation in ["net-a", "net-a", "net-b"] {
         let report = sandbox.run(conversation, Language::Python, &code);
         let (probes, netns) = report.outcome.stdout.split_once("netns ").unwrap_or_default();
-        let expected =
-            "host-loopback ConnectionRefusedError\ndns gaierror\ninterfaces ['lo']\nroutes 0\nown-loopback hi\n";
         check_eq(probes, expected, &format!("network probes in {conversation}\n{}", describe(&report)))?;
         namespaces.push(netns.trim().to_owned());
+        let report = sandbox.run(conversation, Language::Bash, "readlink /proc/self/ns/net");
+        check(report.outcome.success(), || describe(&report))?;
+        namespaces.push(report.outcome.stdout.trim().to_owned());
     }
+    let namespaces: Vec<String> = namespaces.into_iter().skip(1).step_by(2).collect(); // the shell's
     if path.keeps_netns() {
         check_eq(namespaces[0].as_str(), namespaces[1].as_str(), "the namespace kept for a conversation's next run")?;
         check(namespaces[1] != namespaces[2], || {

@@ -203,6 +203,16 @@ fn a_dead_template_is_replaced() -> Result<(), Failed> {
     for pid in &templates {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), nix::sys::signal::Signal::SIGKILL);
     }
+    // Once they are dead (a zombie's descriptors are closed): a run whose child a template forked before it died
+    // cannot learn its end, so runs from here on must not use those children.
+    let dead = |pid: &i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map_or(true, |stat| stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !templates.iter().all(dead) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     // Runs go on while there is none (each starts its interpreter), then are forked again from the new one.
     let mut forked_again = false;
     for _ in 0..100 {

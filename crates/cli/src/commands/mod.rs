@@ -49,6 +49,7 @@ pub fn jail_backend(
     config.keep_netns = server && sandbox.keep_netns;
     let preload = sandbox.python_preload.iter().map(|m| m.trim().to_owned()).filter(|m| !m.is_empty()).collect();
     config.python_preload = (server && serves && sandbox.python_template).then_some(preload);
+    config.prepared_sandboxes = sandbox.prepared_sandboxes as usize;
     config.skeleton_dir = server.then(|| sandbox.root.join(sandlot_jail::SKELETON_DIR_NAME));
     config.data_root = Some(sandbox.root.clone());
     config.tune_cgroups = sandbox.tune_cgroups;
@@ -79,6 +80,7 @@ pub async fn backend(sandbox: &SandboxArgs, warm_inits: usize) -> anyhow::Result
         BackendKind::Native => {
             let backend = jail_backend(sandbox, None, true, ProcessModel::Server { warm_inits }, true)?;
             backend.warm_up();
+            backend.prepare_for(&sandbox.limits());
             backend
         }
         BackendKind::Docker => {

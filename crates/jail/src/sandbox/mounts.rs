@@ -131,7 +131,8 @@ fn write_etc(etc: &Path, identity: &Identity) -> Result<(), SetupError> {
 /// allowed to traverse to them (a pyenv build under `/root`, a conversation root of mode 0700); otherwise pid 1
 /// captures them by path.
 pub struct HostTrees {
-    workspace: OwnedFd,
+    /// `None` in a prepared sandbox: the conversation comes with its run (see `JailSpec::prepared`).
+    workspace: Option<OwnedFd>,
     /// The workspace is an idmapped mount: its storage owner shows as the run's uid (see [`crate::sys::idmap`]).
     pub idmapped: bool,
     extra_ro_binds: Vec<(PathBuf, OwnedFd)>,
@@ -148,6 +149,15 @@ impl HostTrees {
     /// `workspace`: the tree the supervisor cloned in its own mount namespace (see `JailSpec::workspace_tree`), used
     /// as it is; else the workspace is opened here by path.
     pub fn capture(spec: &JailSpec, workspace: Option<OwnedFd>, skeleton: Option<&Path>) -> Result<Self, SetupError> {
+        let skeleton = match skeleton {
+            Some(dir) => Some(clone_tree(dir).step(|| format!("open_tree {}", dir.display()))?),
+            None => None,
+        };
+        let extra_ro_binds = capture_read_only(&spec.extra_ro_binds)?;
+        if spec.prepared {
+            // The supervisor idmaps the conversation's tree when the run comes, as for the volumes it has none of.
+            return Ok(Self { workspace: None, idmapped: true, extra_ro_binds, skeleton, volumes: vec![] });
+        }
         let workspace = match workspace {
             Some(tree) => tree,
             None => {
@@ -168,13 +178,8 @@ impl HostTrees {
             }
             _ => false,
         };
-        let skeleton = match skeleton {
-            Some(dir) => Some(clone_tree(dir).step(|| format!("open_tree {}", dir.display()))?),
-            None => None,
-        };
-        let extra_ro_binds = capture_read_only(&spec.extra_ro_binds)?;
         let volumes = capture_volumes(spec, idmapped)?;
-        Ok(Self { workspace, idmapped, extra_ro_binds, skeleton, volumes })
+        Ok(Self { workspace: Some(workspace), idmapped, extra_ro_binds, skeleton, volumes })
     }
 }
 
@@ -339,9 +344,12 @@ pub fn build(spec: &JailSpec, trees: Option<HostTrees>) -> Result<(), SetupError
     mount_tmpfs(&staged("/dev/shm"), &shm_options, nosuid_nodev)?;
     let tmp_options = format!("size={}m,nr_inodes=16384,mode=1777", spec.tmp_mb);
     mount_tmpfs(&staged("/tmp"), &tmp_options, nosuid_nodev)?;
-    match &spec.home {
-        None => attach_tree(&data, &staged("/data")).step(|| "move_mount /data".into())?,
-        Some(home) => {
+    match (&spec.home, data) {
+        // A prepared sandbox leaves /data empty until its run comes.
+        (None, None) => {}
+        (None, Some(data)) => attach_tree(&data, &staged("/data")).step(|| "move_mount /data".into())?,
+        (Some(_), None) => return Err(SetupError::new("move_mount /data", "a prepared sandbox has sandlot's layout")),
+        (Some(home), Some(data)) => {
             // The Workspace layout has no scratch: /data stays the read-only root's empty directory.
             if let Some(scratch_mb) = home.scratch_mb {
                 let scratch_options = format!("size={scratch_mb}m,nr_inodes=16384,mode=1777");

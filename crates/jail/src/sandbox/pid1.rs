@@ -210,8 +210,8 @@ fn prepare(spec: &JailSpec, trees: Option<HostTrees>, parent_alive: &std::io::Pi
         loopback::bring_up().step(|| "bring up loopback".into())?;
     }
     sandlot_core::marks::mark("p.host");
-    if spec.resident {
-        return Ok(()); // a live sandbox's processes bring their own code
+    if spec.resident || spec.prepared {
+        return Ok(()); // a live sandbox's processes, and a prepared sandbox's child, bring their own code
     }
     let mut code = std::fs::OpenOptions::new()
         .write(true)

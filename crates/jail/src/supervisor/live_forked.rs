@@ -17,7 +17,7 @@ use tokio::sync::watch;
 use super::error::Error;
 use super::live_state::{LiveState, end_of};
 use super::python_template::{Choice, ForkRequest, PythonTemplates, SandboxHandles, pidfd_of, sandbox_handles};
-use super::template_child::{ChildSpec, Program};
+use super::template_child::{ChildJob, ChildSetup, ChildSpec, Program};
 use crate::protocol::{HomeMount, RlimitSpec};
 
 /// What a live sandbox's forked processes need, kept for its life.
@@ -72,15 +72,16 @@ async fn start(
     let (stdin_theirs, stdin) = pipes()?;
     let (stdout, stdout_theirs) = pipes()?;
     let (stderr, stderr_theirs) = pipes()?;
+    let command = [fork.program.to_string_lossy().into_owned(), "-c".to_owned(), code.to_owned()].into();
     let child = ChildSpec {
-        ids,
-        rlimits: &fork.rlimits,
-        landlock: fork.landlock,
-        scoped: false,
-        home: fork.home.as_ref(),
-        env,
-        program: Program::Code(code),
-        command: [fork.program.to_string_lossy().into_owned(), "-c".to_owned(), code.to_owned()].into(),
+        setup: ChildSetup { ids, scoped: false, command },
+        job: ChildJob {
+            rlimits: &fork.rlimits,
+            landlock: fork.landlock,
+            home: fork.home.as_ref(),
+            env,
+            program: Program::Code(code),
+        },
     };
     let stdio = [stdin_theirs.into(), stdout_theirs.into(), stderr_theirs.into()];
     let oom_baseline = state.oom_count();

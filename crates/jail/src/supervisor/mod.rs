@@ -10,6 +10,7 @@ mod container;
 mod doctor;
 mod ending;
 mod error;
+mod idmapped_trees;
 mod init_process;
 mod launch;
 mod live;
@@ -19,6 +20,8 @@ mod live_sandbox;
 mod live_state;
 mod live_usage;
 mod netns_pool;
+mod prepared;
+mod prepared_pool;
 mod processes;
 mod python_template;
 mod run;
@@ -31,6 +34,7 @@ mod warm_pool;
 mod zygote;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use sandlot_core::{Backend, Job, Language, OutputSink, ReadinessCheck, RunOutcome, RunnerInfo, Termination};
@@ -48,8 +52,10 @@ pub use uids::{DEFAULT_UIDS, UidRange};
 
 use crate::protocol::{HeldLock, Identity, InitEvent, SkeletonRequest};
 use ending::{Evidence, Waited};
+use idmapped_trees::IdmappedTrees;
 use launch::Launcher;
 use netns_pool::NetnsPool;
+use prepared_pool::PreparedPool;
 use python_template::{PythonTemplates, TemplateSettings};
 use run::{ForkFailure, ForkInto, Run};
 use spec::Resources;
@@ -89,6 +95,8 @@ pub struct JailConfig {
     /// Python runs forked from templates (servers as root), with these modules preloaded in the second one (see
     /// `python_template`); `None`: each Python run starts its interpreter.
     pub python_preload: Option<Vec<String>>,
+    /// Sandboxes kept prepared per Python template (with `python_preload`; see `prepared`).
+    pub prepared_sandboxes: usize,
 }
 
 impl JailConfig {
@@ -107,6 +115,7 @@ impl JailConfig {
             data_root: None,
             skeleton_dir: None,
             python_preload: None,
+            prepared_sandboxes: 0,
         }
     }
 }
@@ -120,14 +129,16 @@ pub struct JailBackend {
     runners: Vec<HostRunner>,
     /// Runners left out because a bind of theirs would expose too much (reported by `doctor`).
     refused: Vec<RefusedRunner>,
-    cgroups: CgroupSupport,
+    cgroups: Arc<CgroupSupport>,
     /// The run uids, leased per run (as root).
-    uids: UidLeases,
+    uids: Arc<UidLeases>,
     root: bool,
     /// Where live sandboxes' TypeScript loads esbuild from, and the prefixes to bind for it (see `find_esbuild`).
     esbuild: Option<(PathBuf, Vec<PathBuf>)>,
     /// The Python templates Python runs are forked from (servers as root, when configured).
-    templates: Option<std::sync::Arc<PythonTemplates>>,
+    templates: Option<Arc<PythonTemplates>>,
+    /// Sandboxes prepared for stateless Python runs (servers with templates; see `prepared`).
+    prepared: Option<Arc<PreparedPool>>,
 }
 
 impl JailBackend {
@@ -140,7 +151,7 @@ impl JailBackend {
         for refusal in &refused {
             tracing::warn!("{refusal}");
         }
-        let cgroups = CgroupSupport::detect(config.tune_cgroups);
+        let cgroups = Arc::new(CgroupSupport::detect(config.tune_cgroups));
         let root = nix::unistd::geteuid().is_root();
         let esbuild_binds = esbuild.as_ref().map(|(_, binds)| binds.as_slice()).unwrap_or(&[]);
         let skeleton = config
@@ -151,7 +162,7 @@ impl JailBackend {
         let launcher = Launcher::new(&config.model, config.program.clone(), skeleton)?;
         let server = matches!(config.model, ProcessModel::Server { .. });
         let netns = (root && server && config.keep_netns).then(NetnsPool::default);
-        let uids = UidLeases::new(config.sandbox_uids, config.uid_lock_dir.clone());
+        let uids = Arc::new(UidLeases::new(config.sandbox_uids, config.uid_lock_dir.clone()));
         let python = runners.iter().find(|r| r.language == Language::Python);
         let templates = match (&config.python_preload, python) {
             (Some(preload), Some(python)) if root && server => {
@@ -160,11 +171,27 @@ impl JailBackend {
                     env: spec::base_env(),
                     seccomp: crate::seccomp_program_bytes(),
                 };
-                Some(std::sync::Arc::new(PythonTemplates::start(&python.program, settings)))
+                Some(Arc::new(PythonTemplates::start(&python.program, settings)))
             }
             _ => None,
         };
-        Ok(Self { config, launcher, netns, runners, refused, cgroups, uids, root, esbuild, templates })
+        let prepared = match (&launcher, &templates, python) {
+            (Launcher::Server(inits), Some(templates), Some(python)) if config.prepared_sandboxes > 0 => {
+                let storage_uid = config.sandbox_uids.storage();
+                let builder = prepared::Builder {
+                    inits: Arc::clone(inits),
+                    uids: Arc::clone(&uids),
+                    cgroups: Arc::clone(&cgroups),
+                    templates: Arc::clone(templates),
+                    runner: python.clone(),
+                    storage_uid,
+                    trees: Arc::new(IdmappedTrees::new(storage_uid)),
+                };
+                Some(PreparedPool::new(builder, config.prepared_sandboxes))
+            }
+            _ => None,
+        };
+        Ok(Self { config, launcher, netns, runners, refused, cgroups, uids, root, esbuild, templates, prepared })
     }
 
     /// Starts a server's warm inits now (call from within the runtime that will serve the runs).
@@ -191,6 +218,25 @@ impl JailBackend {
     /// Whether Python runs are forked from templates (configured, and a server as root).
     pub fn forks_python(&self) -> bool {
         self.templates.is_some()
+    }
+
+    /// Prepares sandboxes for Python runs of `limits` (a server's defaults) once the templates are ready (call from
+    /// within the runtime that will serve the runs).
+    pub fn prepare_for(&self, limits: &sandlot_core::Limits) {
+        if let Some(pool) = &self.prepared {
+            pool.prepare_for(limits);
+        }
+    }
+
+    /// Sandboxes prepared for Python runs, waiting now.
+    pub fn prepared_ready(&self) -> usize {
+        self.prepared.as_ref().map_or(0, |pool| pool.len())
+    }
+
+    /// The host pids of the inits of the sandboxes prepared or being prepared (each the parent of its sandbox's
+    /// pid 1): processes that belong to no run yet.
+    pub fn prepared_inits(&self) -> Vec<i32> {
+        self.prepared.as_ref().map_or_else(Vec::new, |pool| pool.inits())
     }
 
     /// Warm inits waiting now.
@@ -339,7 +385,8 @@ impl Backend for JailBackend {
 struct ForkUnavailable(String);
 
 impl JailBackend {
-    /// One attempt at `job`, forked from a template when `may_fork` and one is ready.
+    /// One attempt at `job`: in a prepared sandbox if one fits, else in one built now; forked from a template when
+    /// `may_fork` and one is ready.
     async fn run_once(
         &self,
         job: &Job,
@@ -352,6 +399,71 @@ impl JailBackend {
             .map_err(|e| Error::io(format!("hand over {}", job.workspace.display()), e))?;
         sandlot_core::hand_over_writable(&job.mounts, self.storage_owner())
             .map_err(|e| Error::io(format!("hand over the volumes of run {}", job.run_id), e))?;
+        let started = match (self.take_prepared(job, runner, may_fork), &self.prepared) {
+            (Some(prepared), Some(pool)) => match prepared.run(job, runner, pool.builder().trees(), sink).await {
+                Ok((run, finished)) => (run, finished, None),
+                Err((prepared, why)) => {
+                    // Nothing of the run reached the sandbox: it runs in one built now.
+                    tracing::debug!(run_id = job.run_id, "a prepared sandbox could not take the run: {why}");
+                    prepared.discard();
+                    self.build_and_execute(job, runner, sink, may_fork).await?
+                }
+            },
+            _ => self.build_and_execute(job, runner, sink, may_fork).await?,
+        };
+        let (run, finished, kept_netns) = started;
+        let oom_killed = run.oom_killed(); // read before the slot is released
+        let program_ended = matches!(finished, Ok(ref f) if matches!(f.waited, Waited::ProgramEnded));
+        run.release(program_ended, matches!(self.config.model, ProcessModel::OneShot)).await;
+        sandlot_core::marks::mark("c.released");
+        let mut finished = finished?;
+        match finished.forked.take() {
+            Some(Ok(end)) => finished.last_event = Some(InitEvent::ProgramEnded(end)),
+            Some(Err(ForkFailure::Unavailable(why))) => return Ok(Err(ForkUnavailable(why))),
+            Some(Err(ForkFailure::Failed(error))) => {
+                finished.last_event =
+                    Some(InitEvent::SetupFailed { step: "fork from the Python template".into(), error })
+            }
+            None => {}
+        }
+        // Every process of the program is gone: the run's network namespace may serve the conversation's next run.
+        if let (Some(pool), Some(netns)) = (&self.netns, kept_netns.or(finished.new_netns)) {
+            pool.give_back(job.workspace.clone(), netns);
+        }
+        // Only a shell's 128+SIGXFSZ needs the quota's word (see `ending::termination`).
+        let shell_xfsz = matches!(finished.last_event, Some(InitEvent::ProgramEnded(Termination::Exited { code }))
+            if code == 128 + libc::SIGXFSZ);
+        let evidence = Evidence { oom_killed, at_quota: shell_xfsz && sandlot_core::at_quota(job) };
+        let termination = ending::termination(&finished.waited, finished.last_event.as_ref(), evidence)?;
+        Ok(Ok(RunOutcome::from_streams(termination, finished.stdout, finished.stderr, finished.duration)))
+    }
+}
+
+impl JailBackend {
+    /// A prepared sandbox for `job` if one fits it: a stateless Python run in sandlot's layout, of a runner and
+    /// environment the template serves.
+    fn take_prepared(&self, job: &Job, runner: &HostRunner, may_fork: bool) -> Option<prepared::Prepared> {
+        let (pool, templates) = (self.prepared.as_ref()?, self.templates.as_ref()?);
+        let fits = may_fork
+            && runner.program == pool.builder().runner.program
+            && job.layout == sandlot_core::Layout::Data
+            && job.mounts.is_empty()
+            && !starts_its_own_interpreter(job);
+        if !fits {
+            return None;
+        }
+        pool.take(templates.choose(&job.code), &job.limits)
+    }
+
+    /// Builds a sandbox for `job` now and runs it there: the run, how it finished, and the conversation's kept
+    /// network namespace it joined.
+    async fn build_and_execute(
+        &self,
+        job: &Job,
+        runner: &HostRunner,
+        sink: &dyn OutputSink,
+        may_fork: bool,
+    ) -> sandlot_core::Result<(Run, Result<run::Finished>, Option<std::os::fd::OwnedFd>)> {
         let uid = match self.root {
             true => Some(
                 self.uids.lease().map_err(|e| Error::io(format!("lease a sandbox uid for run {}", job.run_id), e))?,
@@ -386,8 +498,7 @@ impl JailBackend {
                 .map(|tree| HeldLock { holder_pid, fd: std::os::fd::AsRawFd::as_raw_fd(tree) }),
         };
         let mut spec = spec::build(job, runner, resources);
-        // A job's own PYTHON* variables change how an interpreter starts: that run starts its own.
-        let forkable = may_fork && spec.switch_to.is_some() && !job.env.keys().any(|name| name.starts_with("PYTHON"));
+        let forkable = may_fork && spec.switch_to.is_some() && !starts_its_own_interpreter(job);
         let forked = self.templates.as_deref().filter(|_| forkable).and_then(|templates| {
             let choice = templates.choose(&job.code);
             templates.can_fork(&runner.program, choice).then(|| ForkInto {
@@ -402,29 +513,12 @@ impl JailBackend {
         let capture_netns = self.netns.is_some() && spec.join_netns.is_none();
         let finished = run.execute(pipes, &spec, job, sink, capture_netns, forked).await;
         sandlot_core::marks::mark("c.executed");
-        let oom_killed = run.oom_killed(); // read before the slot is released
-        let program_ended = matches!(finished, Ok(ref f) if matches!(f.waited, Waited::ProgramEnded));
-        run.release(program_ended, matches!(self.config.model, ProcessModel::OneShot)).await;
-        sandlot_core::marks::mark("c.released");
-        let mut finished = finished?;
-        match finished.forked.take() {
-            Some(Ok(end)) => finished.last_event = Some(InitEvent::ProgramEnded(end)),
-            Some(Err(ForkFailure::Unavailable(why))) => return Ok(Err(ForkUnavailable(why))),
-            Some(Err(ForkFailure::Failed(error))) => {
-                finished.last_event =
-                    Some(InitEvent::SetupFailed { step: "fork from the Python template".into(), error })
-            }
-            None => {}
-        }
-        // Every process of the program is gone: the run's network namespace may serve the conversation's next run.
-        if let (Some(pool), Some(netns)) = (&self.netns, kept_netns.or(finished.new_netns)) {
-            pool.give_back(job.workspace.clone(), netns);
-        }
-        // Only a shell's 128+SIGXFSZ needs the quota's word (see `ending::termination`).
-        let shell_xfsz = matches!(finished.last_event, Some(InitEvent::ProgramEnded(Termination::Exited { code }))
-            if code == 128 + libc::SIGXFSZ);
-        let evidence = Evidence { oom_killed, at_quota: shell_xfsz && sandlot_core::at_quota(job) };
-        let termination = ending::termination(&finished.waited, finished.last_event.as_ref(), evidence)?;
-        Ok(Ok(RunOutcome::from_streams(termination, finished.stdout, finished.stderr, finished.duration)))
+        drop(workspace_tree); // held until the run ended
+        Ok((run, finished, kept_netns))
     }
+}
+
+/// Whether `job` must start its own interpreter: its own `PYTHON*` variables change how one starts.
+fn starts_its_own_interpreter(job: &Job) -> bool {
+    job.env.keys().any(|name| name.starts_with("PYTHON"))
 }

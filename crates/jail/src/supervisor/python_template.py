@@ -4,10 +4,17 @@
 # Wire: fd 3 is a SOCK_SEQPACKET socket to the supervisor. The template says b"ready" once its imports are done.
 # Each request is one message whose bytes are b"r" and whose descriptors (SCM_RIGHTS) are, in order: the setup
 # pipe (the child reads the run's JSON from it), the status pipe (the template writes "p <pid>", then "e <code> <cpu>"
-# or "s <signal> <cpu>", cpu in seconds; the child writes "f <why>" if its setup fails), a pidfd of the run's pid 1, the program's stdin,
+# or "s <signal> <cpu>", cpu in seconds; the child writes "f <why>" if its setup fails, and "r" just before the run's
+# code may run), a pidfd of the run's pid 1, the program's stdin,
 # stdout and stderr, and the run's cgroup.procs files. The template itself reads nothing of the run: what the run
 # is (its uid, limits, environment) reaches only the child, so no run's data is ever in the template's memory for
 # a later run to find.
+#
+# A prepared sandbox's child (message b"p") is forked before its run exists: its descriptors are the same, with its
+# job socket (SOCK_SEQPACKET) after stderr, before the cgroup.procs files; its setup JSON says only who it is. It
+# confines itself as far as it can without the run, writes "w" on the status pipe and waits for one message on the
+# job socket: a memfd with the rest of the run's JSON and the conversation's tree, which it mounts at /data while it
+# still holds its capabilities inside the sandbox; then it goes on as any child.
 #
 # The modules the child needs are imported here, once. Invariants: the template is single-threaded (forks and setns need it); it holds no descriptor but its socket and
 # its own pid namespace between requests; a child closes everything of the template's before the run's code runs.
@@ -15,6 +22,7 @@ import atexit
 import builtins
 import ctypes
 import gc
+import io
 import json
 import os
 import random
@@ -45,6 +53,9 @@ SYS_LANDLOCK_CREATE_RULESET = 444
 SYS_LANDLOCK_ADD_RULE = 445
 SYS_LANDLOCK_RESTRICT_SELF = 446
 SYS_CLOSE_RANGE = 436
+SYS_MOVE_MOUNT = 429
+MOVE_MOUNT_F_EMPTY_PATH = 0x4
+AT_FDCWD = -100
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -90,7 +101,7 @@ def serve(sock):
                 message, fds, _, _ = socket.recv_fds(sock, 16, 64)
                 if not message:
                     os._exit(0)  # the supervisor is gone
-                start_child(sock, own_pidns, fds, poller, children)
+                start_child(sock, own_pidns, message == b"p", fds, poller, children)
             else:
                 pid, status = children.pop(fd)
                 poller.unregister(fd)
@@ -110,8 +121,8 @@ def write_line(fd, line):
         pass  # the supervisor stopped listening (the run was killed): nothing to tell
 
 
-def start_child(sock, own_pidns, fds, poller, children):
-    if len(fds) < 6:
+def start_child(sock, own_pidns, prepared, fds, poller, children):
+    if len(fds) < (7 if prepared else 6):
         for fd in fds:
             os.close(fd)
         return
@@ -126,7 +137,7 @@ def start_child(sock, own_pidns, fds, poller, children):
         return
     pid = os.fork()
     if pid == 0:
-        child(sock, own_pidns, fds)  # never returns
+        child(sock, own_pidns, prepared, fds)  # never returns
     try:
         setns(own_pidns, CLONE_NEWPID, "setns back into the template's pid namespace")
     except OSError as error:
@@ -141,13 +152,13 @@ def start_child(sock, own_pidns, fds, poller, children):
     write_line(status, f"p {pid}")
 
 
-def child(sock, own_pidns, fds):
+def child(sock, own_pidns, prepared, fds):
     status = fds[1]
     step = "read the run"
     try:
         run = read_run(fds[0])
         step = "set up the run"
-        run_child(sock, own_pidns, fds, run)  # runs the code and exits, or raises before the code runs
+        run_child(sock, own_pidns, prepared, fds, run)  # runs the code and exits, or raises before the code runs
     except BaseException as error:  # noqa: BLE001 - any failure before the code runs is the setup's
         write_line(status, f"f {step}: {error}")
         os._exit(126)
@@ -161,10 +172,14 @@ def read_run(fd):
     return json.loads(b"".join(chunks))
 
 
-def run_child(sock, own_pidns, fds, run):
-    status, pid1, stdin, stdout, stderr, cgroups = fds[1], fds[2], fds[3], fds[4], fds[5], fds[6:]
+def run_child(sock, own_pidns, prepared, fds, run):
+    status, pid1, stdin, stdout, stderr = fds[1:6]
+    job, cgroups = (fds[6], fds[7:]) if prepared else (None, fds[6:])
     sock.close()
     os.close(own_pidns)
+    # What the template held for its other children (their status pipes, pidfds): a copy here would keep a status
+    # pipe open after its child and template are gone, and a prepared child waits long.
+    close_all_but([0, 1, 2, *fds[1:]])
     # As root on the host: the command line an exec'd run would have (the template's is not the run's business),
     # the network namespace (made by root, so only root may enter it), the run's cgroups.
     set_command_line(run["command"])
@@ -187,9 +202,17 @@ def run_child(sock, own_pidns, fds, run):
         os.close(fd)
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
     os.setsid()
+    drop_bounding_set()
+    seccomp = seccomp_program(bytes.fromhex(run["seccomp"]))
+    if job is not None:
+        warm_up()
+        write_line(status, "w")
+        run.update(wait_for_job(job))
     for name, soft, hard in run["rlimits"]:
         resource.setrlimit(getattr(resource, name), (soft, hard))
     os.chdir(run["cwd"])
+    if "source" in run["program"]:
+        write_program(run["program"])
     drop_capabilities()
     check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
     if run["landlock"]:
@@ -197,7 +220,8 @@ def run_child(sock, own_pidns, fds, run):
     if status > 3:
         check(libc.syscall(SYS_CLOSE_RANGE, 3, status - 1, 0), "close_range")
     check(libc.syscall(SYS_CLOSE_RANGE, status + 1, 0xFFFFFFFF, 0), "close_range")
-    install_seccomp(bytes.fromhex(run["seccomp"]))
+    install_seccomp(seccomp)
+    write_line(status, "r")  # from here on the run's code may run: a failure is no longer the setup's
     os.close(status)
     fresh_process(run)
     run_main(run["program"])
@@ -228,11 +252,45 @@ def set_command_line(args):
     ctypes.memmove(start, area, size)
 
 
-def drop_capabilities():
+def close_all_but(keep):
+    low = 0
+    for fd in sorted(keep) + [0x7FFFFFFF]:
+        if fd > low:
+            check(libc.syscall(SYS_CLOSE_RANGE, low, fd - 1, 0), "close_range")
+        low = fd + 1
+
+
+def wait_for_job(job):
+    """A prepared child's run: the rest of its JSON, from the memfd of the one message on `job`, with the
+    conversation's tree mounted at /data (as the sandbox's root, which this process still is). A socket closed with
+    no message: the sandbox was let go unused."""
+    channel = socket.socket(fileno=job)
+    message, fds, _, _ = socket.recv_fds(channel, 16, 2)
+    channel.close()
+    if not message or not fds:
+        os._exit(0)
+    rest = read_run(fds[0])
+    for tree in fds[1:]:
+        check(libc.syscall(SYS_MOVE_MOUNT, tree, b"", AT_FDCWD, b"/data", MOVE_MOUNT_F_EMPTY_PATH), "mount /data")
+        os.close(tree)
+    return rest
+
+
+def write_program(program):
+    """Writes a prepared run's code where a run's pid 1 would have (its owner, its mode)."""
+    fd = os.open(program["file"], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as file:
+        file.write(program["source"])
+
+
+def drop_bounding_set():
     for cap in range(64):
         if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0:
             break  # past the kernel's last capability
     check(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient capabilities")
+
+
+def drop_capabilities():
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)
     data = (ctypes.c_uint32 * 6)()
     check(libc.syscall(SYS_CAPSET, header, data), "capset")
@@ -288,12 +346,27 @@ class SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def install_seccomp(program):
+def seccomp_program(program):
+    """The filter `program` as the kernel takes it (`None`: no filter), its buffer kept alive with it."""
     if not program:
-        return
+        return None
     buffer = ctypes.create_string_buffer(program, len(program))
-    prog = SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
-    check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
+    return buffer, SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+
+
+def install_seccomp(filter):
+    if filter is not None:
+        check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(filter[1]), 0, 0), "seccomp")
+
+
+def warm_up():
+    """A prepared child, before its run comes, compiles and runs a little code of its own (its output goes nowhere):
+    the interpreter's pages that doing so writes to (reference counts, allocator arenas) are copied from the
+    template's now, not on the run's path."""
+    sink = io.StringIO()
+    code = "import sys\nfor n in range(3):\n    print('warm', n, [n] * 2, {'n': n}, file=sink)\n"
+    exec(compile(code, "<warm-up>", "exec"), {"sink": sink})
+    json.loads('{"warm": [1, "up"]}')
 
 
 def fresh_process(run):

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
 use tokio::net::unix::pipe;
 
-use super::template_child::{ChildSpec, Forked, run_json};
+use super::template_child::{ChildSetup, ChildSpec, Forked, run_json, setup_json};
 use super::template_process::Template;
 
 /// What the server's templates are made of.
@@ -94,6 +94,11 @@ impl PythonTemplates {
         }
     }
 
+    /// Whether there is a loaded template (some modules are preloaded).
+    pub fn has_loaded(&self) -> bool {
+        self.loaded.is_some()
+    }
+
     /// Whether a process of `program` can be forked from `choice` now: that template is ready.
     pub fn can_fork(&self, program: &Path, choice: Choice) -> bool {
         program == self.program && self.template(choice).is_ready()
@@ -109,17 +114,43 @@ impl PythonTemplates {
 
     /// Forks a child of the template of `choice` into the sandbox of `request.pid1`, to run `child`.
     pub fn fork(&self, choice: Choice, child: &ChildSpec, request: ForkRequest) -> std::io::Result<Forked> {
+        self.send(choice, &run_json(child, &self.seccomp_hex), request, None).map(|(forked, _)| forked)
+    }
+
+    /// Forks a prepared sandbox's child of the template of `choice` into the sandbox of `request.pid1`: it sets
+    /// itself up as `setup` says and waits for its job on `jobs` (a prepared sandbox's). With the child's status,
+    /// the socket of the template that forked it, whose end says when that template is gone (see [`hung_up`]).
+    pub fn prepare(
+        &self,
+        choice: Choice,
+        setup: &ChildSetup,
+        request: ForkRequest,
+        jobs: OwnedFd,
+    ) -> std::io::Result<(Forked, Arc<OwnedFd>)> {
+        self.send(choice, &setup_json(setup, &self.seccomp_hex), request, Some(jobs))
+    }
+
+    /// Sends the template of `choice` a request: `r`, a child that runs `json`, or with `jobs`, `p`, a prepared
+    /// child that waits for its job there.
+    fn send(
+        &self,
+        choice: Choice,
+        json: &[u8],
+        request: ForkRequest,
+        jobs: Option<OwnedFd>,
+    ) -> std::io::Result<(Forked, Arc<OwnedFd>)> {
         let template = self.template(choice);
         let socket = template.socket().ok_or_else(|| std::io::Error::other("the Python template is not running"))?;
-        let run = run_json(child, &self.seccomp_hex);
-        let setup = memfd_with(&run)?;
+        let setup = memfd_with(json)?;
         let (status_read, status_write) = std::io::pipe()?;
         let mut fds: Vec<RawFd> = vec![setup.as_raw_fd(), status_write.as_raw_fd(), request.pid1.as_raw_fd()];
         fds.extend(request.stdio.iter().map(AsRawFd::as_raw_fd));
+        fds.extend(jobs.as_ref().map(AsRawFd::as_raw_fd));
         fds.extend(request.cgroups.iter().map(AsRawFd::as_raw_fd));
+        let kind: &[u8] = if jobs.is_some() { b"p" } else { b"r" };
         let sent = sendmsg::<()>(
             socket.as_raw_fd(),
-            &[IoSlice::new(b"r")],
+            &[IoSlice::new(kind)],
             &[ControlMessage::ScmRights(&fds)],
             MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT,
             None,
@@ -129,7 +160,7 @@ impl PythonTemplates {
             return Err(std::io::Error::other(format!("send a run to the Python template: {e}")));
         }
         let status = pipe::Receiver::from_owned_fd(OwnedFd::from(status_read))?;
-        Ok(Forked::new(status))
+        Ok((Forked::new(status), socket))
     }
 }
 
@@ -144,8 +175,16 @@ fn mentions(code: &str, name: &str) -> bool {
     })
 }
 
+/// Whether the process at the other end of a template's `socket` is gone (its end closed with it).
+pub fn hung_up(socket: &OwnedFd) -> bool {
+    let mut poll = libc::pollfd { fd: socket.as_raw_fd(), events: libc::POLLRDHUP, revents: 0 };
+    // SAFETY: one valid pollfd, zero timeout.
+    let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+    ready != 0 && poll.revents & (libc::POLLHUP | libc::POLLRDHUP | libc::POLLERR | libc::POLLNVAL) != 0
+}
+
 /// A memfd holding `bytes`, read from its start by whoever gets it.
-fn memfd_with(bytes: &[u8]) -> std::io::Result<OwnedFd> {
+pub fn memfd_with(bytes: &[u8]) -> std::io::Result<OwnedFd> {
     let fd = nix::sys::memfd::memfd_create(c"sandlot-run", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)?;
     let mut file = std::fs::File::from(fd);
     file.write_all(bytes)?;

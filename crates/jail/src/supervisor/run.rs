@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use sandlot_core::{CapturedStream, Job, OutputChunk, OutputSink, Stream, Termination, stop_reason};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::net::unix::pipe;
 use tokio::sync::watch;
 
@@ -22,10 +22,12 @@ use super::error::{Error, Result};
 use super::init_process::{Init, InitPipes};
 use super::netns_pool::NetnsPool;
 use super::python_template::{Choice, ForkRequest, PythonTemplates, SandboxHandles, sandbox_handles};
-use super::template_child::{ChildSpec, Program};
+use super::template_child::{ChildJob, ChildSetup, ChildSpec, Forked, Program};
 use super::uids::UidLease;
 use crate::protocol::{InitEvent, JailSpec, frame};
 
+/// How long a prepared sandbox may take to get ready.
+const PREPARE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the init may take to reap the sandbox after its pid 1 was killed.
 const KILL_GRACE: Duration = Duration::from_secs(5);
 /// How long output may keep flowing after the init is gone (it cannot: everything died with pid 1).
@@ -65,12 +67,37 @@ pub enum ForkFailure {
     Failed(String),
 }
 
+impl ForkFailure {
+    /// A child's failure, `why`: one before the run's code could run (`ran` false: its template went away, say)
+    /// may be tried again.
+    fn of(why: String, ran: bool) -> Self {
+        match ran {
+            true => Self::Failed(why),
+            false => Self::Unavailable(why),
+        }
+    }
+}
+
 /// A run whose program a Python template forks into the sandbox (`spec.forked`; see `python_template`).
 pub struct ForkInto<'a> {
     pub templates: &'a PythonTemplates,
     pub choice: Choice,
     /// The run's `cgroup.procs` files, which the child joins (opened here, as root).
     pub cgroup_procs: Vec<PathBuf>,
+}
+
+/// A prepared sandbox whose pid 1 waits (see [`Run::prepare`]): pid 1's fd 0, which ends the run when closed, and
+/// the init's events, read past the readiness.
+pub struct ReadySandbox {
+    stdin: pipe::Sender,
+    events: Lines<BufReader<pipe::Receiver>>,
+}
+
+/// The supervisor's ends of a forked program's own pipes: its stdin, stdout and stderr.
+pub struct ProgramEnds {
+    pub stdin: pipe::Sender,
+    pub stdout: pipe::Receiver,
+    pub stderr: pipe::Receiver,
 }
 
 /// Where a forked run's sandbox is: not ready yet, ready for the program, or never to be (its init's events ended).
@@ -193,32 +220,10 @@ impl Run {
             let _ = done_tx.send(true);
             outcome
         };
-        let processes = || super::processes::run_processes(cgroup.as_ref(), pid1.load(Ordering::SeqCst));
         let cap = job.limits.max_output_bytes;
         let read_stdout = read_capped(stdout, Stream::Stdout, cap, sink);
         let read_stderr = read_capped(stderr, Stream::Stderr, cap, sink);
-        let wait = async {
-            let waited = tokio::select! {
-                status = process.wait() => {
-                    reaped.store(true, Ordering::SeqCst);
-                    return status.map(Waited::InitExited).map_err(|e| Error::io("wait for jail init", e));
-                },
-                () = program_ended.notified() => {
-                    sandlot_core::marks::mark("c.reported");
-                    reaped.store(true, Ordering::SeqCst); // no capture through the pid from here on
-                    return Ok(Waited::ProgramEnded);
-                },
-                stop = stop_reason(job, job.limits.timeout, &processes) => Waited::Stopped(stop),
-            };
-            reaped.store(true, Ordering::SeqCst); // not yet, but soon: no capture from here on
-            kill_sandbox(pid1, process);
-            if tokio::time::timeout(KILL_GRACE, process.wait()).await.is_err() {
-                tracing::warn!(run_id = job.run_id, "jail init still alive after killing pid 1");
-                kill_everything(process, cgroup);
-                process.wait().await.map_err(|e| Error::io("wait for jail init", e))?;
-            }
-            Ok(waited)
-        };
+        let wait = wait_for_end(process, cgroup, pid1, reaped, &program_ended, job);
         let everything = async { tokio::join!(feed, read_events, read_stdout, read_stderr, wait, fork) };
         let backstop = job.limits.timeout + KILL_GRACE + DRAIN_GRACE;
         let Ok(((), (last_event, new_netns), stdout, stderr, waited, forked)) =
@@ -229,6 +234,96 @@ impl Run {
         };
         tracing::debug!(run_id = job.run_id, elapsed_us = started.elapsed().as_micros() as u64, "jail finished");
         Ok(Finished { waited: waited?, last_event, stdout, stderr, duration: started.elapsed(), new_netns, forked })
+    }
+
+    /// Sends a prepared sandbox's `spec` and waits until its pid 1 waits for the program and its pid is known.
+    pub async fn prepare(&mut self, pipes: InitPipes, spec: &JailSpec) -> Result<ReadySandbox> {
+        let spec_json = serde_json::to_vec(spec).map_err(|e| Error::io("encode spec", e.into()))?;
+        // The init's own stdout and stderr carry nothing: a forked program has pipes of its own.
+        let InitPipes { mut stdin, events, .. } = pipes;
+        stdin.write_all(&frame(&spec_json)).await.map_err(|e| Error::io("send a prepared sandbox its spec", e))?;
+        let mut events = BufReader::new(events).lines();
+        let mut ready = false;
+        while !ready || self.pid1() == 0 {
+            let line = tokio::time::timeout(PREPARE_TIMEOUT, events.next_line()).await;
+            let gone = || Error::io("prepare a sandbox", std::io::Error::other("the init ended before it was ready"));
+            let line = match line {
+                Ok(Ok(Some(line))) => line,
+                Ok(_) => return Err(gone()),
+                Err(_) => return Err(Error::io("prepare a sandbox", std::io::ErrorKind::TimedOut.into())),
+            };
+            match serde_json::from_str::<InitEvent>(&line) {
+                Ok(InitEvent::Pid1Started { pid }) => self.pid1.store(pid, Ordering::SeqCst),
+                Ok(InitEvent::SandboxReady) => ready = true,
+                Ok(InitEvent::SetupFailed { step, error }) => return Err(Error::Setup { step, message: error }),
+                Ok(_) | Err(_) => return Err(gone()),
+            }
+        }
+        Ok(ReadySandbox { stdin, events })
+    }
+
+    /// The init's pid on the host.
+    pub fn init_pid(&self) -> i32 {
+        self.process.pid().as_raw()
+    }
+
+    /// Sandbox pid 1's pid on the host, once known (0 before).
+    pub fn pid1(&self) -> i32 {
+        self.pid1.load(Ordering::SeqCst)
+    }
+
+    /// Whether the init is still there (a prepared sandbox waiting in its pool).
+    pub fn is_alive(&mut self) -> bool {
+        self.process.is_alive()
+    }
+
+    /// Kills a sandbox that will run nothing (a prepared one let go) and lets go of what it holds, in the background.
+    pub fn discard(self) {
+        kill_sandbox(&self.pid1, &self.process);
+        tokio::spawn(self.release(false, false));
+    }
+
+    /// Drives a prepared sandbox's run: its template's child, which has its job, runs `job`'s program on
+    /// `program`'s pipes; its end (from `child`) closes pid 1's fd 0, which ends the run as any forked run's.
+    pub async fn execute_prepared(
+        &mut self,
+        ready: ReadySandbox,
+        mut child: Forked,
+        program: ProgramEnds,
+        job: &Job,
+        sink: &dyn OutputSink,
+    ) -> Result<Finished> {
+        let started = Instant::now();
+        let ReadySandbox { stdin: pid1_stdin, events } = ready;
+        let ProgramEnds { stdin: mut program_stdin, stdout, stderr } = program;
+        let (done_tx, mut done) = watch::channel(false);
+        let feed = async move {
+            let _ = program_stdin.write_all(&job.stdin).await;
+            drop(program_stdin);
+            let _ = done.wait_for(|done| *done).await;
+            drop(pid1_stdin);
+        };
+        let program_ended = tokio::sync::Notify::new();
+        let read_events = read_to_the_end(events, &program_ended);
+        let child_end = async {
+            let end = child.ended().await.map(|(end, _cpu)| end).map_err(|why| ForkFailure::of(why, child.ran()));
+            let _ = done_tx.send(true);
+            Some(end)
+        };
+        let cap = job.limits.max_output_bytes;
+        let read_stdout = read_capped(stdout, Stream::Stdout, cap, sink);
+        let read_stderr = read_capped(stderr, Stream::Stderr, cap, sink);
+        let Self { process, cgroup, pid1, reaped, .. } = self;
+        let wait = wait_for_end(process, cgroup, pid1, reaped, &program_ended, job);
+        let everything = async { tokio::join!(feed, read_events, read_stdout, read_stderr, wait, child_end) };
+        let backstop = job.limits.timeout + KILL_GRACE + DRAIN_GRACE;
+        let Ok(((), last_event, stdout, stderr, waited, forked)) = tokio::time::timeout(backstop, everything).await
+        else {
+            kill_everything(&self.process, &self.cgroup);
+            return Err(Error::io("jail did not finish after its deadline", std::io::ErrorKind::TimedOut.into()));
+        };
+        let duration = started.elapsed();
+        Ok(Finished { waited: waited?, last_event, stdout, stderr, duration, new_netns: None, forked })
     }
 
     /// Whether the run's memory cgroup counted an OOM kill.
@@ -258,7 +353,7 @@ impl Run {
 }
 
 /// A forked run's own pipes: the supervisor's ends (stdout, stderr, stdin) and the program's (stdin, stdout, stderr).
-fn program_pipes() -> std::io::Result<(pipe::Receiver, pipe::Receiver, pipe::Sender, [OwnedFd; 3])> {
+pub fn program_pipes() -> std::io::Result<(pipe::Receiver, pipe::Receiver, pipe::Sender, [OwnedFd; 3])> {
     let (stdin_read, stdin_write) = std::io::pipe()?;
     let (stdout_read, stdout_write) = std::io::pipe()?;
     let (stderr_read, stderr_write) = std::io::pipe()?;
@@ -270,6 +365,77 @@ fn program_pipes() -> std::io::Result<(pipe::Receiver, pipe::Receiver, pipe::Sen
     ))
 }
 
+/// Waits for a run's end: the init's exit, pid 1's report, or the deadline or a cancellation, which kill the
+/// sandbox.
+async fn wait_for_end(
+    process: &mut PidfdChild,
+    cgroup: &Option<RunCgroup>,
+    pid1: &AtomicI32,
+    reaped: &AtomicBool,
+    program_ended: &tokio::sync::Notify,
+    job: &Job,
+) -> Result<Waited> {
+    let processes = || super::processes::run_processes(cgroup.as_ref(), pid1.load(Ordering::SeqCst));
+    let waited = tokio::select! {
+        status = process.wait() => {
+            reaped.store(true, Ordering::SeqCst);
+            return status.map(Waited::InitExited).map_err(|e| Error::io("wait for jail init", e));
+        },
+        () = program_ended.notified() => {
+            sandlot_core::marks::mark("c.reported");
+            reaped.store(true, Ordering::SeqCst); // no capture through the pid from here on
+            return Ok(Waited::ProgramEnded);
+        },
+        stop = stop_reason(job, job.limits.timeout, &processes) => Waited::Stopped(stop),
+    };
+    reaped.store(true, Ordering::SeqCst); // not yet, but soon: no capture from here on
+    kill_sandbox(pid1, process);
+    if tokio::time::timeout(KILL_GRACE, process.wait()).await.is_err() {
+        tracing::warn!(run_id = job.run_id, "jail init still alive after killing pid 1");
+        kill_everything(process, cgroup);
+        process.wait().await.map_err(|e| Error::io("wait for jail init", e))?;
+    }
+    Ok(waited)
+}
+
+/// The init's events to pid 1's report of the program's end (then `program_ended` is notified): the last event but
+/// a live sandbox's, if any.
+async fn read_to_the_end(
+    mut events: Lines<BufReader<pipe::Receiver>>,
+    program_ended: &tokio::sync::Notify,
+) -> Option<InitEvent> {
+    let mut last = None;
+    while let Ok(Some(line)) = events.next_line().await {
+        match serde_json::from_str::<InitEvent>(&line) {
+            Ok(event @ InitEvent::ProgramEnded(_)) => {
+                program_ended.notify_one();
+                return Some(event);
+            }
+            Ok(event @ InitEvent::SetupFailed { .. }) => last = Some(event),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(%e, line, "unreadable event from the jail init"),
+        }
+    }
+    last
+}
+
+/// The command line an exec'd run of `spec` has: its interpreter and arguments.
+pub fn command_of(spec: &JailSpec) -> Vec<String> {
+    std::iter::once(spec.program.to_string_lossy().into_owned()).chain(spec.args.iter().cloned()).collect()
+}
+
+/// What a template's child of `spec` runs: its code file, which the child writes itself when given `source` (a
+/// prepared sandbox's pid 1 wrote none).
+pub fn child_job<'a>(spec: &'a JailSpec, source: Option<&'a str>) -> ChildJob<'a> {
+    ChildJob {
+        rlimits: &spec.rlimits,
+        landlock: spec.landlock,
+        home: spec.home.as_ref(),
+        env: &spec.env,
+        program: Program::File { path: &spec.code_path, source },
+    }
+}
+
 /// Has the template fork the program into the sandbox of `pid1` and waits for its end.
 async fn fork_program(
     forked: &ForkInto<'_>,
@@ -279,18 +445,8 @@ async fn fork_program(
 ) -> std::result::Result<Termination, ForkFailure> {
     let SandboxHandles { ids, pid1, cgroups } =
         sandbox_handles(pid1, &forked.cgroup_procs).map_err(ForkFailure::Failed)?;
-    let child = ChildSpec {
-        ids,
-        rlimits: &spec.rlimits,
-        landlock: spec.landlock,
-        scoped: true,
-        home: spec.home.as_ref(),
-        env: &spec.env,
-        program: Program::File(&spec.code_path),
-        command: std::iter::once(spec.program.to_string_lossy().into_owned())
-            .chain(spec.args.iter().cloned())
-            .collect(),
-    };
+    let child =
+        ChildSpec { setup: ChildSetup { ids, scoped: true, command: command_of(spec) }, job: child_job(spec, None) };
     let request = ForkRequest { pid1, stdio, cgroups };
     let mut child =
         forked.templates.fork(forked.choice, &child, request).map_err(|e| ForkFailure::Unavailable(e.to_string()))?;
@@ -299,7 +455,7 @@ async fn fork_program(
         return Err(ForkFailure::Unavailable(why));
     }
     sandlot_core::marks::mark("c.forked");
-    let (end, cpu) = child.ended().await.map_err(ForkFailure::Failed)?;
+    let (end, cpu) = child.ended().await.map_err(|why| ForkFailure::of(why, child.ran()))?;
     tracing::debug!(cpu_us = (cpu * 1e6) as u64, "the forked program ended"); // its cgroup counts it too
     Ok(end)
 }

@@ -82,7 +82,27 @@ pub fn build(job: &Job, runner: &HostRunner, resources: Resources) -> JailSpec {
         landlock: true,
         resident: false,
         forked: false,
+        prepared: false,
     }
+}
+
+/// The spec of a prepared sandbox (see `prepared`) for Python runs of `limits` by `runner`: a forked run's, in
+/// sandlot's layout, with no workspace and no code yet.
+pub fn build_prepared(runner: &HostRunner, limits: &Limits, resources: Resources) -> JailSpec {
+    let placeholder = Job {
+        run_id: String::new(),
+        language: runner.language,
+        code: String::new(),
+        es_module: false,
+        stdin: vec![],
+        env: BTreeMap::new(),
+        limits: limits.clone(),
+        workspace: PathBuf::new(),
+        layout: Layout::Data,
+        mounts: vec![],
+        cancel: Default::default(),
+    };
+    JailSpec { forked: true, prepared: true, ..build(&placeholder, runner, resources) }
 }
 
 /// The spec of the live sandbox `live` with `resources`, every runner's prefixes in `binds` (it serves every
@@ -119,6 +139,7 @@ pub fn build_live(live: &LiveSpec, binds: Vec<PathBuf>, resources: Resources) ->
         landlock: true,
         resident: true,
         forked: false,
+        prepared: false,
     }
 }
 

@@ -1,6 +1,8 @@
 //! A template's child as the supervisor sees it: what it is told (a [`ChildSpec`], as the JSON the child reads from its
-//! memfd) and what the template says of it on its status pipe ([`Forked`]: `p <pid>`, then `e <code> <cpu>` or
-//! `s <signal> <cpu>`; `f <why>` when its setup failed).
+//! memfd; a prepared sandbox's child is told its [`ChildSetup`] when forked and its [`ChildJob`] when its run comes)
+//! and what the template says of it on its status pipe ([`Forked`]: `p <pid>`, then `e <code> <cpu>` or
+//! `s <signal> <cpu>`; `f <why>` when its setup failed; `r` from the child just before the run's code may run; a
+//! prepared child says `w` when it waits for its job).
 
 use std::path::{Path, PathBuf};
 
@@ -10,32 +12,73 @@ use tokio::net::unix::pipe;
 
 use crate::protocol::{HomeMount, RlimitSpec};
 
-/// What a child runs: a file of the sandbox, as `python <file>` does, or code, as `python -c <code>` does.
+/// What a child runs: a file of the sandbox, as `python <file>` does (`source`: the child writes it there first),
+/// or code, as `python -c <code>` does.
 pub enum Program<'a> {
-    File(&'a Path),
+    File { path: &'a Path, source: Option<&'a str> },
     Code(&'a str),
 }
 
-/// How a child confines itself, and what it runs.
+/// A child's whole run: who it is and what it runs.
 pub struct ChildSpec<'a> {
+    pub setup: ChildSetup,
+    pub job: ChildJob<'a>,
+}
+
+/// Who a child is in its sandbox, known as soon as the sandbox is.
+pub struct ChildSetup {
     /// The host uid and gid of the sandbox's pid 1, which the child takes.
     pub ids: (u32, u32),
-    pub rlimits: &'a RlimitSpec,
-    pub landlock: bool,
     /// Landlock's scopes (no signal to, no abstract socket of, a process outside the child's domain): a run is
     /// alone in its sandbox; a live sandbox's processes must reach each other, and the others are in pid 1's domain.
     pub scoped: bool,
-    pub home: Option<&'a HomeMount>,
-    /// The whole environment.
-    pub env: &'a [(String, String)],
-    pub program: Program<'a>,
     /// The command line it shows (`/proc/<pid>/cmdline`): the exec'd equivalent's.
     pub command: Vec<String>,
 }
 
+/// What a child runs, and under which limits.
+pub struct ChildJob<'a> {
+    pub rlimits: &'a RlimitSpec,
+    pub landlock: bool,
+    pub home: Option<&'a HomeMount>,
+    /// The whole environment.
+    pub env: &'a [(String, String)],
+    pub program: Program<'a>,
+}
+
 /// The run as the child reads it (see `python_template.py`), with the jail's seccomp program in hex.
 pub fn run_json(child: &ChildSpec, seccomp_hex: &str) -> Vec<u8> {
-    let (uid, gid) = child.ids;
+    let mut run = setup_fields(&child.setup, seccomp_hex);
+    run.extend(job_fields(&child.job));
+    serde_json::Value::Object(run).to_string().into_bytes()
+}
+
+/// What a prepared child is told when it is forked.
+pub fn setup_json(setup: &ChildSetup, seccomp_hex: &str) -> Vec<u8> {
+    serde_json::Value::Object(setup_fields(setup, seccomp_hex)).to_string().into_bytes()
+}
+
+/// What a prepared child is told when its run comes.
+pub fn job_json(job: &ChildJob) -> Vec<u8> {
+    serde_json::Value::Object(job_fields(job)).to_string().into_bytes()
+}
+
+fn setup_fields(setup: &ChildSetup, seccomp_hex: &str) -> serde_json::Map<String, serde_json::Value> {
+    let (uid, gid) = setup.ids;
+    let fields = serde_json::json!({
+        "uid": uid,
+        "gid": gid,
+        "scoped": setup.scoped,
+        "command": setup.command,
+        "seccomp": seccomp_hex,
+    });
+    match fields {
+        serde_json::Value::Object(map) => map,
+        _ => unreachable!("a JSON object literal"),
+    }
+}
+
+fn job_fields(child: &ChildJob) -> serde_json::Map<String, serde_json::Value> {
     let home = child.home;
     let cwd = match home {
         Some(home) if home.scratch_mb.is_none() => home.path.clone(),
@@ -44,28 +87,30 @@ pub fn run_json(child: &ChildSpec, seccomp_hex: &str) -> Vec<u8> {
     let mut writable: Vec<PathBuf> = ["/data", "/tmp", "/dev/shm"].into_iter().map(PathBuf::from).collect();
     writable.extend(home.map(|home| home.path.clone()));
     let (program, argv, path0) = match child.program {
-        Program::File(path) => {
+        Program::File { path, source } => {
             let dir = path.parent().unwrap_or(Path::new("/"));
-            (serde_json::json!({ "file": path }), vec![path.to_string_lossy().into_owned()], dir.to_owned())
+            let program = match source {
+                Some(source) => serde_json::json!({ "file": path, "source": source }),
+                None => serde_json::json!({ "file": path }),
+            };
+            (program, vec![path.to_string_lossy().into_owned()], dir.to_owned())
         }
         Program::Code(code) => (serde_json::json!({ "code": code }), vec!["-c".to_owned()], PathBuf::new()),
     };
-    let run = serde_json::json!({
-        "uid": uid,
-        "gid": gid,
+    let fields = serde_json::json!({
         "cwd": cwd,
         "rlimits": rlimits(child.rlimits),
         "landlock": child.landlock,
-        "scoped": child.scoped,
         "writable": writable,
         "env": child.env,
         "program": program,
         "argv": argv,
-        "command": child.command,
         "path0": path0,
-        "seccomp": seccomp_hex,
     });
-    run.to_string().into_bytes()
+    match fields {
+        serde_json::Value::Object(map) => map,
+        _ => unreachable!("a JSON object literal"),
+    }
 }
 
 /// The limits of `rlimits::apply`, by the names of Python's `resource` module (infinity is its -1).
@@ -89,12 +134,19 @@ fn rlimits(spec: &RlimitSpec) -> Vec<(&'static str, i64, i64)> {
 /// A run's child of a template, as the template reports it.
 pub struct Forked {
     status: BufReader<pipe::Receiver>,
+    /// The child said `r`: the run's code may have run.
+    ran: bool,
 }
 
 impl Forked {
     /// The child whose word comes on `status`.
     pub fn new(status: pipe::Receiver) -> Self {
-        Self { status: BufReader::new(status) }
+        Self { status: BufReader::new(status), ran: false }
+    }
+
+    /// Whether the run's code may have run (the child said so): a child that failed before cannot have run any.
+    pub fn ran(&self) -> bool {
+        self.ran
     }
 
     /// The child's host pid, once forked; `Err` with the template's reason if it could not be.
@@ -105,6 +157,24 @@ impl Forked {
             Some((_, line)) => Err(format!("the Python template said {line:?}")),
             None => Err("the Python template is gone".into()),
         }
+    }
+
+    /// A prepared child's host pid, once it waits for its job (the template's `p` and the child's `w` may come in
+    /// either order); `Err` with the reason if it could not be forked or set up.
+    pub async fn waiting(&mut self) -> Result<u32, String> {
+        let (mut pid, mut waiting) = (None, false);
+        while pid.is_none() || !waiting {
+            match self.next().await {
+                Some(('p', number)) => {
+                    pid = Some(number.parse().map_err(|_| format!("the Python template said {number:?}"))?)
+                }
+                Some(('w', _)) => waiting = true,
+                Some(('f', why)) => return Err(why),
+                Some((_, line)) => return Err(format!("the Python template said {line:?}")),
+                None => return Err("the Python template is gone".into()),
+            }
+        }
+        pid.ok_or_else(|| "the Python template said no pid".into())
     }
 
     /// How the child ended and the CPU seconds it used; `Err` with its reason if its setup failed.
@@ -132,14 +202,21 @@ impl Forked {
         }
     }
 
+    /// The next word on the status pipe but the child's `r`, which is noted.
     async fn next(&mut self) -> Option<(char, String)> {
-        let mut line = String::new();
-        match self.status.read_line(&mut line).await {
-            Ok(0) | Err(_) => None,
-            Ok(_) => {
-                let line = line.trim_end();
-                let kind = line.chars().next()?;
-                Some((kind, line.get(2..).unwrap_or_default().to_owned()))
+        loop {
+            let mut line = String::new();
+            match self.status.read_line(&mut line).await {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {
+                    let line = line.trim_end();
+                    let kind = line.chars().next()?;
+                    if kind == 'r' {
+                        self.ran = true;
+                        continue;
+                    }
+                    return Some((kind, line.get(2..).unwrap_or_default().to_owned()));
+                }
             }
         }
     }

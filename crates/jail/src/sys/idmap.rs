@@ -25,11 +25,17 @@ const CHILD_STACK_BYTES: usize = 16 * 1024;
 /// child (the init does before it exits) or exits. Its stack (16 KiB) stays mapped, as it may still be running on
 /// it until then.
 pub fn user_namespace(inside: u32, outside: u32) -> io::Result<OwnedFd> {
-    user_namespace_mapping(&format!("{inside} {outside} 1\n"))
+    user_namespace_mapping(&format!("{inside} {outside} 1\n"), false)
+}
+
+/// [`user_namespace`] for a process that reaps no stray child (the server): waits for the child it killed.
+pub fn user_namespace_reaped(inside: u32, outside: u32) -> io::Result<OwnedFd> {
+    user_namespace_mapping(&format!("{inside} {outside} 1\n"), true)
 }
 
 /// A user namespace whose uid and gid maps are `map` (lines of `inside outside count`); see [`user_namespace`].
-fn user_namespace_mapping(map: &str) -> io::Result<OwnedFd> {
+/// With `reap`, the child is waited for before this returns.
+fn user_namespace_mapping(map: &str, reap: bool) -> io::Result<OwnedFd> {
     extern "C" fn sleep_forever(_: *mut libc::c_void) -> libc::c_int {
         loop {
             // SAFETY: pause has no arguments and touches no memory; the parent kills this process.
@@ -46,6 +52,12 @@ fn user_namespace_mapping(map: &str) -> io::Result<OwnedFd> {
     let result = map_and_open(pid, map);
     // SAFETY: kill of our own child, not yet reaped (so its pid cannot name another process).
     unsafe { libc::kill(pid, libc::SIGKILL) };
+    if reap {
+        // SAFETY: waits for our own child, which was just killed; no memory is involved but the null status.
+        while unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) } < 0
+            && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+        {}
+    }
     result
 }
 
@@ -73,7 +85,7 @@ pub fn map_tree(tree: &OwnedFd, storage: u32, run: u32) -> io::Result<()> {
 /// writes in it through the group but cannot `chmod` it): root shows as `nobody` (65534), since the kernel lets no
 /// one write an inode whose owner an idmapped mount does not map.
 pub fn map_volume_tree(tree: &OwnedFd, storage: u32, run: u32) -> io::Result<()> {
-    let userns = user_namespace_mapping(&format!("0 {NOBODY} 1\n{storage} {run} 1\n"))?;
+    let userns = user_namespace_mapping(&format!("0 {NOBODY} 1\n{storage} {run} 1\n"), false)?;
     mount::set_tree_idmap(tree, &userns).map_err(io::Error::from)
 }
 

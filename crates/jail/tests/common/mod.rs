@@ -10,7 +10,7 @@ mod child_backend;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use libtest_mimic::{Arguments, Failed, Trial};
@@ -104,6 +104,8 @@ pub struct Sandbox {
     pub engine: Engine,
     pub runtime: tokio::runtime::Runtime,
     pub path: LaunchPath,
+    /// The native backend, when the sandbox made it itself (as root).
+    pub jail: Option<Arc<JailBackend>>,
 }
 
 impl Sandbox {
@@ -158,10 +160,29 @@ impl Sandbox {
         config.skeleton_dir = Some(root.path().join(sandlot_jail::SKELETON_DIR_NAME));
         config.data_root = Some(root.path().to_owned());
         config.python_preload = Some(vec![]); // Python runs forked from a template, as a server's are
+        config.prepared_sandboxes = 2; // and from its prepared sandboxes, as a server's default
         configure(&mut config);
         let backend = Arc::new(JailBackend::new(config).expect("the native backend"));
         assert!(backend.wait_for_templates(Duration::from_secs(60)), "the Python template did not start");
-        Self::with_backend(root, backend, LaunchPath::ServerRoot, engine)
+        let mut sandbox = Self::with_backend(root, Arc::clone(&backend) as _, LaunchPath::ServerRoot, engine);
+        let limits = sandbox.engine.config().limits.clone();
+        sandbox.runtime.block_on(async { backend.prepare_for(&limits) });
+        JAILS.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(Arc::downgrade(&backend));
+        sandbox.jail = Some(backend);
+        sandbox
+    }
+
+    /// Waits until `count` sandboxes are prepared for Python runs (at most a minute): whether they are.
+    pub fn wait_for_prepared(&self, count: usize) -> bool {
+        let Some(jail) = &self.jail else { return false };
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while jail.prepared_ready() < count {
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        true
     }
 
     /// A sandbox over `backend`, whose conversations live in `root`.
@@ -177,7 +198,7 @@ impl Sandbox {
         configure(&mut engine_config);
         let engine = Engine::new(backend, workspaces(root.path(), &engine_config.limits), engine_config);
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
-        Self { root, engine, runtime, path }
+        Self { root, engine, runtime, path, jail: None }
     }
 
     /// Pids of host processes of this sandbox's runs (their init and pid 1 included): the leased uids as root, the
@@ -302,10 +323,41 @@ pub fn zygote_family(zygote: bool) -> Vec<i32> {
         .collect()
 }
 
-/// Pids of host processes running as one of this test process's sandbox uids.
+/// Pids of host processes running as one of this test process's sandbox uids, but those of sandboxes prepared for
+/// runs to come (see [`prepared_processes`]).
 pub fn sandbox_processes() -> Vec<i32> {
     let uids = sandbox_uids();
-    processes_where(|uid| uids.contains(uid))
+    let prepared = prepared_processes();
+    processes_where(|uid| uids.contains(uid)).into_iter().filter(|pid| !prepared.contains(pid)).collect()
+}
+
+/// The native backends this test process's sandboxes made (see [`prepared_processes`]).
+static JAILS: Mutex<Vec<Weak<JailBackend>>> = Mutex::new(Vec::new());
+
+/// Pids of the processes of every sandbox prepared or being prepared by a backend of this test process: its init,
+/// the init's children, and every process in its sandbox's pid namespace. They belong to no run yet.
+pub fn prepared_processes() -> std::collections::HashSet<i32> {
+    let jails: Vec<Arc<JailBackend>> =
+        JAILS.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).iter().filter_map(Weak::upgrade).collect();
+    let mut pids = std::collections::HashSet::new();
+    let mut namespaces = std::collections::HashSet::new();
+    for init in jails.iter().flat_map(|jail| jail.prepared_inits()) {
+        pids.insert(init);
+        let children = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children")).unwrap_or_default();
+        pids.extend(children.split_whitespace().filter_map(|pid| pid.parse::<i32>().ok()));
+        if let Ok(namespace) = std::fs::read_link(format!("/proc/{init}/ns/pid_for_children")) {
+            namespaces.insert(namespace);
+        }
+    }
+    if !namespaces.is_empty() {
+        for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+            if std::fs::read_link(entry.path().join("ns/pid")).is_ok_and(|namespace| namespaces.contains(&namespace)) {
+                pids.insert(pid);
+            }
+        }
+    }
+    pids
 }
 
 /// Pids of host processes running as `uid`.
