@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{Sandbox, check, check_eq, describe};
 use libtest_mimic::Failed;
-use sandlot_core::Language;
+use sandlot_core::{Language, Termination};
 
 fn main() {
     common::main(vec![
@@ -23,6 +23,7 @@ fn main() {
         ("a_forked_run_is_confined_as_an_execd_one", a_forked_run_is_confined_as_an_execd_one),
         ("python_behaves_as_python_file_does", python_behaves_as_python_file_does),
         ("a_dead_template_is_replaced", a_dead_template_is_replaced),
+        ("a_program_on_its_status_pipe_ends_only_its_own_run", a_program_on_its_status_pipe_ends_only_its_own_run),
         ("with_templates_off_python_starts_its_own_interpreter", with_templates_off_python_starts_its_own_interpreter),
     ]);
 }
@@ -135,8 +136,9 @@ print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))
 print(os.getppid())"
     );
     let out = run_ok(&sandbox, "nothing", &code)?;
-    // Descriptors 0-2 and the one listing them; itself (pid 2: pid 1 is hidden) and no other process, no parent.
-    check_eq(out.as_str(), "forked\n['0', '1', '2', '3']\n[2]\n0\n", "what the run sees")
+    // Descriptors 0-2, 3 (the write end of its own status pipe, close-on-exec: it says its end there) and the one
+    // listing them; itself (pid 2: pid 1 is hidden) and no other process, no parent.
+    check_eq(out.as_str(), "forked\n['0', '1', '2', '3', '4']\n[2]\n0\n", "what the run sees")
 }
 
 fn a_forked_run_is_confined_as_an_execd_one() -> Result<(), Failed> {
@@ -225,6 +227,29 @@ fn a_dead_template_is_replaced() -> Result<(), Failed> {
         std::thread::sleep(Duration::from_millis(100));
     }
     check(forked_again, || "runs were not forked from a new template".to_owned())
+}
+
+fn a_program_on_its_status_pipe_ends_only_its_own_run() -> Result<(), Failed> {
+    // A forked run's program holds the pipe on which its process says its end (descriptor 3). Words other than an
+    // end are ignored; a false end ends its own run early, with the code it chose, and nothing of it is left.
+    let sandbox = Sandbox::new(|_| {});
+    let noise = "import os\nos.write(3, b'f fake failure\\nnonsense\\np 1\\nw\\nx 999\\n')\nprint('still')";
+    let report = sandbox.run("status", Language::Python, noise);
+    check_eq(report.outcome.termination.clone(), Termination::Exited { code: 0 }, &describe(&report))?;
+    check_eq(report.outcome.stdout.as_str(), "still\n", "the run went on")?;
+    let early =
+        "import os, subprocess, time\nsubprocess.Popen(['sleep', '300'])\nos.write(3, b'x 7\\n')\ntime.sleep(300)";
+    let started = std::time::Instant::now();
+    let report = sandbox.run("status", Language::Python, early);
+    check_eq(report.outcome.termination.clone(), Termination::Exited { code: 7 }, &describe(&report))?;
+    check(started.elapsed() < Duration::from_secs(60), || format!("ended after {:?}", started.elapsed()))?;
+    // Killed with the run, they may take a moment to be gone.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !common::program_processes().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let left = common::program_processes();
+    check(left.is_empty(), || format!("processes of the run left: {left:?}"))
 }
 
 fn with_templates_off_python_starts_its_own_interpreter() -> Result<(), Failed> {

@@ -74,7 +74,7 @@ async fn start(
     let (stderr, stderr_theirs) = pipes()?;
     let command = [fork.program.to_string_lossy().into_owned(), "-c".to_owned(), code.to_owned()].into();
     let child = ChildSpec {
-        setup: ChildSetup { ids, scoped: false, command },
+        setup: ChildSetup { says_its_end: false, ids, scoped: false, command },
         job: ChildJob {
             rlimits: &fork.rlimits,
             landlock: fork.landlock,

@@ -125,7 +125,7 @@ pub struct JailBackend {
     config: JailConfig,
     launcher: Launcher,
     /// Network namespaces kept between runs of a conversation (servers running as root).
-    netns: Option<NetnsPool>,
+    netns: Option<Arc<NetnsPool>>,
     runners: Vec<HostRunner>,
     /// Runners left out because a bind of theirs would expose too much (reported by `doctor`).
     refused: Vec<RefusedRunner>,
@@ -161,7 +161,7 @@ impl JailBackend {
             .and_then(|dir| skeleton_request(dir, live::live_binds(&runners, esbuild_binds)));
         let launcher = Launcher::new(&config.model, config.program.clone(), skeleton)?;
         let server = matches!(config.model, ProcessModel::Server { .. });
-        let netns = (root && server && config.keep_netns).then(NetnsPool::default);
+        let netns = (root && server && config.keep_netns).then(|| Arc::new(NetnsPool::default()));
         let uids = Arc::new(UidLeases::new(config.sandbox_uids, config.uid_lock_dir.clone()));
         let python = runners.iter().find(|r| r.language == Language::Python);
         let templates = match (&config.python_preload, python) {
@@ -411,10 +411,28 @@ impl JailBackend {
             },
             _ => self.build_and_execute(job, runner, sink, may_fork).await?,
         };
-        let (run, finished, kept_netns) = started;
+        let (run, mut finished, kept_netns) = started;
         let oom_killed = run.oom_killed(); // read before the slot is released
         let program_ended = matches!(finished, Ok(ref f) if matches!(f.waited, Waited::ProgramEnded));
-        run.release(program_ended, matches!(self.config.model, ProcessModel::OneShot)).await;
+        // The run's network namespace may serve the conversation's next run (not after a fork that never was).
+        let netns = match &mut finished {
+            Ok(f) if !matches!(f.forked, Some(Err(ForkFailure::Unavailable(_)))) => kept_netns.or(f.new_netns.take()),
+            _ => None,
+        };
+        match self.config.model {
+            ProcessModel::OneShot => run.release(program_ended, true).await,
+            ProcessModel::Server { .. } => {
+                // Off the run's path: a forked program says its end before its process has freed its memory, so
+                // its slot drains, and its network namespace is given back, once the init (which outlives every
+                // process of the sandbox) is gone.
+                let (pool, workspace) = (self.netns.clone(), job.workspace.clone());
+                tokio::spawn(run.release_then(move || {
+                    if let (Some(pool), Some(netns)) = (pool, netns) {
+                        pool.give_back(workspace, netns);
+                    }
+                }));
+            }
+        }
         sandlot_core::marks::mark("c.released");
         let mut finished = finished?;
         match finished.forked.take() {
@@ -425,10 +443,6 @@ impl JailBackend {
                     Some(InitEvent::SetupFailed { step: "fork from the Python template".into(), error })
             }
             None => {}
-        }
-        // Every process of the program is gone: the run's network namespace may serve the conversation's next run.
-        if let (Some(pool), Some(netns)) = (&self.netns, kept_netns.or(finished.new_netns)) {
-            pool.give_back(job.workspace.clone(), netns);
         }
         // Only a shell's 128+SIGXFSZ needs the quota's word (see `ending::termination`).
         let shell_xfsz = matches!(finished.last_event, Some(InitEvent::ProgramEnded(Termination::Exited { code }))

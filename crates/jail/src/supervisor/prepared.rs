@@ -137,7 +137,7 @@ impl Builder {
         let (stdout, stderr, stdin, stdio) = program_pipes().map_err(|e| Error::io("create the program's pipes", e))?;
         let (jobs, theirs) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
             .map_err(|e| Error::io("create a prepared child's job socket", e.into()))?;
-        let setup = ChildSetup { ids, scoped: true, command: command_of(spec) };
+        let setup = ChildSetup { says_its_end: true, ids, scoped: true, command: command_of(spec) };
         let (mut child, template) = self
             .templates
             .prepare(choice, &setup, ForkRequest { pid1, stdio, cgroups }, theirs)

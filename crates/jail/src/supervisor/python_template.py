@@ -203,7 +203,10 @@ def run_child(sock, own_pidns, prepared, fds, run):
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
     os.setsid()
     drop_bounding_set()
+    # Everything that does not need the run's particulars, before they come (a prepared child waits after this).
     seccomp = seccomp_program(bytes.fromhex(run["seccomp"]))
+    ruleset = landlock_ruleset(run["scoped"])
+    fresh_state()
     if job is not None:
         warm_up()
         write_line(status, "w")
@@ -215,16 +218,20 @@ def run_child(sock, own_pidns, prepared, fds, run):
         write_program(run["program"])
     drop_capabilities()
     check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
-    if run["landlock"]:
-        landlock(run["writable"], run["scoped"])
+    if ruleset is not None and run["landlock"]:
+        restrict(ruleset, run["writable"])
     if status > 3:
         check(libc.syscall(SYS_CLOSE_RANGE, 3, status - 1, 0), "close_range")
     check(libc.syscall(SYS_CLOSE_RANGE, status + 1, 0xFFFFFFFF, 0), "close_range")
     install_seccomp(seccomp)
     write_line(status, "r")  # from here on the run's code may run: a failure is no longer the setup's
-    os.close(status)
-    fresh_process(run)
-    run_main(run["program"])
+    if run["says_its_end"]:
+        status = move_to_3(status)
+    else:
+        os.close(status)
+        status = None
+    take_environment(run)
+    run_main(run["program"], status)
 
 
 def argument_area():
@@ -258,6 +265,15 @@ def close_all_but(keep):
         if fd > low:
             check(libc.syscall(SYS_CLOSE_RANGE, low, fd - 1, 0), "close_range")
         low = fd + 1
+
+
+def move_to_3(fd):
+    """Moves `fd` to descriptor 3, close-on-exec (a run's program sees 0-2 and its status pipe there)."""
+    if fd != 3:
+        os.dup2(fd, 3, inheritable=False)
+        os.close(fd)
+    os.set_inheritable(3, False)
+    return 3
 
 
 def wait_for_job(job):
@@ -314,32 +330,41 @@ class PathBeneath(ctypes.Structure):
     _fields_ = [("allowed", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-def landlock(writable, scoped):
+def landlock_ruleset(scoped):
+    """A ruleset with the rules that name no run's place (read everywhere, the devices): `(fd, handled)`, or `None`
+    without Landlock in this kernel (best effort, as the worker's)."""
     abi = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, 0, 1)
     if abi < 1:
-        return  # no Landlock in this kernel: best effort, as the worker's
+        return None
     handled = LANDLOCK_FS_BY_ABI[min(abi, 5)]
     attr = RulesetAttr(handled, 0, 3 if abi >= 6 and scoped else 0)
     size = 24 if abi >= 6 else 16  # the scoped field exists from ABI 6
     ruleset = check(libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), size, 0), "landlock ruleset")
-
-    def allow(path, access):
-        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-        try:
-            if not os.path.isdir(path):
-                access &= LANDLOCK_FILE
-            rule = PathBeneath(access & handled, fd)
-            check(libc.syscall(SYS_LANDLOCK_ADD_RULE, ruleset, 1, ctypes.byref(rule), 0), f"landlock rule {path}")
-        finally:
-            os.close(fd)
-
-    allow("/", LANDLOCK_READ)
-    for path in writable:
-        allow(path, handled)
+    allow(ruleset, handled, "/", LANDLOCK_READ)
     for device in WRITABLE_DEVICES:
-        allow(device, DEVICE_ACCESS)
-    check(libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0), "landlock restrict")
-    os.close(ruleset)
+        allow(ruleset, handled, device, DEVICE_ACCESS)
+    return ruleset, handled
+
+
+def allow(ruleset, handled, path, access):
+    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    try:
+        if not os.path.isdir(path):
+            access &= LANDLOCK_FILE
+        rule = PathBeneath(access & handled, fd)
+        check(libc.syscall(SYS_LANDLOCK_ADD_RULE, ruleset, 1, ctypes.byref(rule), 0), f"landlock rule {path}")
+    finally:
+        os.close(fd)
+
+
+def restrict(ruleset, writable):
+    """Enters the Landlock domain of `ruleset` with write access under `writable` (the run's places, attached by
+    now: a rule binds to what is mounted at its path when it is added)."""
+    fd, handled = ruleset
+    for path in writable:
+        allow(fd, handled, path, handled)
+    check(libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, fd, 0), "landlock restrict")
+    os.close(fd)
 
 
 class SockFprog(ctypes.Structure):
@@ -369,20 +394,28 @@ def warm_up():
     json.loads('{"warm": [1, "up"]}')
 
 
-def fresh_process(run):
-    """What a run must not share with the template or another run: its environment, arguments and random state."""
+def fresh_state():
+    """What a child must not share with the template or another child: the template's environment and random
+    state (the child is used for one run only, so its own state is the run's)."""
     os.environ.clear()
-    os.environ.update(dict(run["env"]))
-    sys.argv = run["argv"]
-    sys.path[0] = run["path0"]  # as `python <file>` or `python -c` sets it
     random.seed()  # also done by the module's own fork hook; said here so nobody needs to know that
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         numpy.random.seed()  # the legacy global generator, seeded once at import in the template
 
 
-def run_main(program):
-    """Runs the program as `python <file>` (`{"file": path}`) or `python -c <code>` (`{"code": code}`) would."""
+def take_environment(run):
+    """The run's environment and arguments."""
+    os.environ.update(dict(run["env"]))
+    sys.argv = run["argv"]
+    sys.path[0] = run["path0"]  # as `python <file>` or `python -c` sets it
+
+
+def run_main(program, status):
+    """Runs the program as `python <file>` (`{"file": path}`) or `python -c <code>` (`{"code": code}`) would. Its end
+    is said on `status` ("x <code>"; `None`: the template says it) once its streams are closed, before the process
+    frees its memory: the run's end need not wait for that (the program could write the word itself, which only
+    ends its own run)."""
     main = types.ModuleType("__main__")
     if "file" in program:
         main.__file__ = program["file"]
@@ -406,6 +439,10 @@ def run_main(program):
     if interrupted:  # as the interpreter does: die of the SIGINT it did not handle
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
+    if status is not None:
+        for stream in (0, 1, 2):
+            os.close(stream)
+        write_line(status, f"x {code}")
     os._exit(code)
 
 

@@ -277,6 +277,18 @@ impl Run {
         self.process.is_alive()
     }
 
+    /// A server's [`Run::release`]: lets go of what the run holds, waits for the init to be gone (so is every process
+    /// of the sandbox: pid 1 outlives them, and the init pid 1), then calls `then`.
+    pub async fn release_then(self, then: impl FnOnce() + Send + 'static) {
+        let Self { mut process, cgroup, uid, .. } = self;
+        if let Some(cgroup) = cgroup {
+            cgroup.release().await;
+        }
+        let _ = process.wait().await;
+        drop(uid);
+        then();
+    }
+
     /// Kills a sandbox that will run nothing (a prepared one let go) and lets go of what it holds, in the background.
     pub fn discard(self) {
         kill_sandbox(&self.pid1, &self.process);
@@ -445,8 +457,10 @@ async fn fork_program(
 ) -> std::result::Result<Termination, ForkFailure> {
     let SandboxHandles { ids, pid1, cgroups } =
         sandbox_handles(pid1, &forked.cgroup_procs).map_err(ForkFailure::Failed)?;
-    let child =
-        ChildSpec { setup: ChildSetup { ids, scoped: true, command: command_of(spec) }, job: child_job(spec, None) };
+    let child = ChildSpec {
+        setup: ChildSetup { says_its_end: true, ids, scoped: true, command: command_of(spec) },
+        job: child_job(spec, None),
+    };
     let request = ForkRequest { pid1, stdio, cgroups };
     let mut child =
         forked.templates.fork(forked.choice, &child, request).map_err(|e| ForkFailure::Unavailable(e.to_string()))?;

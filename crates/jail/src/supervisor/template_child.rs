@@ -27,6 +27,9 @@ pub struct ChildSpec<'a> {
 
 /// Who a child is in its sandbox, known as soon as the sandbox is.
 pub struct ChildSetup {
+    /// The child says its program's end itself (`x <code>`, see [`Forked::ended`]): a run's child, whose end ends
+    /// the run; not a live sandbox's process, whose end the template reports with its CPU.
+    pub says_its_end: bool,
     /// The host uid and gid of the sandbox's pid 1, which the child takes.
     pub ids: (u32, u32),
     /// Landlock's scopes (no signal to, no abstract socket of, a process outside the child's domain): a run is
@@ -69,6 +72,7 @@ fn setup_fields(setup: &ChildSetup, seccomp_hex: &str) -> serde_json::Map<String
         "uid": uid,
         "gid": gid,
         "scoped": setup.scoped,
+        "says_its_end": setup.says_its_end,
         "command": setup.command,
         "seccomp": seccomp_hex,
     });
@@ -178,6 +182,10 @@ impl Forked {
     }
 
     /// How the child ended and the CPU seconds it used; `Err` with its reason if its setup failed.
+    ///
+    /// A run's child says its own end (`x <code>`) before it frees its memory, and the run need not wait for that
+    /// (`ChildSetup::says_its_end`); after its `r` the run's code holds the pipe too and may write anything, so
+    /// only `x` with an exit code, and the template's `e` and `s`, count (a program can only end its own run early).
     pub async fn ended(&mut self) -> Result<(Termination, f64), String> {
         let mut failure = None;
         loop {
@@ -190,7 +198,12 @@ impl Forked {
                 None => (None, None),
             };
             let cpu = cpu.unwrap_or(0.0);
+            let kind = end_kind(&end);
             match (end, number) {
+                (Some(('x', _)), Some(code @ 0..=255)) if self.ran && failure.is_none() => {
+                    return Ok((Termination::Exited { code }, 0.0));
+                }
+                (Some(_), _) if self.ran && !matches!(kind, Some('e' | 's')) => continue,
                 (Some(('f', why)), _) => failure = Some(why),
                 (Some(('e', _)), Some(code)) if failure.is_none() => return Ok((Termination::Exited { code }, cpu)),
                 (Some(('s', _)), Some(signal)) if failure.is_none() => {
@@ -220,6 +233,11 @@ impl Forked {
             }
         }
     }
+}
+
+/// The kind of a status word, if any.
+fn end_kind(end: &Option<(char, String)>) -> Option<char> {
+    end.as_ref().map(|(kind, _)| *kind)
 }
 
 #[cfg(test)]
