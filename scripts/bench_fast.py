@@ -10,6 +10,7 @@ the scientific one of scripts/python-env.sh when present, so that the pandas row
 import argparse
 import os
 import tempfile
+import time
 
 from benchlib import (Connection, free_port, print_latency_table, round_robin, spawn_and_wait, start_server,
                       stop_servers, wait_for_templates)
@@ -51,6 +52,25 @@ def command_of(pid):
             preload = [v for v in environ.read().split(b"\0") if v.startswith(b"SANDLOT_TEMPLATE_PRELOAD=")]
         return "Python template (preloaded)" if preload and preload[0].split(b"=", 1)[1] else "Python template (bare)"
     return os.path.basename(parts[0].decode()) + (" " + parts[1].decode() if len(parts) > 1 and parts[1] else "")
+
+
+def parent_of(pid):
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+
+def label_of(pid):
+    """What a process below the server is: a template, a prepared sandbox's child (a template's child that waits),
+    or one of the jail's own processes (the zygote, warm inits, prepared sandboxes' inits and pid 1s)."""
+    name = command_of(pid)
+    if name.startswith("Python template"):
+        return name
+    parent = command_of(parent_of(pid))
+    if parent.startswith("Python template"):
+        return "prepared child of the " + parent[len("Python "):]
+    if "__jail-zygote" in name:
+        return "jail: zygote, inits, pid 1s"
+    return name
 
 
 def main():
@@ -97,18 +117,18 @@ def main():
             print()
             print_latency_table(samples, names[3:], names[3], "bare")
         print()
-        print("memory at rest, the shipped server (PSS, KiB)")
+        print("memory at rest, the shipped server (PSS, KiB; its prepared sandboxes full, as at rest)")
+        time.sleep(2)
         server = servers["forked"].pid
-        total = pss_kib(server)
-        print(f"{'sandlot serve':<32} {pss_kib(server):>8}")
+        groups = {"sandlot serve": [pss_kib(server)]}
         for pid in descendants(server):
             try:
-                pss, name = pss_kib(pid), command_of(pid)
+                groups.setdefault(label_of(pid), []).append(pss_kib(pid))
             except OSError:
                 continue
-            total += pss
-            print(f"{name[:32]:<32} {pss:>8}")
-        print(f"{'total':<32} {total:>8}")
+        for name, sizes in groups.items():
+            print(f"{name + (f' (x{len(sizes)})' if len(sizes) > 1 else ''):<44} {sum(sizes):>8}")
+        print(f"{'total':<44} {sum(sum(sizes) for sizes in groups.values()):>8}")
     finally:
         stop_servers(servers.values(), work)
 

@@ -26,18 +26,38 @@ SANDBOX_UIDS_FIRST = 8_000_000 + (os.getpid() % 1000) * 1000
 SANDBOX_UIDS = f"{SANDBOX_UIDS_FIRST}-{SANDBOX_UIDS_FIRST + 999}"
 
 
+# The command line of a prepared sandbox's waiting child (SANDLOT_PREPARED_SANDBOXES): no run's yet.
+PREPARED = b"sandlot: a prepared sandbox, waiting for its run"
+
+
 def sandbox_processes():
-    """Processes running as a sandbox of this test session (host uids SANDBOX_UIDS)."""
-    found = []
+    """Processes running as a sandbox of this test session (host uids SANDBOX_UIDS), but those of the sandboxes a
+    server keeps prepared for runs to come: every process in the pid namespace of a waiting prepared child, and the
+    init that made that namespace."""
+    found, prepared = [], set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/status") as f:
                 uid = next(line.split()[1] for line in f if line.startswith("Uid:"))
+            if not SANDBOX_UIDS_FIRST <= int(uid) <= SANDBOX_UIDS_FIRST + 999:
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read().startswith(PREPARED):
+                    prepared.add(os.readlink(f"/proc/{pid}/ns/pid"))
         except (OSError, StopIteration):
             continue
-        if SANDBOX_UIDS_FIRST <= int(uid) <= SANDBOX_UIDS_FIRST + 999:
-            found.append(int(pid))
-    return found
+        found.append(int(pid))
+
+    def in_prepared(pid):
+        for link in ("ns/pid", "ns/pid_for_children"):
+            try:
+                if os.readlink(f"/proc/{pid}/{link}") in prepared:
+                    return True
+            except OSError:
+                pass
+        return False
+
+    return [pid for pid in found if not in_prepared(pid)]
 
 
 def sandlot_binary():

@@ -294,6 +294,14 @@ impl Backend for JailBackend {
         "native"
     }
 
+    /// Runs die with the server (their inits have a parent-death signal); the prepared sandboxes are ended here, so
+    /// that none is left exiting after the server is gone.
+    async fn abort_all(&self) {
+        if let Some(pool) = &self.prepared {
+            pool.close().await;
+        }
+    }
+
     /// A crashed sandlot's sandboxes die with it (their inits have a parent-death signal and each is the pid 1 of
     /// its namespace); what can be left is cgroup slots, with a straggler at worst: those are emptied and removed.
     async fn remove_leftovers(&self) {

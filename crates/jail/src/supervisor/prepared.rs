@@ -159,6 +159,11 @@ impl Prepared {
         self.run.init_pid()
     }
 
+    /// Ends it unused, once every process of it is gone.
+    pub async fn end(self) {
+        self.run.end().await;
+    }
+
     /// Lets it go unused.
     pub fn discard(self) {
         self.run.discard();

@@ -36,8 +36,10 @@ struct State {
     building: [usize; 2],
     /// The inits of those being built, once started.
     building_inits: Vec<i32>,
-    /// The limits of the latest Python run: what the pool prepares for (`None` before the first).
+    /// The limits of the latest Python run: what the pool prepares for (`None` before the first, and once closed).
     limits: Option<Limits>,
+    /// The server is stopping: nothing more is built or handed out.
+    closed: bool,
     /// No refill before then (a build failed).
     paused_until: Option<Instant>,
 }
@@ -57,9 +59,27 @@ impl PreparedPool {
         &self.builder
     }
 
+    /// Ends every waiting sandbox and builds no more (the server stops): returns once their processes are gone.
+    pub async fn close(&self) {
+        let waiting = {
+            let mut state = self.state();
+            state.closed = true;
+            state.limits = None;
+            std::mem::take(&mut state.ready)
+        };
+        for prepared in waiting {
+            prepared.end().await;
+        }
+    }
+
     /// Prepares for runs of `limits` once the templates are ready (the server's defaults, at its start).
     pub fn prepare_for(self: &Arc<Self>, limits: &Limits) {
-        self.state().limits.get_or_insert_with(|| sandbox_limits(limits));
+        let mut state = self.state();
+        if state.closed {
+            return;
+        }
+        state.limits.get_or_insert_with(|| sandbox_limits(limits));
+        drop(state);
         let pool = Arc::clone(self);
         tokio::spawn(async move {
             let deadline = Instant::now() + TEMPLATES_START;
@@ -79,6 +99,9 @@ impl PreparedPool {
         let limits = &sandbox_limits(limits);
         let (taken, let_go) = {
             let mut state = self.state();
+            if state.closed {
+                return None;
+            }
             let mut let_go = Vec::new();
             if state.limits.as_ref() != Some(limits) {
                 state.limits = Some(limits.clone());

@@ -209,8 +209,10 @@ def run_child(sock, own_pidns, prepared, fds, run):
     fresh_state()
     if job is not None:
         warm_up()
+        set_command_line([PREPARED_COMMAND_LINE], rewritten=True)
         write_line(status, "w")
         run.update(wait_for_job(job))
+        set_command_line(run["command"], rewritten=True)
     for name, soft, hard in run["rlimits"]:
         resource.setrlimit(getattr(resource, name), (soft, hard))
     os.chdir(run["cwd"])
@@ -245,16 +247,25 @@ def argument_area():
 ARGUMENT_AREA = argument_area()
 
 
-def set_command_line(args):
+# What a prepared child shows as its command line until its run comes (operators, and the tests, tell the pool's
+# sandboxes by it).
+PREPARED_COMMAND_LINE = "sandlot: a prepared sandbox, waiting for its run"
+
+
+def set_command_line(args, rewritten=False):
     """Shows `args` as this process's command line (`/proc/<pid>/cmdline`, `ps`), setproctitle's way: written over
     the template's own argument area (its source, far longer than any command line shown), the first NUL ending it,
-    the area's last byte not a NUL (which tells the kernel the area was rewritten). `PR_SET_MM` would need
-    CAP_SYS_RESOURCE, which not every host grants."""
+    the area's last byte not a NUL (which tells the kernel the area was rewritten). `rewritten`: this process did
+    that once already, so only the new line and its NUL are written. `PR_SET_MM` would need CAP_SYS_RESOURCE, which
+    not every host grants."""
     start, end = ARGUMENT_AREA
     size = end - start
     if size < 2:
         return
     shown = " ".join(args).encode()[: size - 2]
+    if rewritten:
+        ctypes.memmove(start, shown + b"\0", len(shown) + 1)
+        return
     area = shown + b"\0" * (size - len(shown) - 1) + b" "
     ctypes.memmove(start, area, size)
 

@@ -289,6 +289,13 @@ impl Run {
         then();
     }
 
+    /// Kills a sandbox that will run nothing and waits until its init, and so every process of it, is gone; then lets
+    /// go of what it held.
+    pub async fn end(self) {
+        kill_sandbox(&self.pid1, &self.process);
+        self.release_then(|| {}).await;
+    }
+
     /// Kills a sandbox that will run nothing (a prepared one let go) and lets go of what it holds, in the background.
     pub fn discard(self) {
         kill_sandbox(&self.pid1, &self.process);
