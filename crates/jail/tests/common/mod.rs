@@ -161,6 +161,7 @@ impl Sandbox {
         config.data_root = Some(root.path().to_owned());
         config.python_preload = Some(vec![]); // Python runs forked from a template, as a server's are
         config.prepared_sandboxes = 2; // and from its prepared sandboxes, as a server's default
+        config.prepared_live_sandboxes = 1; // a conversation's first session call too
         configure(&mut config);
         let backend = Arc::new(JailBackend::new(config).expect("the native backend"));
         assert!(backend.wait_for_templates(Duration::from_secs(60)), "the Python template did not start");
