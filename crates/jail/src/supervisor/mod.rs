@@ -283,6 +283,11 @@ impl JailBackend {
         }
     }
 
+    /// The host pids of the inits of the live sandboxes prepared or being prepared (see `prepared_inits`).
+    pub fn prepared_live_inits(&self) -> Vec<i32> {
+        self.live_pool.as_ref().map_or_else(Vec::new, |pool| pool.inits())
+    }
+
     /// Live sandboxes prepared for conversations' first `session` calls, waiting now.
     pub fn prepared_live_ready(&self) -> usize {
         self.live_pool.as_ref().map_or(0, |pool| pool.len())
@@ -297,7 +302,7 @@ impl JailBackend {
     /// pid 1): processes that belong to no run yet.
     pub fn prepared_inits(&self) -> Vec<i32> {
         let runs = self.prepared.as_ref().map_or_else(Vec::new, |pool| pool.inits());
-        runs.into_iter().chain(self.live_pool.as_ref().map_or_else(Vec::new, |pool| pool.inits())).collect()
+        runs.into_iter().chain(self.prepared_live_inits()).collect()
     }
 
     /// Warm inits waiting now.
