@@ -192,13 +192,12 @@ impl LiveSandbox for LiveJail {
     }
 
     async fn spawn(&self, spawn: Spawn) -> sandlot_core::Result<LiveProcess> {
-        // Only the spawn of the code it was forked for takes the waiting process; any other leaves it waiting.
-        let waiting = {
-            let mut waiting = lock(&self.waiting);
-            let runs = spawn.language == Language::Python
-                && live_forked::code_of(&spawn.args).is_some_and(|code| waiting.as_ref().is_some_and(|w| w.runs(code)));
-            if runs { waiting.take() } else { None }
-        };
+        // The first spawn takes the waiting process if it runs the code it was forked for, else lets it go (its job
+        // socket closed, it exits with nothing run): it never lingers beside a session of another language.
+        let waiting = lock(&self.waiting).take().filter(|waiting| {
+            spawn.language == Language::Python
+                && live_forked::code_of(&spawn.args).is_some_and(|code| waiting.runs(code))
+        });
         live_process::spawn(&self.state, spawn, self.fork.as_ref(), waiting).await
     }
 

@@ -5,8 +5,9 @@
 //! pid 1 attached the conversation at `/data` before, so the child's Landlock rule for `/data` binds to it. So a
 //! conversation's first session call pays neither the fork nor the child's setup.
 //!
-//! Invariants: it serves one spawn, of exactly the code it was forked for, only after the sandbox was attached;
-//! dropped unused, its job socket closes and it exits with nothing run.
+//! Invariants: it serves at most one spawn, the sandbox's first, of exactly the code it was forked for, only after the
+//! sandbox was attached; dropped unused (another first spawn, or the sandbox let go), its job socket closes and it
+//! exits with nothing run.
 
 use std::io::IoSlice;
 use std::os::fd::{AsRawFd, OwnedFd};
