@@ -23,6 +23,7 @@ fn main() {
         ),
         ("a_prepared_session_is_confined_as_one_built_now", a_prepared_session_is_confined_as_one_built_now),
         ("the_live_pool_refills_after_a_take", the_live_pool_refills_after_a_take),
+        ("a_first_call_of_another_language_lets_the_driver_go", a_first_call_of_another_language_lets_the_driver_go),
         ("with_the_live_pool_off_sessions_go_on_as_before", with_the_live_pool_off_sessions_go_on_as_before),
     ]);
 }
@@ -138,6 +139,29 @@ fn the_live_pool_refills_after_a_take() -> Result<(), Failed> {
         check_eq(out.as_str(), "ran\n", "a prepared first call")?;
     }
     check(sandbox.wait_for_prepared_live(1), || "the live pool did not refill".to_owned())
+}
+
+fn a_first_call_of_another_language_lets_the_driver_go() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    check(sandbox.wait_for_prepared_live(1), || "the live pool did not fill".to_owned())?;
+    let report = session(&sandbox, "shell-first", Language::Bash, "echo ran");
+    check_eq(report.outcome.stdout.as_str(), "ran\n", "a first Bash call")?;
+    // The Python driver forked ahead is let go (its job socket closed, it exits): no Python process is left in the
+    // conversation's sandbox (the pool's new one is left out of `sandbox_processes`). A bound far above the
+    // milliseconds its exit takes; it fails if the driver lingers.
+    let drivers = || {
+        common::sandbox_processes().into_iter().any(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("_sandlot_driver"))
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while drivers() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    check(!drivers(), || "the prepared driver still runs".to_owned())?;
+    let python = session(&sandbox, "shell-first", Language::Python, "print(6 * 7)");
+    check_eq(python.outcome.stdout.as_str(), "42\n", "a later Python call forks its driver then")
 }
 
 fn with_the_live_pool_off_sessions_go_on_as_before() -> Result<(), Failed> {
