@@ -22,7 +22,7 @@ use super::live_sandbox::LiveJail;
 
 /// How long refills pause after a build failed.
 const BACKOFF: Duration = Duration::from_secs(2);
-/// How long a server's first preparations wait for its Python templates to get ready.
+/// How long a server's first builds wait for its Python templates to get ready.
 const TEMPLATES_START: Duration = Duration::from_secs(120);
 
 /// Prepared live sandboxes waiting for their conversation.
@@ -65,21 +65,13 @@ impl LivePool {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Prepares sandboxes for live sandboxes of `limits` (the server's defaults) once the Python templates are ready
-    /// (call within the runtime).
+    /// Prepares sandboxes for live sandboxes of `limits` (the server's defaults; call within the runtime).
     pub fn prepare_for(self: &Arc<Self>, limits: &Limits) {
         if self.size == 0 {
             return;
         }
         self.state().limits.get_or_insert_with(|| limits.clone());
-        let pool = Arc::clone(self);
-        tokio::spawn(async move {
-            let deadline = Instant::now() + TEMPLATES_START;
-            while pool.maker.templates.as_ref().is_some_and(|t| !t.all_ready()) && Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            pool.refill();
-        });
+        self.refill();
     }
 
     /// A prepared sandbox for `live` if one waits and fits it (sandlot's layout, no volumes, the limits it was built
@@ -151,6 +143,11 @@ impl LivePool {
 
     /// Builds one prepared sandbox and forks its Python driver ahead: the sandbox and its run uid.
     async fn build(&self, limits: Limits, number: u64, started: impl FnOnce(i32)) -> Result<(LiveJail, u32)> {
+        // A server's first builds wait for its templates, so that their drivers can be forked ahead.
+        let deadline = Instant::now() + TEMPLATES_START;
+        while self.maker.templates.as_ref().is_some_and(|t| !t.all_ready()) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let id = format!("prepared-{number}");
         let conversation = ConversationId::parse(&id)
             .map_err(|e| Error::io("name a prepared live sandbox", std::io::Error::other(e.to_string())))?;

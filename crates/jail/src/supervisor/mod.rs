@@ -298,8 +298,8 @@ impl JailBackend {
         self.prepared.as_ref().map_or(0, |pool| pool.len())
     }
 
-    /// The host pids of the inits of the sandboxes prepared or being prepared (each the parent of its sandbox's
-    /// pid 1): processes that belong to no run yet.
+    /// The host pids of the inits of the sandboxes prepared or being prepared, for stateless runs and live sandboxes
+    /// (each the parent of its sandbox's pid 1): processes that belong to no run yet.
     pub fn prepared_inits(&self) -> Vec<i32> {
         let runs = self.prepared.as_ref().map_or_else(Vec::new, |pool| pool.inits());
         runs.into_iter().chain(self.prepared_live_inits()).collect()
