@@ -128,6 +128,7 @@ async fn drive(
     attached: oneshot::Sender<Result<()>>,
 ) {
     let mut ready = Some(ready);
+    let mut sandbox_ready = false;
     let mut attached = Some(attached);
     let mut lines = BufReader::new(events).lines();
     while let Ok(Some(line)) = lines.next_line().await {
@@ -140,9 +141,19 @@ async fn drive(
         };
         tracing::debug!(sandbox = state.id, %event, "live sandbox event");
         match event {
-            InitEvent::Pid1Started { pid } => state.set_pid1(pid),
+            // Ready once both are known: the init reports pid 1 and pid 1 its readiness, each on its own, in either
+            // order, and what comes right after the start (a driver forked ahead) needs pid 1.
+            InitEvent::Pid1Started { pid } => {
+                state.set_pid1(pid);
+                if sandbox_ready && let Some(ready) = ready.take() {
+                    let _ = ready.send(Ok(()));
+                }
+            }
             InitEvent::SandboxReady => {
-                if let Some(ready) = ready.take() {
+                sandbox_ready = true;
+                if state.pid1().is_some()
+                    && let Some(ready) = ready.take()
+                {
                     let _ = ready.send(Ok(()));
                 }
             }
