@@ -440,6 +440,10 @@ pub struct SandboxArgs {
     /// of the template already in it, waiting for one stateless Python run (see docs/security.md). 0: none.
     #[arg(long, env = "SANDLOT_PREPARED_SANDBOXES", default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=64))]
     pub prepared_sandboxes: u64,
+    /// Live sandboxes a server (as root, with Python templates) keeps built ahead for conversations' first `session`
+    /// calls, each with its Python driver already forked and waiting (see docs/security.md). 0: none.
+    #[arg(long, env = "SANDLOT_PREPARED_LIVE_SANDBOXES", default_value_t = 1, value_parser = clap::value_parser!(u64).range(0..=64))]
+    pub prepared_live_sandboxes: u64,
     /// A conversation's live sandbox (its `session: true` calls') ends after this many seconds without a call.
     #[arg(long, env = "SANDLOT_SANDBOX_IDLE_SECS", default_value_t = sandlot_core::DEFAULT_SANDBOX_IDLE.as_secs(), value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_SECS))]
     pub sandbox_idle_secs: u64,

@@ -70,6 +70,7 @@ pub use request::{RunRequest, SessionUse};
 pub use retention::{Retention, keep_tidy};
 pub use scrub::{SECRET_PATTERNS, scrub_secrets};
 pub use sessions::config::{DEFAULT_SANDBOX_IDLE, DEFAULT_SANDBOX_LIFETIME, default_max_live};
+pub use sessions::driver::spawn_for as session_driver_spawn;
 pub use sessions::{InterpreterStatus, SessionConfig, SessionReport, SessionStatus, Sessions};
 pub use signer::Signer;
 pub use state_dir::{STATE_DIR_NAME, StateDir};

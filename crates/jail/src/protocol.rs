@@ -130,6 +130,10 @@ pub enum LiveRequest {
     Exec { id: u64, program: PathBuf, args: Vec<String>, env: Vec<(String, String)> },
     /// Send `signal` to the process `Exec` `id` started (to its process group when `group`); nothing if it ended.
     Signal { id: u64, signal: i32, group: bool },
+    /// A prepared live sandbox's conversation: the one descriptor sent with the frame is its tree, which pid 1 mounts
+    /// at `/data` before it enters its Landlock domain (so that the domain's `/data` rule binds to it), answered by
+    /// [`InitEvent::Attached`]. Pid 1 refuses it in a sandbox that is not prepared, or attached already.
+    Attach,
 }
 
 /// Where a run of the Home or Workspace layout sees its workspace, and the size of its scratch `/data`.
@@ -189,6 +193,9 @@ pub enum InitEvent {
     ProcessFailed { id: u64, step: String, error: String },
     /// A live sandbox's process of request `id` ended ([`Termination::Exited`] or [`Termination::Signaled`]).
     ProcessEnded { id: u64, termination: Termination },
+    /// A prepared live sandbox's pid 1 mounted its conversation at `/data` and entered its Landlock domain: it
+    /// serves `Exec`s from now on.
+    Attached,
 }
 
 impl InitEvent {
@@ -221,6 +228,7 @@ impl std::fmt::Display for InitEvent {
             InitEvent::ProcessStarted { id, pid } => write!(f, "process {id} started, pid {pid} in the sandbox"),
             InitEvent::ProcessFailed { id, step, error } => write!(f, "process {id} failed at {step}: {error}"),
             InitEvent::ProcessEnded { id, termination } => write!(f, "process {id} ended: {termination:?}"),
+            InitEvent::Attached => write!(f, "conversation attached"),
         }
     }
 }
@@ -355,6 +363,7 @@ mod tests {
                 env: vec![("A".into(), "1".into())],
             },
             LiveRequest::Signal { id: 1, signal: 2, group: true },
+            LiveRequest::Attach,
         ] {
             let json = serde_json::to_vec(&request).unwrap();
             assert_eq!(serde_json::from_slice::<LiveRequest>(&json).unwrap(), request);

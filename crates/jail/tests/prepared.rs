@@ -137,7 +137,8 @@ fn the_pool_refills_after_a_burst() -> Result<(), Failed> {
 }
 
 fn a_prepared_sandbox_that_died_is_never_used() -> Result<(), Failed> {
-    let sandbox = Sandbox::new(|_| {});
+    // No live sandbox prepared: its driver, waiting, says the same on its command line.
+    let sandbox = Sandbox::with_config(|config| config.prepared_live_sandboxes = 0, |_| {});
     check(sandbox.wait_for_prepared(2), || "the pool did not fill".to_owned())?;
     // The waiting children say what they are on their command line; kill them all.
     let children: Vec<i32> = common::prepared_processes()

@@ -50,6 +50,7 @@ pub fn jail_backend(
     let preload = sandbox.python_preload.iter().map(|m| m.trim().to_owned()).filter(|m| !m.is_empty()).collect();
     config.python_preload = (server && serves && sandbox.python_template).then_some(preload);
     config.prepared_sandboxes = sandbox.prepared_sandboxes as usize;
+    config.prepared_live_sandboxes = sandbox.prepared_live_sandboxes as usize;
     config.skeleton_dir = server.then(|| sandbox.root.join(sandlot_jail::SKELETON_DIR_NAME));
     config.data_root = Some(sandbox.root.clone());
     config.tune_cgroups = sandbox.tune_cgroups;

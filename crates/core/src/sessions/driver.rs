@@ -33,7 +33,7 @@ const READ_SIZE: usize = 16 * 1024;
 /// start the same node driver; spawned for TypeScript, the backend also sets `SANDLOT_ESBUILD`, which TypeScript
 /// cells need (so a session should spawn the shared driver with `Language::TypeScript` when the backend has a
 /// TypeScript runner).
-pub(crate) fn spawn_for(language: Language) -> Spawn {
+pub fn spawn_for(language: Language) -> Spawn {
     let args: &[&str] = match language {
         Language::Python => &["-u", "-c", PYTHON_DRIVER],
         // --expose-internals: the driver uses node's own REPL rewriting of top-level `await` when it is there.

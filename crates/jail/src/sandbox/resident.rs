@@ -7,6 +7,11 @@
 //!   is pid 1's, entered once before the first request and inherited: one domain for the whole sandbox, so its
 //!   processes may signal each other and reach each other's abstract sockets whichever request started them (a
 //!   domain per process would fence them off from each other), and none may reach anything outside the sandbox.
+//! - `Attach` (a prepared sandbox, `JailSpec::prepared`, built before its conversation was known): the tree sent
+//!   with the frame is mounted at `/data`, and only then is the Landlock domain entered, so that its rule for
+//!   `/data` binds to that conversation; answered by `Attached`. Until then every `Exec` is refused (a process
+//!   would run unconfined by Landlock, with no conversation), and so is a second `Attach` (one sandbox serves one
+//!   conversation). A failed attach ends the sandbox.
 //! - `Signal`: `kill` of a process it started, or of its process group. Pid 1 is the parent of every process it
 //!   started and reaps them, so a pid it signals is still that process, or its unreaped zombie.
 //! - Every orphan of the sandbox is its child too: it reaps them all (SIGCHLD read from a signalfd, so it sleeps in
@@ -22,6 +27,7 @@ use std::fs::File;
 use std::io::{IoSliceMut, Read};
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
 
 use nix::sys::signal::{SigSet, SigmaskHow, Signal, sigprocmask};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -32,6 +38,7 @@ use super::events::{self, SetupError};
 use super::landlock;
 use super::worker::{self, ProgramToStart};
 use crate::protocol::{InitEvent, JailSpec, LiveRequest, MAX_REQUEST_BYTES};
+use crate::sys::mount::attach_tree;
 
 /// The supervisor's socket: the init's fd 0, inherited.
 const CHANNEL_FD: RawFd = 0;
@@ -54,12 +61,10 @@ pub fn serve(spec: &JailSpec, cgroups: &[File]) -> ! {
         Ok(children) => children,
         Err(e) => SetupError::new("signalfd", e).report_and_exit(),
     };
-    // Pid 1 has CAP_SYS_ADMIN in the sandbox's user namespace, which Landlock asks of a process without
-    // `no_new_privs` (the crate sets that too). Pid 1 opens no file from here on; what it holds stays usable.
-    if spec.landlock
-        && let Err(e) = landlock::apply(spec.home.as_ref().map(|home| home.path.as_path()))
-    {
-        SetupError::new("landlock", e).report_and_exit()
+    // A prepared sandbox enters its domain when its conversation is attached (see the module's header).
+    let mut attached = !spec.prepared;
+    if attached {
+        enter_landlock(spec);
     }
     events::send(&InitEvent::SandboxReady);
     let mut started: BTreeMap<u64, Started> = BTreeMap::new();
@@ -78,6 +83,11 @@ pub fn serve(spec: &JailSpec, cgroups: &[File]) -> ! {
         }
         if watched[0].revents != 0 {
             match read_request() {
+                Ok(Some((LiveRequest::Attach, streams))) => attach(spec, streams, &mut attached),
+                Ok(Some((LiveRequest::Exec { id, .. }, _))) if !attached => {
+                    let error = "the sandbox has no conversation yet".into();
+                    events::send(&InitEvent::ProcessFailed { id, step: "start a process".into(), error });
+                }
                 Ok(Some((request, streams))) => handle(spec, cgroups, request, streams, &mut started),
                 // The supervisor closed the socket (or broke the protocol): the sandbox ends with this process.
                 // SAFETY: ends pid 1 without running destructors of the image it was cloned from.
@@ -85,6 +95,40 @@ pub fn serve(spec: &JailSpec, cgroups: &[File]) -> ! {
             }
         }
     }
+}
+
+/// Enters the sandbox's Landlock domain, which every process started from now on inherits; a failure ends the
+/// sandbox. Pid 1 has CAP_SYS_ADMIN in the sandbox's user namespace, which Landlock asks of a process without
+/// `no_new_privs` (the crate sets that too). Pid 1 opens no file from then on; what it holds stays usable.
+fn enter_landlock(spec: &JailSpec) {
+    if spec.landlock
+        && let Err(e) = landlock::apply(spec.home.as_ref().map(|home| home.path.as_path()))
+    {
+        SetupError::new("landlock", e).report_and_exit()
+    }
+}
+
+/// Mounts the conversation's tree (the one descriptor in `streams`) at `/data`, then enters Landlock. Refused (the
+/// sandbox goes on as it was) when it is attached already; a failure to mount ends the sandbox.
+fn attach(spec: &JailSpec, streams: Vec<OwnedFd>, attached: &mut bool) {
+    if *attached {
+        let error = "the sandbox is attached to a conversation already".into();
+        events::send(&InitEvent::SetupFailed { step: "attach /data".into(), error });
+        return;
+    }
+    let [tree] = match <[OwnedFd; 1]>::try_from(streams) {
+        Ok(tree) => tree,
+        Err(streams) => {
+            SetupError::new("attach /data", format!("{} descriptors instead of 1", streams.len())).report_and_exit()
+        }
+    };
+    if let Err(e) = attach_tree(&tree, Path::new("/data")) {
+        SetupError::new("move_mount /data", e).report_and_exit()
+    }
+    drop(tree);
+    enter_landlock(spec);
+    *attached = true;
+    events::send(&InitEvent::Attached);
 }
 
 fn handle(
@@ -131,6 +175,7 @@ fn handle(
             };
             events::send(&event);
         }
+        LiveRequest::Attach => {} // answered by `attach`
         LiveRequest::Signal { id, signal, group } => {
             if let Some(process) = started.get(&id)
                 && (process.running || group)

@@ -21,13 +21,7 @@ use sandlot_core::{Language, LiveBackend, LiveSandbox, LiveSpec};
 
 use super::JailBackend;
 use super::error::{Error, Result};
-use super::init_process::LiveInit;
-use super::launch::Launcher;
-use super::live_forked::LiveFork;
 use super::live_sandbox::LiveJail;
-use super::live_state::{Held, LiveParts, LiveState};
-use super::spec::{self, Resources};
-use crate::protocol::HeldLock;
 
 #[async_trait]
 impl LiveBackend for JailBackend {
@@ -39,101 +33,55 @@ impl LiveBackend for JailBackend {
 
 impl JailBackend {
     async fn start_live(&self, live: LiveSpec) -> Result<LiveJail> {
-        let Launcher::Server(pool) = &self.launcher else {
+        let Some(maker) = &self.live_maker else {
             return Err(Error::io(
                 format!("start live sandbox {}", live.sandbox_id),
                 std::io::Error::other("a one-shot backend (sandlot run) keeps no live sandbox: it has no zygote"),
             ));
         };
-        let programs = self.live_programs();
-        if programs.is_empty() {
-            return Err(Error::io("start a live sandbox", std::io::Error::other("no runner")));
+        if let Some(jail) = self.take_prepared_live(&live).await {
+            return Ok(jail);
         }
+        Ok(maker.build(live, false, drop).await?.0)
+    }
+
+    /// A prepared live sandbox (see `live_pool`) attached to `live`'s conversation, if one fits; `None`: build one.
+    async fn take_prepared_live(&self, live: &LiveSpec) -> Option<LiveJail> {
+        let prepared = self.live_pool.as_ref()?.take(live)?;
         let owner = sandlot_core::Backend::storage_owner(self);
-        sandlot_core::hand_over(&live.workspace, owner)
-            .map_err(|e| Error::io(format!("hand over {}", live.workspace.display()), e))?;
-        sandlot_core::hand_over_writable(&live.mounts, owner)
-            .map_err(|e| Error::io(format!("hand over the volumes of live sandbox {}", live.sandbox_id), e))?;
-        let uid = match self.root {
-            true => Some(
-                self.uids
-                    .lease()
-                    .map_err(|e| Error::io(format!("lease a sandbox uid for live sandbox {}", live.sandbox_id), e))?,
-            ),
-            false => None,
-        };
-        let cgroup = self
-            .cgroups
-            .acquire_for(&live.limits, false)
-            .map_err(|e| Error::io(format!("set up cgroups for live sandbox {}", live.sandbox_id), e))?;
-        let workspace_tree = match self.root {
-            true => Some(
-                crate::sys::mount::clone_tree(&live.workspace)
-                    .map_err(|e| Error::io(format!("open_tree {}", live.workspace.display()), e.into()))?,
-            ),
-            false => None,
-        };
-        let holder_pid = std::process::id();
-        let resources = Resources {
-            cgroup: cgroup.as_ref().map(|c| (c.procs_files(), HeldLock { holder_pid, fd: c.lock_fd() })),
-            uid: uid
-                .as_ref()
-                .map(|u| (u.uid(), HeldLock { holder_pid, fd: u.lock_fd() }, self.config.sandbox_uids.storage())),
-            join_netns: None,
-            workspace_tree: workspace_tree
-                .as_ref()
-                .map(|tree| HeldLock { holder_pid, fd: std::os::fd::AsRawFd::as_raw_fd(tree) }),
-        };
-        let jail_spec = spec::build_live(&live, self.live_binds(), resources);
-        let python = self.runners.iter().find(|runner| runner.language == Language::Python);
-        let fork = match (&self.templates, python, &uid) {
-            (Some(templates), Some(python), Some(_)) => Some(LiveFork {
-                templates: Arc::clone(templates),
-                program: python.program.clone(),
-                rlimits: jail_spec.rlimits.clone(),
-                landlock: jail_spec.landlock,
-                home: jail_spec.home.clone(),
-                cgroup_procs: cgroup.as_ref().map(|c| c.procs_files()).unwrap_or_default(),
-            }),
-            _ => None,
-        };
-        let LiveInit { process, channel, events } = LiveInit::from_zygote(pool.zygote())?;
-        let init = crate::sys::pidfd_open(process.pid()).map_err(|e| Error::io("open a pidfd for the init", e))?;
-        let state = LiveState::new(LiveParts {
-            id: live.sandbox_id,
-            limits: live.limits,
-            programs,
-            env: jail_spec.env.clone(),
-            esbuild: self.esbuild.as_ref().map(|(path, _)| path.clone()),
-            channel,
-            init,
-            held: Held { cgroup, uid, workspace_tree },
-        });
-        LiveJail::start(state, process, events, &jail_spec, fork).await
-    }
-
-    /// What each language's processes exec: its runner's program; TypeScript's is the JavaScript runner's `node`
-    /// (a driver strips types with esbuild, see `SANDLOT_ESBUILD`), or the TypeScript runner's when that is `node`.
-    fn live_programs(&self) -> BTreeMap<Language, PathBuf> {
-        let mut programs: BTreeMap<Language, PathBuf> =
-            self.runners.iter().map(|runner| (runner.language, runner.program.clone())).collect();
-        programs.remove(&Language::TypeScript);
-        let node = programs.get(&Language::JavaScript).cloned().or_else(|| {
-            self.runners
-                .iter()
-                .find(|r| r.language == Language::TypeScript && r.program.file_name().is_some_and(|n| n == "node"))
-                .map(|r| r.program.clone())
-        });
-        if let Some(node) = node {
-            programs.insert(Language::TypeScript, node);
+        let tree = sandlot_core::hand_over(&live.workspace, owner)
+            .and_then(|()| self.trees.tree(&live.workspace, prepared.run_uid))
+            .map_err(|e| tracing::warn!(sandbox = live.sandbox_id, "cannot attach a prepared live sandbox: {e}"))
+            .ok()?;
+        match prepared.jail.attach(live.sandbox_id.clone(), tree).await {
+            Ok(jail) => {
+                tracing::debug!(sandbox = live.sandbox_id, "a prepared live sandbox attached");
+                Some(jail)
+            }
+            Err(e) => {
+                tracing::warn!(sandbox = live.sandbox_id, "cannot attach a prepared live sandbox: {e}");
+                None
+            }
         }
-        programs
     }
+}
 
-    /// Every runner's install prefixes and esbuild's, each once: a live sandbox serves every language.
-    pub(super) fn live_binds(&self) -> Vec<PathBuf> {
-        live_binds(&self.runners, self.esbuild.as_ref().map(|(_, binds)| binds.as_slice()).unwrap_or(&[]))
+/// What each language's processes exec: its runner's program; TypeScript's is the JavaScript runner's `node`
+/// (a driver strips types with esbuild, see `SANDLOT_ESBUILD`), or the TypeScript runner's when that is `node`.
+pub fn live_programs(runners: &[super::HostRunner]) -> BTreeMap<Language, PathBuf> {
+    let mut programs: BTreeMap<Language, PathBuf> =
+        runners.iter().map(|runner| (runner.language, runner.program.clone())).collect();
+    programs.remove(&Language::TypeScript);
+    let node = programs.get(&Language::JavaScript).cloned().or_else(|| {
+        runners
+            .iter()
+            .find(|r| r.language == Language::TypeScript && r.program.file_name().is_some_and(|n| n == "node"))
+            .map(|r| r.program.clone())
+    });
+    if let Some(node) = node {
+        programs.insert(Language::TypeScript, node);
     }
+    programs
 }
 
 /// The union of `runners`' install prefixes and `more`, sorted, each once.

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 use super::error::Error;
 use super::live_state::{LiveState, end_of};
 use super::python_template::{Choice, ForkRequest, PythonTemplates, SandboxHandles, pidfd_of, sandbox_handles};
-use super::template_child::{ChildJob, ChildSetup, ChildSpec, Program};
+use super::template_child::{ChildJob, ChildSetup, ChildSpec, Forked, Program};
 use crate::protocol::{HomeMount, RlimitSpec};
 
 /// What a live sandbox's forked processes need, kept for its life.
@@ -88,6 +88,22 @@ async fn start(
     let mut forked =
         fork.templates.fork(Choice::Loaded, &child, ForkRequest { pid1, stdio, cgroups }).map_err(|e| e.to_string())?;
     let host_pid = forked.started().await? as i32;
+    process(state, forked, host_pid, oom_baseline, [stdin.into(), stdout.into(), stderr.into()])
+}
+
+/// The live process of the forked child `host_pid` whose word comes through `forked` (its start already read), the
+/// supervisor's ends of its pipes `[stdin, stdout, stderr]`: its end reported when the template says it, an OOM kill
+/// told from a SIGKILL by the cgroup's OOM count against `oom_baseline` (read before the child could run).
+pub fn process(
+    state: &Arc<LiveState>,
+    mut forked: Forked,
+    host_pid: i32,
+    oom_baseline: u64,
+    [stdin, stdout, stderr]: [OwnedFd; 3],
+) -> Result<LiveProcess, String> {
+    fn io(what: &'static str) -> impl Fn(std::io::Error) -> String + Copy {
+        move |e| format!("{what}: {e}")
+    }
     // Opened before the template can reap the child: it reports the start first, and reaps only after the end.
     let pidfd = pidfd_of(host_pid).map_err(io("open a pidfd of the forked process"))?;
     let pid = sandbox_pid(host_pid).unwrap_or(0);
@@ -106,9 +122,9 @@ async fn start(
     });
     let watch = io("watch a live process's pipes");
     Ok(LiveProcess {
-        stdin: Box::pin(pipe::Sender::from_owned_fd(OwnedFd::from(stdin)).map_err(watch)?),
-        stdout: Box::pin(pipe::Receiver::from_owned_fd(OwnedFd::from(stdout)).map_err(watch)?),
-        stderr: Box::pin(pipe::Receiver::from_owned_fd(OwnedFd::from(stderr)).map_err(watch)?),
+        stdin: Box::pin(pipe::Sender::from_owned_fd(stdin).map_err(watch)?),
+        stdout: Box::pin(pipe::Receiver::from_owned_fd(stdout).map_err(watch)?),
+        stderr: Box::pin(pipe::Receiver::from_owned_fd(stderr).map_err(watch)?),
         handle: Arc::new(ForkedProcess { host_pid, pid, pidfd, ended }),
     })
 }

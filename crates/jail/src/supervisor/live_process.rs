@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use super::error::Error;
 use super::live_forked::{self, LiveFork};
 use super::live_state::{LiveState, end_of};
+use super::live_waiting::WaitingProcess;
 use crate::protocol::LiveRequest;
 
 /// How long pid 1 may take to answer a start (milliseconds when idle; seconds on a loaded machine).
@@ -25,8 +26,14 @@ const START_PATIENCE: Duration = Duration::from_secs(30);
 pub const ESBUILD_VARIABLE: &str = "SANDLOT_ESBUILD";
 
 /// Starts `spawn` in the sandbox of `state`: a Python `-c` process forked from the server's template when `fork` can
-/// (see `live_forked`), any other exec'd by pid 1.
-pub async fn spawn(state: &Arc<LiveState>, spawn: Spawn, fork: Option<&LiveFork>) -> sandlot_core::Result<LiveProcess> {
+/// (`waiting`'s child, forked ahead, when it runs that code: see `live_waiting`; else one forked now, see
+/// `live_forked`), any other exec'd by pid 1.
+pub async fn spawn(
+    state: &Arc<LiveState>,
+    spawn: Spawn,
+    fork: Option<&LiveFork>,
+    waiting: Option<WaitingProcess>,
+) -> sandlot_core::Result<LiveProcess> {
     let fault = |action: &str, e: std::io::Error| sandlot_core::Error::from(Error::io(action, e));
     let program = state
         .programs
@@ -42,6 +49,13 @@ pub async fn spawn(state: &Arc<LiveState>, spawn: Spawn, fork: Option<&LiveFork>
     env.extend(spawn.env);
     if let (Language::Python, Some(fork), Some(code)) = (spawn.language, fork, live_forked::code_of(&spawn.args)) {
         let env: Vec<(String, String)> = env.clone().into_iter().collect();
+        if let Some(waiting) = waiting.filter(|waiting| waiting.runs(code))
+            && let Some(started) = waiting.start(state, fork, &env)
+        {
+            return started.map_err(|why| {
+                Error::Setup { step: format!("start a process in live sandbox {}", state.id), message: why }.into()
+            });
+        }
         if let Some(forked) = live_forked::spawn(state, fork, code, &env).await {
             return forked;
         }

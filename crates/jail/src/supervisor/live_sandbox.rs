@@ -4,25 +4,28 @@
 //! sandbox's events for its whole life, answering starts and ends of processes. When the events end (the init and
 //! pid 1 are gone: closed, killed, or died by themselves) the same task ends every process still known, reaps the
 //! init and releases what the sandbox held (cgroup slot drained, uid lease, the workspace's tree), then marks it
-//! done. [`LiveSandbox::close`] only kills pid 1 and waits for that; dropping the handle kills it too, and the task
+//! done. A prepared sandbox (see `live_pool`) is started the same way before its conversation is known, then
+//! [`LiveJail::attach`]ed to it. [`LiveSandbox::close`] only kills pid 1 and waits for that; dropping the handle kills it too, and the task
 //! cleans up behind it.
 
-use std::sync::Arc;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sandlot_core::{LiveProcess, LiveSandbox, SandboxProcess, SandboxUsage, Spawn};
+use sandlot_core::{Language, LiveProcess, LiveSandbox, SandboxProcess, SandboxUsage, Spawn};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 
 use super::child::PidfdChild;
 use super::error::{Error, Result};
-use super::live_forked::LiveFork;
+use super::live_forked::{self, LiveFork};
 use super::live_process;
 use super::live_state::LiveState;
 use super::live_usage;
-use crate::protocol::{InitEvent, JailSpec};
+use super::live_waiting::{self, WaitingProcess};
+use crate::protocol::{InitEvent, JailSpec, LiveRequest};
 
 /// How long a sandbox may take to be built (tens of milliseconds when idle; seconds on a loaded machine).
 const START_PATIENCE: Duration = Duration::from_secs(60);
@@ -33,9 +36,15 @@ const CLEANUP_PATIENCE: Duration = Duration::from_secs(30);
 
 /// A live sandbox of the native jail.
 pub struct LiveJail {
+    /// Its id as the engine knows it (a prepared sandbox's is given when it is taken).
+    id: String,
     state: Arc<LiveState>,
     /// Its Python processes forked from the server's template, when there is one.
     fork: Option<LiveFork>,
+    /// A prepared sandbox's answer to its `Attach`, until it is attached.
+    attached: Mutex<Option<oneshot::Receiver<Result<()>>>>,
+    /// A prepared sandbox's driver, forked ahead and waiting for its first spawn.
+    waiting: Mutex<Option<WaitingProcess>>,
 }
 
 impl LiveJail {
@@ -50,8 +59,12 @@ impl LiveJail {
     ) -> Result<Self> {
         let state = Arc::new(state);
         let (ready, is_ready) = oneshot::channel();
-        tokio::spawn(drive(Arc::clone(&state), init, events, ready));
-        let sandbox = Self { state, fork }; // from here on, dropping it kills the sandbox
+        let (attached, is_attached) = oneshot::channel();
+        tokio::spawn(drive(Arc::clone(&state), init, events, ready, attached));
+        let id = state.id.clone();
+        let attached = Mutex::new(spec.prepared.then_some(is_attached));
+        // From here on, dropping it kills the sandbox.
+        let sandbox = Self { id, state, fork, attached, waiting: Mutex::default() };
         let json = serde_json::to_vec(spec).map_err(|e| Error::io("encode a live sandbox's spec", e.into()))?;
         let outcome = match sandbox.state.send(&json, &[]).await {
             Err(e) => Err(Error::io("send a live sandbox's spec", e)),
@@ -71,14 +84,52 @@ impl LiveJail {
     }
 }
 
+impl LiveJail {
+    /// Forks a prepared sandbox's Python driver ahead (`code`, see `live_waiting`); `Err` with the reason when it
+    /// cannot (no template: its first call forks then).
+    pub async fn fork_ahead(&self, code: &str) -> std::result::Result<(), String> {
+        let fork = self.fork.as_ref().ok_or("no Python template")?;
+        let waiting = live_waiting::fork_ahead(&self.state, fork, code).await?;
+        *lock(&self.waiting) = Some(waiting);
+        Ok(())
+    }
+
+    /// Attaches a prepared sandbox to its conversation, whose idmapped tree is `tree` (see `LiveRequest::Attach`),
+    /// and names it `id`; waits until pid 1 has mounted it and entered Landlock. On failure the sandbox ends.
+    pub async fn attach(mut self, id: String, tree: OwnedFd) -> Result<Self> {
+        let Some(attached) = lock(&self.attached).take() else {
+            return Err(Error::io("attach a live sandbox", std::io::Error::other("it is not prepared")));
+        };
+        let json = serde_json::to_vec(&LiveRequest::Attach).map_err(|e| Error::io("encode a request", e.into()))?;
+        self.state.send(&json, &[tree.as_raw_fd()]).await.map_err(|e| Error::io("send a live sandbox its tree", e))?;
+        drop(tree);
+        match tokio::time::timeout(START_PATIENCE, attached).await {
+            Ok(Ok(Ok(()))) => {
+                self.id = id;
+                Ok(self)
+            }
+            Ok(Ok(Err(e))) => Err(e),
+            Ok(Err(_)) => Err(Error::NoReport { status: "the live sandbox ended while it was attached".into() }),
+            Err(_) => Err(Error::io("attach a live sandbox", std::io::ErrorKind::TimedOut.into())),
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Reads the sandbox's events until they end, then cleans up after it (see the module's header).
 async fn drive(
     state: Arc<LiveState>,
     mut init: PidfdChild,
     events: pipe::Receiver,
     ready: oneshot::Sender<Result<()>>,
+    attached: oneshot::Sender<Result<()>>,
 ) {
     let mut ready = Some(ready);
+    let mut sandbox_ready = false;
+    let mut attached = Some(attached);
     let mut lines = BufReader::new(events).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         let event = match serde_json::from_str::<InitEvent>(&line) {
@@ -90,9 +141,19 @@ async fn drive(
         };
         tracing::debug!(sandbox = state.id, %event, "live sandbox event");
         match event {
-            InitEvent::Pid1Started { pid } => state.set_pid1(pid),
+            // Ready once both are known: the init reports pid 1 and pid 1 its readiness, each on its own, in either
+            // order, and what comes right after the start (a driver forked ahead) needs pid 1.
+            InitEvent::Pid1Started { pid } => {
+                state.set_pid1(pid);
+                if sandbox_ready && let Some(ready) = ready.take() {
+                    let _ = ready.send(Ok(()));
+                }
+            }
             InitEvent::SandboxReady => {
-                if let Some(ready) = ready.take() {
+                sandbox_ready = true;
+                if state.pid1().is_some()
+                    && let Some(ready) = ready.take()
+                {
                     let _ = ready.send(Ok(()));
                 }
             }
@@ -100,8 +161,18 @@ async fn drive(
                 Some(ready) => {
                     let _ = ready.send(Err(Error::Setup { step, message: error }));
                 }
-                None => tracing::warn!(sandbox = state.id, step, error, "a live sandbox's pid 1 failed"),
+                None => match attached.take() {
+                    Some(attached) => {
+                        let _ = attached.send(Err(Error::Setup { step, message: error }));
+                    }
+                    None => tracing::warn!(sandbox = state.id, step, error, "a live sandbox's pid 1 failed"),
+                },
             },
+            InitEvent::Attached => {
+                if let Some(attached) = attached.take() {
+                    let _ = attached.send(Ok(()));
+                }
+            }
             InitEvent::ProcessStarted { id, pid } => state.started(id, Ok(pid)),
             InitEvent::ProcessFailed { id, step, error } => state.started(id, Err(format!("{step}: {error}"))),
             InitEvent::ProcessEnded { id, termination } => state.ended(id, termination),
@@ -128,11 +199,17 @@ async fn drive(
 #[async_trait]
 impl LiveSandbox for LiveJail {
     fn id(&self) -> &str {
-        &self.state.id
+        &self.id
     }
 
     async fn spawn(&self, spawn: Spawn) -> sandlot_core::Result<LiveProcess> {
-        live_process::spawn(&self.state, spawn, self.fork.as_ref()).await
+        // The first spawn takes the waiting process if it runs the code it was forked for, else lets it go (its job
+        // socket closed, it exits with nothing run): it never lingers beside a session of another language.
+        let waiting = lock(&self.waiting).take().filter(|waiting| {
+            spawn.language == Language::Python
+                && live_forked::code_of(&spawn.args).is_some_and(|code| waiting.runs(code))
+        });
+        live_process::spawn(&self.state, spawn, self.fork.as_ref(), waiting).await
     }
 
     async fn usage(&self) -> SandboxUsage {

@@ -14,11 +14,14 @@ mod idmapped_trees;
 mod init_process;
 mod launch;
 mod live;
+mod live_build;
 mod live_forked;
+mod live_pool;
 mod live_process;
 mod live_sandbox;
 mod live_state;
 mod live_usage;
+mod live_waiting;
 mod netns_pool;
 mod prepared;
 mod prepared_pool;
@@ -54,6 +57,8 @@ use crate::protocol::{HeldLock, Identity, InitEvent, SkeletonRequest};
 use ending::{Evidence, Waited};
 use idmapped_trees::IdmappedTrees;
 use launch::Launcher;
+use live_build::LiveMaker;
+use live_pool::LivePool;
 use netns_pool::NetnsPool;
 use prepared_pool::PreparedPool;
 use python_template::{PythonTemplates, TemplateSettings};
@@ -97,6 +102,8 @@ pub struct JailConfig {
     pub python_preload: Option<Vec<String>>,
     /// Sandboxes kept prepared per Python template (with `python_preload`; see `prepared`).
     pub prepared_sandboxes: usize,
+    /// Live sandboxes kept prepared for conversations' first `session` calls (servers as root; see `live_pool`).
+    pub prepared_live_sandboxes: usize,
 }
 
 impl JailConfig {
@@ -116,6 +123,7 @@ impl JailConfig {
             skeleton_dir: None,
             python_preload: None,
             prepared_sandboxes: 0,
+            prepared_live_sandboxes: 0,
         }
     }
 }
@@ -133,12 +141,16 @@ pub struct JailBackend {
     /// The run uids, leased per run (as root).
     uids: Arc<UidLeases>,
     root: bool,
-    /// Where live sandboxes' TypeScript loads esbuild from, and the prefixes to bind for it (see `find_esbuild`).
-    esbuild: Option<(PathBuf, Vec<PathBuf>)>,
     /// The Python templates Python runs are forked from (servers as root, when configured).
     templates: Option<Arc<PythonTemplates>>,
     /// Sandboxes prepared for stateless Python runs (servers with templates; see `prepared`).
     prepared: Option<Arc<PreparedPool>>,
+    /// The conversations' trees for prepared sandboxes (idmapped to their run uid), both pools'.
+    trees: Arc<IdmappedTrees>,
+    /// How live sandboxes are built (servers: a one-shot backend keeps none).
+    live_maker: Option<Arc<LiveMaker>>,
+    /// Live sandboxes prepared for conversations' first `session` calls (servers as root; see `live_pool`).
+    live_pool: Option<Arc<LivePool>>,
 }
 
 impl JailBackend {
@@ -175,9 +187,10 @@ impl JailBackend {
             }
             _ => None,
         };
+        let storage_uid = config.sandbox_uids.storage();
+        let trees = Arc::new(IdmappedTrees::new(storage_uid));
         let prepared = match (&launcher, &templates, python) {
             (Launcher::Server(inits), Some(templates), Some(python)) if config.prepared_sandboxes > 0 => {
-                let storage_uid = config.sandbox_uids.storage();
                 let builder = prepared::Builder {
                     inits: Arc::clone(inits),
                     uids: Arc::clone(&uids),
@@ -185,13 +198,52 @@ impl JailBackend {
                     templates: Arc::clone(templates),
                     runner: python.clone(),
                     storage_uid,
-                    trees: Arc::new(IdmappedTrees::new(storage_uid)),
+                    trees: Arc::clone(&trees),
                 };
                 Some(PreparedPool::new(builder, config.prepared_sandboxes))
             }
             _ => None,
         };
-        Ok(Self { config, launcher, netns, runners, refused, cgroups, uids, root, esbuild, templates, prepared })
+        let live_maker = match &launcher {
+            Launcher::Server(inits) => Some(Arc::new(LiveMaker {
+                inits: Arc::clone(inits),
+                uids: Arc::clone(&uids),
+                cgroups: Arc::clone(&cgroups),
+                root,
+                templates: templates.clone(),
+                python: python.map(|python| python.program.clone()),
+                programs: live::live_programs(&runners),
+                binds: live::live_binds(&runners, esbuild_binds),
+                // Where live sandboxes' TypeScript loads esbuild from (see `find_esbuild`).
+                esbuild: esbuild.as_ref().map(|(path, _)| path.clone()),
+                owner: root.then_some((storage_uid, storage_uid)),
+                storage_uid,
+            })),
+            Launcher::OneShot(..) => None,
+        };
+        // A prepared live sandbox is attached to its conversation by an idmapped tree (as root) and its driver forked
+        // from the loaded template.
+        let live_pool = match &live_maker {
+            Some(maker) if root && templates.is_some() && config.prepared_live_sandboxes > 0 => {
+                Some(LivePool::new(Arc::clone(maker), config.prepared_live_sandboxes))
+            }
+            _ => None,
+        };
+        Ok(Self {
+            config,
+            launcher,
+            netns,
+            runners,
+            refused,
+            cgroups,
+            uids,
+            root,
+            templates,
+            prepared,
+            trees,
+            live_maker,
+            live_pool,
+        })
     }
 
     /// Starts a server's warm inits now (call from within the runtime that will serve the runs).
@@ -226,6 +278,19 @@ impl JailBackend {
         if let Some(pool) = &self.prepared {
             pool.prepare_for(limits);
         }
+        if let Some(pool) = &self.live_pool {
+            pool.prepare_for(limits);
+        }
+    }
+
+    /// The host pids of the inits of the live sandboxes prepared or being prepared (see `prepared_inits`).
+    pub fn prepared_live_inits(&self) -> Vec<i32> {
+        self.live_pool.as_ref().map_or_else(Vec::new, |pool| pool.inits())
+    }
+
+    /// Live sandboxes prepared for conversations' first `session` calls, waiting now.
+    pub fn prepared_live_ready(&self) -> usize {
+        self.live_pool.as_ref().map_or(0, |pool| pool.len())
     }
 
     /// Sandboxes prepared for Python runs, waiting now.
@@ -233,10 +298,11 @@ impl JailBackend {
         self.prepared.as_ref().map_or(0, |pool| pool.len())
     }
 
-    /// The host pids of the inits of the sandboxes prepared or being prepared (each the parent of its sandbox's
-    /// pid 1): processes that belong to no run yet.
+    /// The host pids of the inits of the sandboxes prepared or being prepared, for stateless runs and live sandboxes
+    /// (each the parent of its sandbox's pid 1): processes that belong to no run yet.
     pub fn prepared_inits(&self) -> Vec<i32> {
-        self.prepared.as_ref().map_or_else(Vec::new, |pool| pool.inits())
+        let runs = self.prepared.as_ref().map_or_else(Vec::new, |pool| pool.inits());
+        runs.into_iter().chain(self.prepared_live_inits()).collect()
     }
 
     /// Warm inits waiting now.

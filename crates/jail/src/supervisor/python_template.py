@@ -207,8 +207,10 @@ def run_child(sock, own_pidns, prepared, fds, run):
     seccomp = seccomp_program(bytes.fromhex(run["seccomp"]))
     ruleset = landlock_ruleset(run["scoped"])
     fresh_state()
+    compiled = None
     if job is not None:
         warm_up()
+        compiled = precompile(run["command"])
         set_command_line([PREPARED_COMMAND_LINE], rewritten=True)
         write_line(status, "w")
         run.update(wait_for_job(job))
@@ -233,7 +235,7 @@ def run_child(sock, own_pidns, prepared, fds, run):
         os.close(status)
         status = None
     take_environment(run)
-    run_main(run["program"], status)
+    run_main(run["program"], status, compiled)
 
 
 def argument_area():
@@ -422,7 +424,15 @@ def take_environment(run):
     sys.path[0] = run["path0"]  # as `python <file>` or `python -c` sets it
 
 
-def run_main(program, status):
+def precompile(command):
+    """A prepared child whose command is `python -c CODE` (a live sandbox's session driver, forked ahead) compiles
+    CODE while it waits, off its run's path: (CODE, its code object). Compiling runs nothing."""
+    if len(command) == 3 and command[1] == "-c":
+        return command[2], compile(command[2], "<string>", "exec")
+    return None
+
+
+def run_main(program, status, compiled=None):
     """Runs the program as `python <file>` (`{"file": path}`) or `python -c <code>` (`{"code": code}`) would. Its end
     is said on `status` ("x <code>"; `None`: the template says it) once its streams are closed, before the process
     frees its memory: the run's end need not wait for that (the program could write the word itself, which only
@@ -438,6 +448,8 @@ def run_main(program, status):
         if "file" in program:
             with open(program["file"], "rb") as source:
                 compiled = compile(source.read(), program["file"], "exec")
+        elif compiled is not None and compiled[0] == program["code"]:
+            compiled = compiled[1]  # `precompile`'s, of this very code
         else:
             compiled = compile(program["code"], "<string>", "exec")
         exec(compiled, main.__dict__)

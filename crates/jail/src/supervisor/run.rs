@@ -196,7 +196,8 @@ impl Run {
                     // A live sandbox's events; a run's init never sends them.
                     InitEvent::ProcessStarted { .. }
                     | InitEvent::ProcessFailed { .. }
-                    | InitEvent::ProcessEnded { .. } => {}
+                    | InitEvent::ProcessEnded { .. }
+                    | InitEvent::Attached => {}
                 }
                 if sandbox_ready && pid1.load(Ordering::SeqCst) > 0 {
                     readiness_tx

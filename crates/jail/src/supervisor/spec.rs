@@ -110,20 +110,33 @@ pub fn build_prepared(runner: &HostRunner, limits: &Limits, resources: Resources
 /// off (an interpreter may live for hours; the sandbox's cgroup weight shares the cores fairly with the runs, and
 /// the operator's cap, if set, bounds its rate), the rest are a run's.
 pub fn build_live(live: &LiveSpec, binds: Vec<PathBuf>, resources: Resources) -> JailSpec {
+    JailSpec {
+        workspace: live.workspace.clone(),
+        ..build_live_parts(&live.limits, live.layout, &live.mounts, binds, resources)
+    }
+}
+
+/// A live sandbox's spec but its workspace (empty).
+fn build_live_parts(
+    limits: &Limits,
+    layout: Layout,
+    mounts: &[sandlot_core::Mount],
+    binds: Vec<PathBuf>,
+    resources: Resources,
+) -> JailSpec {
     let identity = Identity::standard();
     let no_cgroup = resources.cgroup.is_none();
     let (cgroup_procs, slot_lock) = resources.cgroup.map_or((vec![], None), |(procs, lock)| (procs, Some(lock)));
-    let limits = &live.limits;
     JailSpec {
         program: PathBuf::new(),
         args: vec![],
         code_path: PathBuf::new(),
         code: String::new(),
-        env: live_environment(live.layout),
-        workspace: live.workspace.clone(),
+        env: live_environment(layout),
+        workspace: PathBuf::new(),
         workspace_tree: resources.workspace_tree,
-        home: home_mount(live.layout, limits),
-        volumes: volume_mounts(&live.mounts),
+        home: home_mount(layout, limits),
+        volumes: volume_mounts(mounts),
         extra_ro_binds: binds,
         cgroup_procs,
         slot_lock,
@@ -141,6 +154,14 @@ pub fn build_live(live: &LiveSpec, binds: Vec<PathBuf>, resources: Resources) ->
         forked: false,
         prepared: false,
     }
+}
+
+/// The spec of a prepared live sandbox (see `live_pool`) of `limits`: a live sandbox's in sandlot's layout with no
+/// volumes, and no workspace until its conversation is attached.
+pub fn build_prepared_live(limits: &Limits, binds: Vec<PathBuf>, resources: Resources) -> JailSpec {
+    let mut spec = build_live_parts(limits, Layout::Data, &[], binds, resources);
+    spec.prepared = true;
+    spec
 }
 
 /// A run's or a live sandbox's rlimits: `cpu_seconds` per process; without a cgroup slot, rlimits stand in for

@@ -161,6 +161,7 @@ impl Sandbox {
         config.data_root = Some(root.path().to_owned());
         config.python_preload = Some(vec![]); // Python runs forked from a template, as a server's are
         config.prepared_sandboxes = 2; // and from its prepared sandboxes, as a server's default
+        config.prepared_live_sandboxes = 1; // a conversation's first session call too
         configure(&mut config);
         let backend = Arc::new(JailBackend::new(config).expect("the native backend"));
         assert!(backend.wait_for_templates(Duration::from_secs(60)), "the Python template did not start");
@@ -177,6 +178,19 @@ impl Sandbox {
         let Some(jail) = &self.jail else { return false };
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         while jail.prepared_ready() < count {
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        true
+    }
+
+    /// Waits until `count` live sandboxes are prepared for first session calls (at most a minute): whether they are.
+    pub fn wait_for_prepared_live(&self, count: usize) -> bool {
+        let Some(jail) = &self.jail else { return false };
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while jail.prepared_live_ready() < count {
             if std::time::Instant::now() > deadline {
                 return false;
             }
@@ -334,8 +348,9 @@ pub fn sandbox_processes() -> Vec<i32> {
 /// The native backends this test process's sandboxes made (see [`prepared_processes`]).
 static JAILS: Mutex<Vec<Weak<JailBackend>>> = Mutex::new(Vec::new());
 
-/// Pids of the processes of every sandbox prepared or being prepared by a backend of this test process: its init,
-/// the init's children, and every process in its sandbox's pid namespace. They belong to no run yet.
+/// Pids of the processes of every sandbox prepared or being prepared by a backend of this test process (for stateless
+/// runs, and live sandboxes for first session calls): its init, the init's children, and every process in its
+/// sandbox's pid namespace (a prepared live sandbox's waiting driver too). They belong to no run yet.
 pub fn prepared_processes() -> std::collections::HashSet<i32> {
     let jails: Vec<Arc<JailBackend>> =
         JAILS.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).iter().filter_map(Weak::upgrade).collect();
