@@ -53,6 +53,8 @@ struct State {
     paused_until: Option<Instant>,
     /// Numbers the prepared sandboxes' ids (in logs only: a taken sandbox gets the engine's id).
     built: u64,
+    /// The server is stopping: nothing more is built.
+    closed: bool,
 }
 
 impl LivePool {
@@ -65,9 +67,22 @@ impl LivePool {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Ends every waiting sandbox and builds no more (the server stops): returns once they are closed.
+    pub async fn close(&self) {
+        let waiting = {
+            let mut state = self.state();
+            state.closed = true;
+            state.limits = None;
+            std::mem::take(&mut state.ready)
+        };
+        for prepared in waiting {
+            sandlot_core::LiveSandbox::close(&prepared.jail).await;
+        }
+    }
+
     /// Prepares sandboxes for live sandboxes of `limits` (the server's defaults; call within the runtime).
     pub fn prepare_for(self: &Arc<Self>, limits: &Limits) {
-        if self.size == 0 {
+        if self.size == 0 || self.state().closed {
             return;
         }
         self.state().limits.get_or_insert_with(|| limits.clone());
@@ -130,8 +145,10 @@ impl LivePool {
                 state.building -= 1;
                 state.building_inits.retain(|pid| Some(*pid) != init);
                 match (built, init) {
-                    (Ok((jail, run_uid)), Some(init)) => state.ready.push(PreparedLive { jail, run_uid, init }),
-                    (Ok(_), None) => {}
+                    (Ok((jail, run_uid)), Some(init)) if !state.closed => {
+                        state.ready.push(PreparedLive { jail, run_uid, init })
+                    }
+                    (Ok(_), _) => {} // dropping a sandbox kills it
                     (Err(e), _) => {
                         state.paused_until = Some(Instant::now() + BACKOFF);
                         tracing::warn!("cannot prepare a live sandbox (retrying in {BACKOFF:?}): {e}");
@@ -165,7 +182,9 @@ impl LivePool {
         if let Some(code) = code_of(&driver.args)
             && let Err(why) = jail.fork_ahead(code).await
         {
-            tracing::debug!("a prepared live sandbox's driver is not forked ahead: {why}");
+            // Not kept without its driver: what a first call would gain is the driver's fork.
+            sandlot_core::LiveSandbox::close(&jail).await;
+            return Err(Error::io("fork a prepared live sandbox's driver", std::io::Error::other(why.to_string())));
         }
         Ok((jail, run_uid))
     }

@@ -366,6 +366,9 @@ impl Backend for JailBackend {
         if let Some(pool) = &self.prepared {
             pool.close().await;
         }
+        if let Some(pool) = &self.live_pool {
+            pool.close().await;
+        }
     }
 
     /// A crashed sandlot's sandboxes die with it (their inits have a parent-death signal and each is the pid 1 of
