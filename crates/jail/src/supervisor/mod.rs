@@ -151,6 +151,8 @@ pub struct JailBackend {
     live_maker: Option<Arc<LiveMaker>>,
     /// Live sandboxes prepared for conversations' first `session` calls (servers as root; see `live_pool`).
     live_pool: Option<Arc<LivePool>>,
+    /// Runs in flight now (the prepared pool builds none while the machine is busy).
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl JailBackend {
@@ -189,6 +191,7 @@ impl JailBackend {
         };
         let storage_uid = config.sandbox_uids.storage();
         let trees = Arc::new(IdmappedTrees::new(storage_uid));
+        let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let prepared = match (&launcher, &templates, python) {
             (Launcher::Server(inits), Some(templates), Some(python)) if config.prepared_sandboxes > 0 => {
                 let builder = prepared::Builder {
@@ -200,7 +203,7 @@ impl JailBackend {
                     storage_uid,
                     trees: Arc::clone(&trees),
                 };
-                Some(PreparedPool::new(builder, config.prepared_sandboxes))
+                Some(PreparedPool::new(builder, config.prepared_sandboxes, Arc::clone(&in_flight)))
             }
             _ => None,
         };
@@ -230,6 +233,7 @@ impl JailBackend {
             _ => None,
         };
         Ok(Self {
+            in_flight,
             config,
             launcher,
             netns,
@@ -438,18 +442,32 @@ impl Backend for JailBackend {
 
     async fn run(&self, job: Job, sink: &dyn OutputSink) -> sandlot_core::Result<RunOutcome> {
         tracing::debug!(run_id = job.run_id, "jail run requested");
+        let in_flight = InFlight::count(&self.in_flight);
+        let outcome = self.run_counted(&job, sink).await;
+        drop(in_flight);
+        // The pool builds nothing while the machine is busy: once it is not, it fills up again.
+        if let Some(pool) = &self.prepared {
+            pool.refill();
+        }
+        outcome
+    }
+}
+
+impl JailBackend {
+    /// [`Backend::run`] of a run counted in flight.
+    async fn run_counted(&self, job: &Job, sink: &dyn OutputSink) -> sandlot_core::Result<RunOutcome> {
         let runner = self
             .runners
             .iter()
             .find(|r| r.language == job.language)
             .ok_or_else(|| sandlot_core::Error::no_runner(job.language, self.runners.iter().map(|r| r.language)))?;
-        match self.run_once(&job, runner, sink, true).await? {
+        match self.run_once(job, runner, sink, true).await? {
             Ok(outcome) => Ok(outcome),
             Err(ForkUnavailable(why)) => {
                 // The template went away before it forked anything (nothing of the program ran): run it again,
                 // starting its own interpreter.
                 tracing::info!(run_id = job.run_id, "the Python template could not fork ({why}); running it anew");
-                match self.run_once(&job, runner, sink, false).await? {
+                match self.run_once(job, runner, sink, false).await? {
                     Ok(outcome) => Ok(outcome),
                     Err(ForkUnavailable(why)) => Err(Error::Setup { step: "run".into(), message: why }.into()),
                 }
@@ -606,6 +624,22 @@ impl JailBackend {
         sandlot_core::marks::mark("c.executed");
         drop(workspace_tree); // held until the run ended
         Ok((run, finished, kept_netns))
+    }
+}
+
+/// One run counted in flight while it lives.
+struct InFlight<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> InFlight<'a> {
+    fn count(runs: &'a std::sync::atomic::AtomicUsize) -> Self {
+        runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self(runs)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

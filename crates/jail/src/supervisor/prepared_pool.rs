@@ -3,12 +3,15 @@
 //! the operator's defaults, which the pool prepares for from the start; the first run of other limits is not
 //! prepared for, and the pool prepares for those from then on. Each take starts building its
 //! replacement in the background, off the run's path, so a burst of at most `size` runs per template finds every
-//! sandbox ready and a longer one is served prepared as fast as the machine rebuilds them. A build that fails
-//! stops the refills for a while.
+//! sandbox ready. Under load (as many runs in flight as the machine has cores) it builds none: the cores are the limit
+//! then, and a run built on its path costs less CPU than a prepared one (it joins its conversation's kept network
+//! namespace where a prepared sandbox makes and tears down one of its own). A build that fails stops the refills for
+//! a while.
 //!
 //! Invariants: `ready` holds only sandboxes of `limits`; `ready` of a template plus those being built for it never
 //! exceed `size`; every sandbox let go is killed and its slot and uid released.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -27,6 +30,9 @@ pub struct PreparedPool {
     builder: Builder,
     size: usize,
     state: Mutex<State>,
+    /// Runs in flight on the backend now, and from how many on the pool builds none.
+    in_flight: Arc<AtomicUsize>,
+    busy_at: usize,
 }
 
 #[derive(Default)]
@@ -46,8 +52,10 @@ struct State {
 
 impl PreparedPool {
     /// A pool of `size` sandboxes per template, built by `builder` (`size` 0: none).
-    pub fn new(builder: Builder, size: usize) -> Arc<Self> {
-        Arc::new(Self { builder, size, state: Mutex::default() })
+    /// `in_flight` counts the backend's runs in flight.
+    pub fn new(builder: Builder, size: usize, in_flight: Arc<AtomicUsize>) -> Arc<Self> {
+        let busy_at = std::thread::available_parallelism().map_or(2, |cores| cores.get());
+        Arc::new(Self { builder, size, state: Mutex::default(), in_flight, busy_at })
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -126,6 +134,9 @@ impl PreparedPool {
 
     /// Starts building what the pool lacks, each sandbox in a task of its own (on the current runtime).
     pub fn refill(self: &Arc<Self>) {
+        if self.in_flight.load(Ordering::Relaxed) >= self.busy_at {
+            return;
+        }
         for choice in self.choices() {
             loop {
                 let limits = {
