@@ -60,6 +60,22 @@ def sandbox_processes():
     return [pid for pid in found if not in_prepared(pid)]
 
 
+def describe_processes(pids):
+    """What `pids` are (command line, state, parent, pid namespace), for an assertion's message."""
+    described = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                command = f.read().replace(b"\0", b" ").decode(errors="replace")[:120]
+            with open(f"/proc/{pid}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+            namespace = os.readlink(f"/proc/{pid}/ns/pid")
+            described.append(f"{pid} {fields['State'].strip()} ppid {fields['PPid'].strip()} {namespace} {command!r}")
+        except OSError:
+            described.append(f"{pid} (gone)")
+    return "; ".join(described)
+
+
 def sandlot_binary():
     explicit = os.environ.get("SANDLOT_BIN")
     if explicit:

@@ -15,7 +15,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 
-from conftest import RunEvents, sandbox_processes, sandlot_binary, wait_until
+from conftest import RunEvents, describe_processes, sandbox_processes, sandlot_binary, wait_until
 
 # A run that leaves a child behind and sleeps: the whole tree must go.
 SLEEPER = "import subprocess, time\nsubprocess.Popen(['sleep', '300'])\ntime.sleep(60)"
@@ -74,7 +74,8 @@ def assert_cancelled_at_once(server, conversation, since):
     """No process of the run is left CANCEL_BOUND after `since`, and the history says the run was cancelled."""
     wait_until(lambda: not sandbox_processes(), 2 * CANCEL_BOUND - (time.monotonic() - since), interval=0.02)
     gone_after = time.monotonic() - since
-    assert sandbox_processes() == []
+    left = sandbox_processes()
+    assert left == [], describe_processes(left)
     assert gone_after < CANCEL_BOUND, f"the run's processes were gone only after {gone_after:.2f} s"
     assert history_outcomes(server, conversation) == ["cancelled"]
 
@@ -115,7 +116,9 @@ def test_a_closed_legacy_sse_stream_cancels_its_run(server):
 
 
 def test_closing_stdin_of_sandlot_stdio_cancels_its_run(server):
-    env = dict(server.stdio_env, SANDLOT_WARM_INITS="0")
+    # Nothing built ahead in this second server (no warm init, no prepared sandbox): all its processes are its run's.
+    env = dict(server.stdio_env, SANDLOT_WARM_INITS="0", SANDLOT_PREPARED_SANDBOXES="0",
+               SANDLOT_PREPARED_LIVE_SANDBOXES="0")
     process = subprocess.Popen([sandlot_binary(), "stdio"], env=env, stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     def send(message):
