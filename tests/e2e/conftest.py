@@ -31,9 +31,10 @@ PREPARED = b"sandlot: a prepared sandbox, waiting for its run"
 
 
 def sandbox_processes():
-    """Processes running as a sandbox of this test session (host uids SANDBOX_UIDS), but those of the sandboxes a
-    server keeps prepared for runs to come: every process in the pid namespace of a waiting prepared child, and the
-    init that made that namespace."""
+    """Processes running as a sandbox of this test session (host uids SANDBOX_UIDS), but the jail's own (its inits
+    and pid 1s, copies of the sandlot binary, which end right after a sandbox's programs and which a server also
+    keeps in the sandboxes it prepares for runs to come) and those of a prepared sandbox (every process in the pid
+    namespace of a prepared child that waits for its run)."""
     found, prepared = [], set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -42,8 +43,11 @@ def sandbox_processes():
             if not SANDBOX_UIDS_FIRST <= int(uid) <= SANDBOX_UIDS_FIRST + 999:
                 continue
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if f.read().startswith(PREPARED):
-                    prepared.add(os.readlink(f"/proc/{pid}/ns/pid"))
+                command = f.read()
+            if command.startswith(PREPARED):
+                prepared.add(os.readlink(f"/proc/{pid}/ns/pid"))
+            if b"__jail-zygote" in command or not command:  # an init, or a pid 1 (which shares its init's memory)
+                continue
         except (OSError, StopIteration):
             continue
         found.append(int(pid))

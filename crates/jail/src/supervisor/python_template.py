@@ -182,7 +182,7 @@ def run_child(sock, own_pidns, prepared, fds, run):
     close_all_but([0, 1, 2, *fds[1:]])
     # As root on the host: the command line an exec'd run would have (the template's is not the run's business),
     # the network namespace (made by root, so only root may enter it), the run's cgroups.
-    set_command_line(run["command"])
+    set_command_line([PREPARED_COMMAND_LINE] if prepared else run["command"])
     setns(pid1, CLONE_NEWNET, "setns into the run's network namespace")
     for procs in cgroups:
         os.write(procs, b"0")
@@ -211,7 +211,6 @@ def run_child(sock, own_pidns, prepared, fds, run):
     if job is not None:
         warm_up()
         compiled = precompile(run["command"])
-        set_command_line([PREPARED_COMMAND_LINE], rewritten=True)
         write_line(status, "w")
         run.update(wait_for_job(job))
         set_command_line(run["command"], rewritten=True)
