@@ -11,7 +11,7 @@ mod common;
 use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
-use common::{Sandbox, check, check_eq, describe};
+use common::{PREPARED_PROBE as PREPARED, SETTLE, Sandbox, check, check_eq, describe};
 use libtest_mimic::Failed;
 use sandlot_core::{Language, RunReport, RunRequest, SessionUse};
 
@@ -27,15 +27,6 @@ fn main() {
         ("with_the_live_pool_off_sessions_go_on_as_before", with_the_live_pool_off_sessions_go_on_as_before),
     ]);
 }
-
-/// How long the pool waits, full, before a call: a prepared driver is at least this old when its call comes.
-const SETTLE: Duration = Duration::from_millis(400);
-
-/// Code that says whether the session's interpreter was forked ahead: it is older than the call ([`SETTLE`]), where
-/// one forked for the call is a few milliseconds old.
-const PREPARED: &str = "import os as _os, time as _time
-_age = _time.clock_gettime(_time.CLOCK_BOOTTIME) - int(open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19]) / _os.sysconf('SC_CLK_TCK')
-print('prepared' if _age > 0.2 else 'built now')";
 
 fn session(sandbox: &Sandbox, conversation: &str, language: Language, code: &str) -> RunReport {
     sandbox.run_request(RunRequest {

@@ -11,7 +11,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Sandbox, check, check_eq, describe};
+use common::{PREPARED_PROBE as PREPARED, SETTLE, Sandbox, check, check_eq, describe};
 use libtest_mimic::Failed;
 use sandlot_core::{Language, RunRequest};
 
@@ -25,15 +25,6 @@ fn main() {
         ("with_the_pool_off_runs_go_on_as_before", with_the_pool_off_runs_go_on_as_before),
     ]);
 }
-
-/// How long the pool waits, full, before a run: a prepared child is at least this old when its run comes.
-const SETTLE: Duration = Duration::from_millis(400);
-
-/// Code that says whether it runs in a prepared sandbox: its process is older than the run (it was forked ahead,
-/// [`SETTLE`] before), where any other run's program is a few milliseconds old.
-const PREPARED: &str = "import os as _os, time as _time
-_age = _time.clock_gettime(_time.CLOCK_BOOTTIME) - int(open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19]) / _os.sysconf('SC_CLK_TCK')
-print('prepared' if _age > 0.2 else 'built now')";
 
 /// Runs `code` once the pool is full and settled; its output.
 fn run_prepared(sandbox: &Sandbox, conversation: &str, code: &str) -> Result<String, Failed> {

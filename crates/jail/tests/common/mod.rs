@@ -175,22 +175,19 @@ impl Sandbox {
 
     /// Waits until `count` sandboxes are prepared for Python runs (at most a minute): whether they are.
     pub fn wait_for_prepared(&self, count: usize) -> bool {
-        let Some(jail) = &self.jail else { return false };
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while jail.prepared_ready() < count {
-            if std::time::Instant::now() > deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        true
+        self.wait_for_pool(count, JailBackend::prepared_ready)
     }
 
     /// Waits until `count` live sandboxes are prepared for first session calls (at most a minute): whether they are.
     pub fn wait_for_prepared_live(&self, count: usize) -> bool {
+        self.wait_for_pool(count, JailBackend::prepared_live_ready)
+    }
+
+    /// Waits until `ready` says at least `count` (at most a minute): whether it does.
+    fn wait_for_pool(&self, count: usize, ready: fn(&JailBackend) -> usize) -> bool {
         let Some(jail) = &self.jail else { return false };
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while jail.prepared_live_ready() < count {
+        while ready(jail) < count {
             if std::time::Instant::now() > deadline {
                 return false;
             }
@@ -336,6 +333,15 @@ pub fn zygote_family(zygote: bool) -> Vec<i32> {
         })
         .collect()
 }
+
+/// How long a pool waits, full, before a test's run: a prepared process is at least this old when its run comes.
+pub const SETTLE: Duration = Duration::from_millis(400);
+
+/// Python that prints whether its process was prepared: forked [`SETTLE`] ahead of its run ("prepared"), where one
+/// forked or started for the run is a few milliseconds old ("built now").
+pub const PREPARED_PROBE: &str = "import os as _os, time as _time
+_age = _time.clock_gettime(_time.CLOCK_BOOTTIME) - int(open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19]) / _os.sysconf('SC_CLK_TCK')
+print('prepared' if _age > 0.2 else 'built now')";
 
 /// Pids of host processes running as one of this test process's sandbox uids, but those of sandboxes prepared for
 /// runs to come (see [`prepared_processes`]).
