@@ -283,15 +283,17 @@ fn close_and_restart_end_what_they_say() -> Result<(), Failed> {
     session(&sandbox, "manage", Language::Python, "x = 1");
     call(&sandbox, "manage", Language::Bash, "nohup sleep 1000 >/dev/null 2>&1 &", SessionUse::Process, None);
     let sessions = sandbox.engine.sessions();
-    // The shell's call returns once `sleep` is forked, which may be before it has exec'd: wait until it is listed.
+    // The shell's call returns once `sleep` is forked, which may be before it has exec'd (a process mid-exec shows
+    // no command line, and the exiting shell's own names `sleep 1000`): wait until `sleep` itself is listed.
+    let is_sleep = |p: &sandlot_core::SandboxProcess| p.command == "sleep 1000";
     let started = eventually(Duration::from_secs(10), || {
         let status = sandbox.runtime.block_on(sessions.status(&conversation));
-        status.is_some_and(|s| s.processes.iter().any(|p| p.command.contains("sleep 1000")))
+        status.is_some_and(|s| s.processes.iter().any(is_sleep))
     });
     check(started, || "the background sleep never showed".into())?;
     let status = sandbox.runtime.block_on(sessions.restart(&conversation)).ok_or("no live sandbox")?;
     check(status.interpreters.is_empty(), || format!("{status:?}"))?;
-    check(status.processes.iter().any(|p| p.command.contains("sleep 1000")), || format!("{:?}", status.processes))?;
+    check(status.processes.iter().any(is_sleep), || format!("{:?}", status.processes))?;
     let after = session(&sandbox, "manage", Language::Python, "print('x' in globals())");
     stdout_is(&after, "False\n")?;
     check(notice(&after).contains("restarted"), || notice(&after))?;
