@@ -1,0 +1,1 @@
+//! The leashed sandboxes' name server. (Skeleton: the egress-proxy helper implements it.)

@@ -1,0 +1,27 @@
+//! The network on a leash: what a sandbox may reach beyond its loopback, and the record of what it did.
+//!
+//! Off unless an operator sets a policy. With one, a leashed sandbox's network namespace has a link to one place
+//! only, the gateway namespace the server owns ([`network`]), where sandlot's own proxy ([`proxy`]) and DNS
+//! responder ([`dns`]) listen. The sandbox resolves names only through that responder, which answers an allowed
+//! name with a synthetic address ([`synthetic`]) and never asks anyone else; every TCP connection the sandbox opens
+//! (through `HTTP_PROXY`, or straight to a synthetic address) ends at the proxy, which checks the [`policy`],
+//! resolves the real name on the host ([`resolver`]), connects, and records the connection ([`audit`]). Nothing
+//! else leaves: the sandbox has no route but the link, and the gateway namespace forwards nothing.
+//!
+//! [`Egress`] ties it together: one per server, started from an [`EgressConfig`]; each leashed sandbox gets a
+//! [`SandboxNetwork`] from [`Egress::leash`].
+
+pub mod audit;
+pub mod dns;
+pub mod network;
+pub mod policy;
+pub mod proxy;
+pub mod registry;
+pub mod resolver;
+mod service;
+pub mod synthetic;
+
+pub use audit::{AuditLog, ConnectionRecord, Route};
+pub use policy::{Leash, Policy, PolicyError, PolicySpec, Verdict};
+pub use registry::{Leashed, Owner, Registry};
+pub use service::{Egress, EgressConfig, EgressError, SandboxNetwork};
