@@ -13,6 +13,7 @@
 
 pub mod audit;
 pub mod dns;
+pub mod intercept;
 pub mod network;
 pub mod policy;
 pub mod proxy;
