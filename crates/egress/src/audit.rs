@@ -22,7 +22,7 @@ pub enum Route {
 }
 
 /// One connection, as the run's history shows it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConnectionRecord {
     /// The name the sandbox asked for (SNI, `Host`, `CONNECT`'s or the DNS question's), or the address if it
     /// named none.
