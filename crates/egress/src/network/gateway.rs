@@ -18,9 +18,14 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 /// The kernel's `local` routing table (`RT_TABLE_LOCAL`).
 const TABLE_LOCAL: u32 = 255;
+
+/// How long a new link may take to carry packets: the kernel's link watcher runs within a second of a change,
+/// later only on a host too busy to run anything.
+const READY_LIMIT: Duration = Duration::from_secs(10);
 
 /// The name of the sandbox's end of its link, inside the sandbox's namespace.
 pub(super) const SANDBOX_END: &str = "eth0";
@@ -158,6 +163,9 @@ impl Shared {
                         .build();
                     sandbox.add_route(route, range, &format!("via {gateway_end}, the gateway end of {name}")).await?;
                 }
+                // Both ends carry packets before the sandbox can send its first one (see `Netlink::carries`).
+                gateway.wait_until_it_carries(end, &name, READY_LIMIT).await?;
+                sandbox.wait_until_it_carries(eth0, SANDBOX_END, READY_LIMIT).await?;
                 Ok(())
             })
         })?;

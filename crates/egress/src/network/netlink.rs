@@ -7,18 +7,23 @@
 
 use futures_util::TryStreamExt;
 use ipnet::Ipv4Net;
-use rtnetlink::packet_route::link::{LinkAttribute, LinkMessage};
+use rtnetlink::packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
 use rtnetlink::packet_route::route::RouteMessage;
 use rtnetlink::{Handle, LinkUnspec};
 use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+
+/// How often a wait looks again.
+const POLL: Duration = Duration::from_millis(1);
 
 /// Runs `work` to completion on a new current-thread runtime in the calling thread (so every socket it opens is
 /// in the calling thread's namespace).
 pub(super) fn block_on<T>(work: impl Future<Output = io::Result<T>>) -> io::Result<T> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
+        .enable_time()
         .build()
         .map_err(|error| io::Error::new(error.kind(), format!("start a runtime for netlink: {error}")))?;
     runtime.block_on(work)
@@ -89,6 +94,39 @@ impl Netlink {
             .execute()
             .await
             .map_err(failed(format!("give {name} the address {address}/{prefix} in {}", self.namespace)))
+    }
+
+    /// Whether the interface `index` carries packets: up, with carrier, and with its queueing discipline attached.
+    ///
+    /// Until the kernel's link watcher has run for a new veth (at once, or up to a second later on a busy host),
+    /// its queueing discipline is `noop`, which drops every packet: an ARP request lost then delays a sandbox's
+    /// first connection by ARP's one-second retry.
+    pub(super) async fn carries(&self, index: u32, name: &str) -> io::Result<bool> {
+        let mut links = self.handle.link().get().match_index(index).execute();
+        let link = links.try_next().await.map_err(failed(format!("look at {name} in {}", self.namespace)))?;
+        Ok(link.is_some_and(|link| {
+            let running = link.header.flags.contains(LinkFlags::Up | LinkFlags::LowerUp | LinkFlags::Running);
+            let queue = link.attributes.iter().find_map(|attribute| match attribute {
+                LinkAttribute::Qdisc(queue) => Some(queue.as_str()),
+                _ => None,
+            });
+            running && queue.is_some_and(|queue| queue != "noop")
+        }))
+    }
+
+    /// Waits until the interface `index` [carries](Self::carries) packets, for up to `limit`.
+    pub(super) async fn wait_until_it_carries(&self, index: u32, name: &str, limit: Duration) -> io::Result<()> {
+        let deadline = Instant::now() + limit;
+        while !self.carries(index, name).await? {
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("wait for {name} to carry packets in {}: not after {limit:?}", self.namespace),
+                ));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        Ok(())
     }
 
     /// Adds `link` (a new interface, or a pair).
