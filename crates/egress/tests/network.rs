@@ -241,6 +241,39 @@ fn a_new_links_first_datagram_is_not_held_back() {
 }
 
 #[test]
+fn pings_get_no_answer_from_the_gateway() {
+    // From a raw ICMP socket in the sandbox's namespace (the test is root; a sandbox's processes cannot even open
+    // one): an echo request to a synthetic address and to the gateway's end, then a UDP datagram to a closed port
+    // of the gateway. The gateway handles them in order, so the first ICMP message back is the port's
+    // "unreachable": an echo reply would have come before it.
+    let gateway = Gateway::create(&[]).unwrap();
+    let link = gateway.link(&[]).unwrap();
+    let closed = {
+        let socket = gateway.udp_socket("0.0.0.0:0".parse().unwrap()).unwrap();
+        socket.local_addr().unwrap().port()
+    };
+    for target in [synthetic(5), IpAddr::V4(link.gateway)] {
+        let first_icmp_type = in_netns(link.netns(), || {
+            use nix::sys::socket::{AddressFamily, SockFlag, SockProtocol, SockType};
+            let raw =
+                nix::sys::socket::socket(AddressFamily::Inet, SockType::Raw, SockFlag::empty(), SockProtocol::Icmp)
+                    .unwrap();
+            // std's datagram calls (sendto, recv) are the raw socket's too; its port is ignored.
+            let raw = UdpSocket::from(raw);
+            raw.send_to(&echo_request(), (target, 0)).unwrap();
+            UdpSocket::bind("0.0.0.0:0").unwrap().send_to(b"closed?", (target, closed)).unwrap();
+            raw.set_read_timeout(Some(CONNECT_TIMEOUT)).unwrap();
+            let mut packet = [0u8; 1500];
+            let length = raw.recv(&mut packet).unwrap();
+            let header = usize::from(packet[0] & 0x0f) * 4;
+            assert!(length > header);
+            packet[header]
+        });
+        assert_eq!(first_icmp_type, 3, "{target}: the first ICMP message back is a destination unreachable");
+    }
+}
+
+#[test]
 fn a_dropped_link_leaves_no_interface_and_its_address_is_reused() {
     let gateway = Gateway::create(&[]).unwrap();
     let link = gateway.link(&[]).unwrap();
@@ -296,4 +329,14 @@ fn host_addresses() -> Vec<IpAddr> {
             })
             .collect()
     })
+}
+
+/// An ICMP echo request (type 8), with its checksum.
+fn echo_request() -> [u8; 16] {
+    let mut packet = [8, 0, 0, 0, 0x51, 0x07, 0, 1, b's', b'a', b'n', b'd', b'l', b'o', b't', b'!'];
+    let sum: u32 = packet.chunks(2).map(|pair| u32::from(u16::from_be_bytes([pair[0], pair[1]]))).sum();
+    let folded = (sum & 0xffff) + (sum >> 16);
+    let checksum = !(((folded & 0xffff) + (folded >> 16)) as u16);
+    packet[2..4].copy_from_slice(&checksum.to_be_bytes());
+    packet
 }

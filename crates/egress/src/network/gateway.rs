@@ -2,7 +2,8 @@
 //! listen.
 //!
 //! Invariants: made by this process (root), so it belongs to the host's user namespace and no sandbox can change
-//! it; forwarding off and IPv6 off, so a packet that reaches it is either for one of its sockets or dropped; no
+//! it; forwarding off, IPv6 off and pings unanswered, so a packet that reaches it is either for one of its sockets
+//! or refused; no
 //! route but loopback's, the links' /31s and the local ranges, so nothing made in it can reach the host or the
 //! internet (the proxy's upstream connections are made in the server's own namespace).
 
@@ -49,6 +50,8 @@ impl Gateway {
             // 0 in a new namespace, unless the host's `net.core.devconf_inherit_init_net` copies the host's.
             sysctl::set("net/ipv4/ip_forward", "0")?;
             sysctl::ipv6_off(true)?;
+            // Pings to a synthetic address go unanswered, as they would on the way to a real host.
+            sysctl::set("net/ipv4/icmp_echo_ignore_all", "1")?;
             netlink::block_on(async {
                 let gateway = Netlink::open("the gateway")?;
                 let lo = gateway.index("lo").await?;
