@@ -69,6 +69,22 @@ fn a_sandbox_reaches_a_gateway_listener_through_a_synthetic_address_and_is_known
     assert_eq!(&greeting, b"hello");
 }
 
+#[tokio::test]
+async fn the_gateways_sockets_serve_tokio_and_links_come_and_go_inside_a_runtime() {
+    // As the server uses them: made and dropped on a runtime's thread, the listener handed to tokio.
+    let gateway = Gateway::create(&[]).unwrap();
+    let listener =
+        tokio::net::TcpListener::from_std(gateway.tcp_listener("0.0.0.0:3128".parse().unwrap()).unwrap()).unwrap();
+    let link = gateway.link(&[]).unwrap();
+    let proxy = SocketAddr::new(IpAddr::V4(link.gateway), 3128);
+    let netns = link.netns().try_clone().unwrap();
+    let client = tokio::task::spawn_blocking(move || connect_from(&netns, proxy).map(|_| ()));
+    let (_, peer) = listener.accept().await.unwrap();
+    assert_eq!((peer.ip(), client.await.unwrap()), (IpAddr::V4(link.sandbox), Ok(())));
+    drop(link);
+    assert_eq!(gateway.interfaces().unwrap(), vec!["lo".to_string()]);
+}
+
 #[test]
 fn a_closed_port_is_refused_and_every_other_address_is_unreachable_at_once() {
     let gateway = Gateway::create(&[]).unwrap();
