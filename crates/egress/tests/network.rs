@@ -200,6 +200,13 @@ fn captured_ranges_are_local_in_the_gateway_and_routed_from_the_sandbox() {
     assert_eq!((peer.ip(), accepted.local_addr().unwrap()), (IpAddr::V4(link.sandbox), target));
     // A link made without the route does not reach it.
     assert_eq!(connect_from(unrouted.netns(), target).err(), Some(ErrorKind::NetworkUnreachable));
+    // A route the gateway does not capture is refused (the gateway would drop what it carries).
+    for route in ["203.0.0.0/16", "192.0.2.0/24"] {
+        let route: IpNet = route.parse().unwrap();
+        assert_eq!(gateway.link(&[route]).err().map(|error| error.kind()), Some(ErrorKind::InvalidInput), "{route}");
+    }
+    let narrower: IpNet = "203.0.113.64/26".parse().unwrap();
+    let _narrow = gateway.link(&[narrower]).unwrap();
 }
 
 #[test]

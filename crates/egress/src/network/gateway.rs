@@ -39,6 +39,8 @@ pub struct Gateway {
 /// What a gateway's links need after it: its namespace (to delete their ends) and its addresses (to free them).
 pub(super) struct Shared {
     netns: OwnedFd,
+    /// The captured ranges, local here: the only ranges besides SYNTHETIC a link may route.
+    captured: Vec<Ipv4Net>,
     addresses: Mutex<Addresses>,
 }
 
@@ -46,6 +48,7 @@ impl Gateway {
     /// Makes the gateway namespace, with [`SYNTHETIC`](super::SYNTHETIC) and `captured` local in it.
     pub fn create(captured: &[IpNet]) -> io::Result<Gateway> {
         let captured = ranges(captured, "a captured range")?;
+        let local = captured.clone();
         let (netns, ()) = namespace::run_in_new(|_| {
             // 0 in a new namespace, unless the host's `net.core.devconf_inherit_init_net` copies the host's.
             sysctl::set("net/ipv4/ip_forward", "0")?;
@@ -56,7 +59,7 @@ impl Gateway {
                 let gateway = Netlink::open("the gateway")?;
                 let lo = gateway.index("lo").await?;
                 gateway.set_up(lo, "lo").await?;
-                for range in std::iter::once(SYNTHETIC_NET).chain(captured) {
+                for range in std::iter::once(SYNTHETIC_NET).chain(local) {
                     let route = RouteMessageBuilder::<Ipv4Addr>::new()
                         .destination_prefix(range.network(), range.prefix_len())
                         .table_id(TABLE_LOCAL)
@@ -69,7 +72,7 @@ impl Gateway {
                 Ok(())
             })
         })?;
-        Ok(Gateway { shared: Arc::new(Shared { netns, addresses: Mutex::new(Addresses::new(LINKS_NET)) }) })
+        Ok(Gateway { shared: Arc::new(Shared { netns, captured, addresses: Mutex::new(Addresses::new(LINKS_NET)) }) })
     }
 
     /// The gateway's network namespace.
@@ -100,9 +103,17 @@ impl Gateway {
     }
 
     /// A new sandbox namespace linked to the gateway, with routes to [`SYNTHETIC`](super::SYNTHETIC) and `routes`
-    /// through it.
+    /// through it. Each of `routes` must be within a captured range (elsewhere the gateway would only drop it).
     pub fn link(&self, routes: &[IpNet]) -> io::Result<Link> {
         let routes = ranges(routes, "a route")?;
+        if let Some(route) =
+            routes.iter().find(|route| !self.shared.captured.iter().any(|range| range.contains(*route)))
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a route, {route}, is not within a range the gateway captures"),
+            ));
+        }
         let slot = self.shared.addresses().take().ok_or_else(|| {
             io::Error::new(io::ErrorKind::AddrNotAvailable, format!("every link address of {LINKS_NET} is in use"))
         })?;
