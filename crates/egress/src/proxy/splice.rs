@@ -1,7 +1,9 @@
 //! Splicing a sandbox's connection to its host: bytes both ways, counted, under the sandbox's bandwidth cap.
 //!
-//! When one side ends cleanly (EOF) its direction's write half is shut down and the other direction runs on (HTTP
-//! half-close); when a side fails, both directions end at once.
+//! When the sandbox ends its side cleanly (EOF), the host's write half is shut down and the answer still comes back
+//! (a client's half-close); when the host ends its side, or either side fails, the connection ends: a host that
+//! has said all it will say is done, and a sandbox that keeps its end open must not hold one of its connections
+//! (and a proxy task) for ever.
 
 use super::bandwidth::{Bandwidth, Direction};
 use crate::intercept::Carried;
@@ -19,7 +21,7 @@ pub async fn splice(client: TcpStream, upstream: TcpStream, bandwidth: &Bandwidt
     tokio::pin!(up, down);
     tokio::select! {
         result = &mut up => if result.is_ok() { let _ = down.await; },
-        result = &mut down => if result.is_ok() { let _ = up.await; },
+        _ = &mut down => {},
     }
     Carried { sent: sent.load(Ordering::Relaxed), received: received.load(Ordering::Relaxed) }
 }
