@@ -1,6 +1,8 @@
 //! The proxy against a small internet on loopback (tests/common): CONNECT, absolute-URL HTTP and transparent
 //! connections, allowed and refused, the SNI and `Host` rules, the interceptor hook, and what the audit trail says.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use common::*;
@@ -211,10 +213,13 @@ async fn transparent_to_a_captured_address() {
     assert!(response.starts_with("HTTP/1.1 403"), "{response}");
 }
 
+/// What the fake interceptor was handed: host, port, upstream addresses, the first byte it read.
+type Served = (String, u16, Vec<SocketAddr>, u8);
+
 /// An interceptor that answers by itself and notes what it was handed.
 #[derive(Default)]
 struct Fake {
-    served: Mutex<Vec<(String, u16, Vec<SocketAddr>, u8)>>,
+    served: Mutex<Vec<Served>>,
 }
 
 #[async_trait::async_trait]

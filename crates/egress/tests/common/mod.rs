@@ -4,7 +4,7 @@
 //!
 //! Everything is on 127.0.0.1, so every policy here allows `127.0.0.0/8` explicitly: a name that resolves to
 //! loopback is refused otherwise (`policy::special`).
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)]
 
 use hickory_proto::op::{Message, MessageType, ResponseCode};
 use hickory_proto::rr::{RData, Record, RecordType, rdata::A};
