@@ -51,3 +51,45 @@ impl Bandwidth {
         let _ = bucket.until_n_ready(cells).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// Takes `bytes` going `direction`, a chunk at a time, as a pump does.
+    async fn move_bytes(bandwidth: &Bandwidth, direction: Direction, bytes: usize) {
+        let mut left = bytes;
+        while left > 0 {
+            let chunk = left.min(bandwidth.chunk());
+            bandwidth.take(direction, chunk).await;
+            left -= chunk;
+        }
+    }
+
+    #[tokio::test]
+    async fn each_way_has_its_own_bucket() {
+        const RATE: u64 = 256 * 1024;
+        let bandwidth = Bandwidth::new(RATE);
+        assert_eq!(bandwidth.chunk(), 26214, "a tenth of a second's bytes");
+        // 640 KiB each way at once: about 2.4 s if the ways are apart, 4.9 s if they shared a bucket. The lower
+        // bound cannot break on a busy machine; the upper one has 1.6 s of room for late timers.
+        let started = Instant::now();
+        tokio::join!(
+            move_bytes(&bandwidth, Direction::Sent, 640 * 1024),
+            move_bytes(&bandwidth, Direction::Received, 640 * 1024)
+        );
+        let elapsed = started.elapsed();
+        assert!(elapsed >= Duration::from_millis(2000), "{elapsed:?}");
+        assert!(elapsed < Duration::from_millis(4000), "{elapsed:?}");
+    }
+
+    #[tokio::test]
+    async fn no_cap_no_wait() {
+        let bandwidth = Bandwidth::new(0);
+        assert_eq!(bandwidth.chunk(), CHUNK);
+        let started = Instant::now();
+        move_bytes(&bandwidth, Direction::Sent, 1 << 30).await;
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+}

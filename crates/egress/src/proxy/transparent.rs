@@ -2,7 +2,9 @@
 //! ignore `HTTP_PROXY`. The destination is the address the sandbox connected to, which the synthetic table turns
 //! back into the name it resolved. A TLS ClientHello's SNI or an HTTP `Host` header must then be that name (a
 //! client cannot ask for one allowed name's address and talk to another host); a connection that names nothing
-//! (no SNI, no `Host`, or a protocol where the server speaks first) goes to the name it resolved.
+//! (no SNI, no `Host`, or a protocol where the server speaks first) goes to the name it resolved. Only the first
+//! bytes are read: later requests on a kept-alive connection go to the same host whatever they say, so they can
+//! reach no other destination.
 
 use super::reply;
 use super::sniff::{self, First};
