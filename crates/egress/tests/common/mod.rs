@@ -32,9 +32,13 @@ pub const NAMES: &[&str] = &["web.test", "tls.test", "other.test", "secret.test"
 pub struct Internet {
     pub nameserver: SocketAddr,
     pub questions: Arc<AtomicUsize>,
+    /// The names the name server was asked for, in order.
+    pub asked: Arc<std::sync::Mutex<Vec<String>>>,
     pub http: SocketAddr,
     pub tls: SocketAddr,
     pub tls_root: rustls::pki_types::CertificateDer<'static>,
+    /// The same certificate in PEM, for clients that read a file.
+    pub tls_root_pem: String,
     /// Request heads the HTTP server received, in order.
     pub heads: Arc<std::sync::Mutex<Vec<String>>>,
 }
@@ -42,20 +46,29 @@ pub struct Internet {
 impl Internet {
     pub async fn start() -> Internet {
         let questions = Arc::new(AtomicUsize::new(0));
-        let nameserver = nameserver(questions.clone()).await;
+        let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let nameserver = nameserver(questions.clone(), asked.clone()).await;
         let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
         let http = http_server(heads.clone()).await;
-        let (tls, tls_root) = tls_server().await;
-        Internet { nameserver, questions, http, tls, tls_root, heads }
+        let (tls, tls_root, tls_root_pem) = tls_server().await;
+        Internet { nameserver, questions, asked, http, tls, tls_root, tls_root_pem, heads }
     }
 
     pub fn questions(&self) -> usize {
         self.questions.load(Ordering::SeqCst)
     }
+
+    /// The distinct names the name server was asked for, sorted.
+    pub fn asked(&self) -> Vec<String> {
+        let mut names = self.asked.lock().unwrap().clone();
+        names.sort();
+        names.dedup();
+        names
+    }
 }
 
 /// A name server on 127.0.0.1 (UDP) that answers [`NAMES`] with 127.0.0.1 and anything else NXDOMAIN.
-async fn nameserver(questions: Arc<AtomicUsize>) -> SocketAddr {
+async fn nameserver(questions: Arc<AtomicUsize>, asked: Arc<std::sync::Mutex<Vec<String>>>) -> SocketAddr {
     let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let address = socket.local_addr().unwrap();
     tokio::spawn(async move {
@@ -70,6 +83,7 @@ async fn nameserver(questions: Arc<AtomicUsize>) -> SocketAddr {
             answer.add_queries(question.queries.clone());
             for query in &question.queries {
                 let name = query.name().to_ascii().trim_end_matches('.').to_ascii_lowercase();
+                asked.lock().unwrap().push(name.clone());
                 if !NAMES.contains(&name.as_str()) {
                     answer.metadata.response_code = ResponseCode::NXDomain;
                 } else if query.query_type() == RecordType::A {
@@ -132,8 +146,9 @@ async fn http_server(heads: Arc<std::sync::Mutex<Vec<String>>>) -> SocketAddr {
     address
 }
 
-async fn tls_server() -> (SocketAddr, rustls::pki_types::CertificateDer<'static>) {
+async fn tls_server() -> (SocketAddr, rustls::pki_types::CertificateDer<'static>, String) {
     let certified = rcgen::generate_simple_self_signed(vec!["tls.test".to_owned()]).unwrap();
+    let pem = certified.cert.pem();
     let certificate = certified.cert.der().clone();
     let key = rustls::pki_types::PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
     let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
@@ -156,7 +171,7 @@ async fn tls_server() -> (SocketAddr, rustls::pki_types::CertificateDer<'static>
             });
         }
     });
-    (address, certificate)
+    (address, certificate, pem)
 }
 
 /// A TLS client that trusts only `root`.
