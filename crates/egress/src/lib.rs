@@ -33,4 +33,4 @@ pub const PROXY_PORT: u16 = 3128;
 pub use audit::{AuditLog, ConnectionRecord, Route};
 pub use policy::{Leash, Policy, PolicyError, PolicySpec, Verdict};
 pub use registry::{Leashed, Owner, Registry};
-pub use service::{Egress, EgressConfig, EgressError, SandboxNetwork};
+pub use service::{Egress, EgressConfig, EgressError, SandboxNetwork, environment, resolv_conf};
