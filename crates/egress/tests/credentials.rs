@@ -506,3 +506,79 @@ fn bad_specs_give_clear_errors() {
     let error = serde_json::from_str::<CredentialSpec>(typo).unwrap_err().to_string();
     assert!(error.starts_with("unknown field `headr`"), "{error}");
 }
+
+/// Real clients in the sandbox's place (OpenSSL's curl, Python's `ssl`, Node's `https`), trusting what the sandbox
+/// is given and sending the placeholder from their environment: each one's request reaches the host with the secret.
+#[tokio::test]
+async fn real_clients_trust_the_bundle_and_their_token_reaches_the_host() {
+    let ca = TestCa::new();
+    let (upstream, seen) = start_host(ca.server_config(&["api.test"])).await;
+    let credentials = Credentials::new(&[spec("api.test", "API_TOKEN", SECRET, None)], Some(&ca.pem)).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let interceptor = credentials.interceptor();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let interceptor = interceptor.clone();
+            tokio::spawn(async move { interceptor.serve(client, "api.test", 443, &[upstream]).await });
+        }
+    });
+    let files = tempfile::tempdir().unwrap();
+    let bundle = files.path().join("bundle.pem");
+    std::fs::write(&bundle, credentials.trust_bundle_pem()).unwrap();
+    let ca_file = files.path().join("ca.pem");
+    std::fs::write(&ca_file, credentials.ca_pem()).unwrap();
+
+    let curl = format!(
+        r#"curl -sS --fail --cacert "$SSL_CERT_FILE" --resolve api.test:{port}:127.0.0.1 -H "Authorization: Bearer $API_TOKEN" https://api.test:{port}/curl"#
+    );
+    let python = format!(
+        r#"
+import http.client, os, socket, ssl
+class Connection(http.client.HTTPSConnection):
+    def connect(self):
+        self.sock = self._context.wrap_socket(socket.create_connection(("127.0.0.1", {port})), server_hostname="api.test")
+connection = Connection("api.test", {port}, context=ssl.create_default_context())
+connection.request("GET", "/python", headers={{"Authorization": "Bearer " + os.environ["API_TOKEN"]}})
+print(connection.getresponse().read().decode(), end="")
+"#
+    );
+    let node = format!(
+        r#"
+const request = require("https").request({{host: "127.0.0.1", port: {port}, servername: "api.test", path: "/node",
+    headers: {{host: "api.test", authorization: "Bearer " + process.env.API_TOKEN}}}}, (response) => {{
+  response.setEncoding("utf8");
+  let body = "";
+  response.on("data", (chunk) => body += chunk);
+  response.on("end", () => process.stdout.write(body));
+}});
+request.end();
+"#
+    );
+    let clients: [(&str, &[&str]); 3] =
+        [("sh", &["-c", &curl]), ("python3", &["-c", &python]), ("node", &["-e", &node])];
+    for (program, args) in clients {
+        let output = tokio::process::Command::new(program)
+            .args(args)
+            .env("API_TOKEN", &credentials.environment()[0].1)
+            .env("SSL_CERT_FILE", &bundle)
+            .env("NODE_EXTRA_CA_CERTS", &ca_file)
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{program}: {stderr}");
+        assert_eq!(output.stdout, b"ok", "{program}: {stderr}");
+    }
+    let authorizations: Vec<(String, Option<String>)> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|seen| {
+            let authorization = seen.headers.iter().find(|(name, _)| name == "authorization");
+            (seen.path.clone(), authorization.map(|(_, value)| value.clone()))
+        })
+        .collect();
+    let expected = ["/curl", "/python", "/node"].map(|path| (path.to_owned(), Some(format!("Bearer {SECRET}"))));
+    assert_eq!(authorizations, expected);
+}

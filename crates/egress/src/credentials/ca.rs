@@ -140,3 +140,69 @@ impl Ca {
         self.leaves.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::pki_types::ServerName;
+    use rustls::pki_types::pem::PemObject;
+
+    fn authority(hosts: &[&str]) -> Ca {
+        let patterns: Vec<HostPattern> = hosts.iter().map(|host| HostPattern::parse(host).unwrap()).collect();
+        let patterns: Vec<&HostPattern> = patterns.iter().collect();
+        Ca::new(&patterns, Arc::new(rustls::crypto::ring::default_provider())).unwrap()
+    }
+
+    /// Whether a client trusting `ca` alone completes a handshake with its leaf for `host`.
+    async fn trusted(ca: &Ca, host: &str) -> bool {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(ca.ca_pem().as_bytes()) {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        let client = rustls::ClientConfig::builder_with_provider(ca.provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let (near, far) = tokio::io::duplex(64 * 1024);
+        let server = tokio_rustls::TlsAcceptor::from(ca.server_config(host).unwrap());
+        let serving = tokio::spawn(async move { server.accept(far).await.is_ok() });
+        let name = ServerName::try_from(host.to_owned()).unwrap();
+        let connected = tokio_rustls::TlsConnector::from(Arc::new(client)).connect(name, near).await.is_ok();
+        let _ = serving.await;
+        connected
+    }
+
+    #[tokio::test]
+    async fn leaves_are_trusted_for_mapped_names_only() {
+        let ca = authority(&["api.example.com", "*.corp.test"]);
+        assert!(trusted(&ca, "api.example.com").await);
+        assert!(trusted(&ca, "git.corp.test").await);
+        // Even signed by this authority, a leaf for another name fails: the name constraints hold it.
+        assert!(!trusted(&ca, "www.example.com").await);
+        assert!(!trusted(&ca, "bank.test").await);
+        assert!(!trusted(&authority(&[]), "anything.test").await);
+    }
+
+    #[test]
+    fn leaves_are_cached_and_the_cache_is_bounded() {
+        let ca = authority(&["*.example.com"]);
+        let first = ca.server_config("a.example.com").unwrap();
+        assert!(Arc::ptr_eq(&first, &ca.server_config("A.example.com.").unwrap()));
+        for i in 0..LEAVES {
+            ca.server_config(&format!("h{i}.example.com")).unwrap();
+        }
+        let leaves = ca.lock();
+        assert_eq!((leaves.configs.len(), leaves.order.len()), (LEAVES, LEAVES));
+        assert!(!leaves.configs.contains_key("a.example.com"));
+    }
+
+    #[test]
+    fn the_trust_bundle_is_the_system_bundle_then_this_authority() {
+        let ca = authority(&["api.example.com"]);
+        let system = std::fs::read_to_string(SYSTEM_BUNDLE).unwrap();
+        let bundle = ca.trust_bundle_pem();
+        assert!(bundle.starts_with(&system) && bundle.ends_with(ca.ca_pem()));
+        assert!(!ca.ca_pem().contains("PRIVATE KEY"));
+    }
+}
