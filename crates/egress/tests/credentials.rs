@@ -570,6 +570,23 @@ request.end();
         assert!(output.status.success(), "{program}: {stderr}");
         assert_eq!(output.stdout, b"ok", "{program}: {stderr}");
     }
+    // A 2 MiB upload from curl (which asks `Expect: 100-continue` past 1 MiB) comes back intact.
+    let upload = files.path().join("upload");
+    let body: Vec<u8> = (0..2u32 << 20).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&upload, &body).unwrap();
+    let output = tokio::process::Command::new("curl")
+        .args(["-sS", "--fail", "--cacert"])
+        .arg(&bundle)
+        .args(["--resolve", &format!("api.test:{port}:127.0.0.1"), "--data-binary"])
+        .arg(format!("@{}", upload.display()))
+        .arg(format!("https://api.test:{port}/echo-body"))
+        .output()
+        .await
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(output.stdout == body, "{} bytes back", output.stdout.len());
+    seen.lock().unwrap().retain(|seen| seen.path != "/echo-body");
+
     let authorizations: Vec<(String, Option<String>)> = seen
         .lock()
         .unwrap()
