@@ -366,13 +366,19 @@ async fn a_host_header_other_than_the_host_is_refused() {
     let (status, _, body) = send(&mut sender, get("evil.test", "/", &[("authorization", &placeholder)])).await;
     drop(sender);
     served.await.unwrap().unwrap();
-    assert_eq!(
-        (status, body),
-        (
-            StatusCode::MISDIRECTED_REQUEST,
-            b"sandlot egress: the request's Host is not the connection's host\n".to_vec()
-        )
+    let misdirected = (
+        StatusCode::MISDIRECTED_REQUEST,
+        b"sandlot egress: the request's Host is not the connection's host\n".to_vec(),
     );
+    assert_eq!((status, body), misdirected);
+    // The same with the right Host and another host in an absolute-form target.
+    let (proxy, served) = intercept(&credentials, "api.test", upstream).await;
+    let mut sender = http_client(sandbox_tls(&credentials, proxy, "api.test").await.unwrap()).await;
+    let request = get("api.test", "https://evil.test/", &[("authorization", &placeholder)]);
+    let (status, _, body) = send(&mut sender, request).await;
+    drop(sender);
+    served.await.unwrap().unwrap();
+    assert_eq!((status, body), misdirected);
     assert_eq!(*seen.lock().unwrap(), []);
 }
 

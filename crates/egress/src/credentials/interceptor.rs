@@ -21,7 +21,7 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use rustls::ClientConfig;
 use rustls::server::Acceptor;
 use std::convert::Infallible;
@@ -97,7 +97,12 @@ impl Intercept for Interceptor {
                 async move { Ok::<_, Infallible>(session.forward(request).await) }
             })
         };
-        let served = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), service).await;
+        // With a timer, hyper's default header read timeout (30 s) holds: a sandbox cannot keep a half-sent request
+        // open to hold a connection of the proxy.
+        let served = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .serve_connection(TokioIo::new(tls), service)
+            .await;
         if let Err(error) = served {
             tracing::debug!(host = ?host, port, %error, "egress: an intercepted connection ended in error");
         }
@@ -130,9 +135,11 @@ struct Session {
 impl Session {
     async fn forward(&self, mut request: Request<Incoming>) -> Response<Body> {
         self.requests.fetch_add(1, Ordering::Relaxed);
-        if let Some(named) = request.headers().get(header::HOST)
-            && !names_host(named.as_bytes(), &self.host)
-        {
+        // A server that hosts many names (a CDN) routes by `Host`, or by the authority of an absolute-form target:
+        // either naming another host would take the secret to that host's origin.
+        let host_header = request.headers().get(header::HOST).map(|value| value.as_bytes());
+        let authority = request.uri().authority().map(|authority| authority.as_str().as_bytes());
+        if [host_header, authority].into_iter().flatten().any(|named| !names_host(named, &self.host)) {
             tracing::warn!(host = ?self.host, "egress: refused a request whose Host is not the connection's host");
             return refusal(StatusCode::MISDIRECTED_REQUEST, "the request's Host is not the connection's host");
         }
