@@ -13,7 +13,7 @@ use hyper_util::rt::TokioIo;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
-use sandlot_egress::credentials::{CredentialSpec, Credentials, PLACEHOLDER_PREFIX};
+use sandlot_egress::credentials::{CredentialSpec, Credentials, PLACEHOLDER_PREFIX, trust_environment};
 use sandlot_egress::intercept::{Carried, Intercept};
 use std::io::{self, Write};
 use std::net::SocketAddr;
@@ -513,8 +513,9 @@ fn bad_specs_give_clear_errors() {
     assert!(error.starts_with("unknown field `headr`"), "{error}");
 }
 
-/// Real clients in the sandbox's place (OpenSSL's curl, Python's `ssl`, Node's `https`), trusting what the sandbox
-/// is given and sending the placeholder from their environment: each one's request reaches the host with the secret.
+/// Real clients in the sandbox's place (OpenSSL's curl, Python's `ssl`, Node's `https`), with the environment a
+/// sandbox is given (placeholders, trust variables) and no option of their own:
+/// each one's request reaches the host with the secret in place of the placeholder.
 #[tokio::test]
 async fn real_clients_trust_the_bundle_and_their_token_reaches_the_host() {
     let ca = TestCa::new();
@@ -532,11 +533,9 @@ async fn real_clients_trust_the_bundle_and_their_token_reaches_the_host() {
     let files = tempfile::tempdir().unwrap();
     let bundle = files.path().join("bundle.pem");
     std::fs::write(&bundle, credentials.trust_bundle_pem()).unwrap();
-    let ca_file = files.path().join("ca.pem");
-    std::fs::write(&ca_file, credentials.ca_pem()).unwrap();
 
     let curl = format!(
-        r#"curl -sS --fail --cacert "$SSL_CERT_FILE" --resolve api.test:{port}:127.0.0.1 -H "Authorization: Bearer $API_TOKEN" https://api.test:{port}/curl"#
+        r#"curl -sS --fail --resolve api.test:{port}:127.0.0.1 -H "Authorization: Bearer $API_TOKEN" https://api.test:{port}/curl"#
     );
     let python = format!(
         r#"
@@ -566,9 +565,8 @@ request.end();
     for (program, args) in clients {
         let output = tokio::process::Command::new(program)
             .args(args)
-            .env("API_TOKEN", &credentials.environment()[0].1)
-            .env("SSL_CERT_FILE", &bundle)
-            .env("NODE_EXTRA_CA_CERTS", &ca_file)
+            .envs(credentials.environment())
+            .envs(trust_environment(bundle.to_str().unwrap()))
             .output()
             .await
             .unwrap();
@@ -581,9 +579,8 @@ request.end();
     let body: Vec<u8> = (0..2u32 << 20).map(|i| (i % 251) as u8).collect();
     std::fs::write(&upload, &body).unwrap();
     let output = tokio::process::Command::new("curl")
-        .args(["-sS", "--fail", "--cacert"])
-        .arg(&bundle)
-        .args(["--resolve", &format!("api.test:{port}:127.0.0.1"), "--data-binary"])
+        .envs(trust_environment(bundle.to_str().unwrap()))
+        .args(["-sS", "--fail", "--resolve", &format!("api.test:{port}:127.0.0.1"), "--data-binary"])
         .arg(format!("@{}", upload.display()))
         .arg(format!("https://api.test:{port}/echo-body"))
         .output()

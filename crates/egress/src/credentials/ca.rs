@@ -31,6 +31,26 @@ const LEAVES: usize = 256;
 const LEAF_REFRESH: Duration = Duration::from_secs(7 * 24 * 3600);
 const LEAF_VALIDITY: time::Duration = time::Duration::days(90);
 
+/// The variables that point the common clients at a trust bundle (see [`Ca::trust_bundle_pem`]): OpenSSL and
+/// Python's `ssl`, `requests`, curl, Node (which adds the file to its own roots), pip, git, cargo, the AWS SDKs and
+/// Deno.
+pub const TRUST_VARIABLES: [&str; 9] = [
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "PIP_CERT",
+    "GIT_SSL_CAINFO",
+    "CARGO_HTTP_CAINFO",
+    "AWS_CA_BUNDLE",
+    "DENO_CERT",
+];
+
+/// Each of [`TRUST_VARIABLES`] set to `bundle_path`, the trust bundle's path inside the sandbox.
+pub fn trust_environment(bundle_path: &str) -> Vec<(String, String)> {
+    TRUST_VARIABLES.iter().map(|name| (name.to_string(), bundle_path.to_owned())).collect()
+}
+
 /// One server start's authority.
 pub struct Ca {
     issuer: Issuer<'static, KeyPair>,

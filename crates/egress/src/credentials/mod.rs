@@ -17,7 +17,7 @@ mod secret;
 mod spec;
 mod upstream;
 
-pub use ca::{Ca, SYSTEM_BUNDLE};
+pub use ca::{Ca, SYSTEM_BUNDLE, TRUST_VARIABLES, trust_environment};
 pub use error::{CredentialError, Result};
 pub use host::HostPattern;
 pub use interceptor::Interceptor;
