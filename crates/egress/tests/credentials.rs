@@ -72,6 +72,11 @@ type Log = Arc<Mutex<Vec<Seen>>>;
 /// The mapped host's real server on loopback: `/echo-body` answers the body it got, `/reflect` puts the request's
 /// `Authorization` in a response header (a host that echoes the secret), anything else answers `ok`.
 async fn start_host(config: Arc<rustls::ServerConfig>) -> (SocketAddr, Log) {
+    start_host_with(config, true).await
+}
+
+/// [`start_host`], closing each connection after one answer unless `keep_alive`.
+async fn start_host_with(config: Arc<rustls::ServerConfig>, keep_alive: bool) -> (SocketAddr, Log) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let log: Log = Arc::default();
@@ -88,7 +93,10 @@ async fn start_host(config: Arc<rustls::ServerConfig>) -> (SocketAddr, Log) {
                     let seen = seen.clone();
                     async move { Ok::<_, std::convert::Infallible>(answer(request, &seen)) }
                 });
-                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), service).await;
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .keep_alive(keep_alive)
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
             });
         }
     });
@@ -601,4 +609,28 @@ request.end();
         .collect();
     let expected = ["/curl", "/python", "/node"].map(|path| (path.to_owned(), Some(format!("Bearer {SECRET}"))));
     assert_eq!(authorizations, expected);
+}
+
+#[tokio::test]
+async fn a_host_that_closes_its_connections_is_reconnected_and_hop_headers_stay_on_their_hop() {
+    let ca = TestCa::new();
+    let (upstream, seen) = start_host_with(ca.server_config(&["api.test"]), false).await;
+    let credentials = Credentials::new(&[spec("api.test", "API_TOKEN", SECRET, None)], Some(&ca.pem)).unwrap();
+    let placeholder = credentials.environment()[0].1.clone();
+    let (proxy, served) = intercept(&credentials, "api.test", upstream).await;
+    let mut sender = http_client(sandbox_tls(&credentials, proxy, "api.test").await.unwrap()).await;
+    // The host answers `Connection: close` and closes; the sandbox's connection stays open for the next request.
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        let headers = [("authorization", placeholder.as_str()), ("connection", "keep-alive, x-hop"), ("x-hop", "1")];
+        let (status, response_headers, body) = send(&mut sender, get("api.test", "/", &headers)).await;
+        assert!(!response_headers.contains("connection"), "{response_headers}");
+        statuses.push((status, body));
+    }
+    drop(sender);
+    served.await.unwrap().unwrap();
+    assert_eq!(statuses, vec![(StatusCode::OK, b"ok".to_vec()); 3]);
+    let headers = vec![("authorization".to_owned(), SECRET.to_owned()), ("host".to_owned(), "api.test".to_owned())];
+    let one = Seen { method: "GET".into(), path: "/".into(), headers };
+    assert_eq!(*seen.lock().unwrap(), vec![one; 3]);
 }

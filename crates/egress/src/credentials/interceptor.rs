@@ -16,7 +16,7 @@ use super::spec::Credential;
 use super::upstream;
 use crate::intercept::{Carried, Intercept};
 use bytes::Bytes;
-use http::{Request, Response, StatusCode, header};
+use http::{HeaderMap, HeaderName, Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -146,6 +146,7 @@ impl Session {
         if request.headers().contains_key(header::UPGRADE) {
             return refusal(StatusCode::NOT_IMPLEMENTED, "protocol upgrades are not supported to this host");
         }
+        strip_hop_by_hop(request.headers_mut());
         let credentials: Vec<&Credential> = self.credentials.iter().map(Arc::as_ref).collect();
         if rewrite::request(request.headers_mut(), &credentials) > 0 {
             self.injected.fetch_add(1, Ordering::Relaxed);
@@ -156,6 +157,7 @@ impl Session {
         match self.send(request).await {
             Ok(response) => {
                 let mut response = response.map(BodyExt::boxed);
+                strip_hop_by_hop(response.headers_mut());
                 rewrite::response(response.headers_mut(), &credentials);
                 response
             }
@@ -166,14 +168,38 @@ impl Session {
         }
     }
 
-    async fn send(&self, request: Request<Incoming>) -> io::Result<Response<Incoming>> {
-        let mut sender = self.sender.lock().await;
-        let sender = match &mut *sender {
-            Some(open) if !open.is_closed() => open,
-            slot => slot.insert(self.connect().await?),
-        };
-        sender.ready().await.map_err(io::Error::other)?;
-        sender.send_request(request).await.map_err(io::Error::other)
+    /// Sends `request` on the connection to the host, opening one when there is none or the host closed it. A
+    /// kept-alive connection the host closed while idle may still look open: hyper then gives the request back
+    /// unsent, and it goes once more on a new connection.
+    async fn send(&self, mut request: Request<Incoming>) -> io::Result<Response<Incoming>> {
+        let mut slot = self.sender.lock().await;
+        let mut retried = false;
+        loop {
+            let sender = match slot.take() {
+                Some(open) if !open.is_closed() => open,
+                _ => self.connect().await?,
+            };
+            let sender = slot.insert(sender);
+            let error = match sender.ready().await {
+                Err(error) => error,
+                Ok(()) => match sender.try_send_request(request).await {
+                    Ok(response) => return Ok(response),
+                    Err(mut failed) => match failed.take_message() {
+                        Some(unsent) => {
+                            request = unsent;
+                            failed.into_error()
+                        }
+                        None => return Err(io::Error::other(failed.into_error())),
+                    },
+                },
+            };
+            *slot = None;
+            if retried {
+                return Err(io::Error::other(error));
+            }
+            retried = true;
+            tracing::debug!(host = ?self.host, %error, "egress: the connection to the host was closed; reopening it");
+        }
     }
 
     async fn connect(&self) -> io::Result<SendRequest<Incoming>> {
@@ -187,6 +213,27 @@ impl Session {
             }
         });
         Ok(sender)
+    }
+}
+
+/// Removes the headers that describe one hop, not the message (RFC 9110, 7.6.1): the sandbox's connection to the
+/// interceptor and the interceptor's to the host are separate, each kept alive or closed on its own.
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in [header::CONNECTION, header::TE, header::TRAILER, header::PROXY_AUTHORIZATION] {
+        headers.remove(name);
+    }
+    for name in ["keep-alive", "proxy-connection"] {
+        headers.remove(name);
     }
 }
 
