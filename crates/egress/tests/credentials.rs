@@ -59,7 +59,7 @@ impl TestCa {
     }
 }
 
-/// What the host was sent: each request's method, path and headers (sorted).
+/// What the host was sent: each request's method, target (path and query) and headers (sorted).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Seen {
     method: String,
@@ -110,9 +110,9 @@ fn answer(request: Request<Incoming>, seen: &Log) -> Response<BoxBody<Bytes, hyp
         .map(|(name, value)| (name.to_string(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
         .collect();
     headers.sort();
-    let path = request.uri().path().to_owned();
-    seen.lock().unwrap().push(Seen { method: request.method().to_string(), path: path.clone(), headers });
-    match path.as_str() {
+    let target = request.uri().path_and_query().map_or("", |target| target.as_str()).to_owned();
+    seen.lock().unwrap().push(Seen { method: request.method().to_string(), path: target, headers });
+    match request.uri().path() {
         "/echo-body" => Response::new(request.into_body().boxed()),
         "/reflect" => {
             let echoed = request.headers().get("authorization").cloned();
@@ -248,9 +248,10 @@ async fn the_host_gets_the_secret_and_the_sandbox_never_sees_it() {
 
     let (proxy, served) = intercept(&credentials, "api.test", upstream).await;
     let mut sender = http_client(sandbox_tls(&credentials, proxy, "api.test").await.unwrap()).await;
-    // Three requests on one connection: what the sandbox sent forged is replaced, the placeholder becomes the secret.
+    // Three requests on one connection: the configured header replaces what the sandbox sent, and the other
+    // placeholder becomes its secret wherever it is (header values, the query).
     let mut responses = Vec::new();
-    for path in ["/one", "/two", "/reflect"] {
+    for path in ["/one", &format!("/two?key={key}"), "/reflect"] {
         let headers =
             [("authorization", "Bearer forged"), ("x-api-key", key.as_str()), ("x-quoted", &format!("k={key};"))];
         responses.push(send(&mut sender, get("api.test", path, &headers)).await);
@@ -258,17 +259,15 @@ async fn the_host_gets_the_secret_and_the_sandbox_never_sees_it() {
     drop(sender);
     let carried = served.await.unwrap().unwrap();
 
-    let expected_headers = |_: &str| {
-        vec![
-            ("authorization".to_owned(), format!("Bearer {SECRET}")),
-            ("host".to_owned(), "api.test".to_owned()),
-            ("x-api-key".to_owned(), OTHER_SECRET.to_owned()),
-            ("x-quoted".to_owned(), format!("k={OTHER_SECRET};")),
-        ]
-    };
-    let expected: Vec<Seen> = ["/one", "/two", "/reflect"]
+    let headers = vec![
+        ("authorization".to_owned(), format!("Bearer {SECRET}")),
+        ("host".to_owned(), "api.test".to_owned()),
+        ("x-api-key".to_owned(), OTHER_SECRET.to_owned()),
+        ("x-quoted".to_owned(), format!("k={OTHER_SECRET};")),
+    ];
+    let expected: Vec<Seen> = ["/one", &format!("/two?key={OTHER_SECRET}"), "/reflect"]
         .iter()
-        .map(|path| Seen { method: "GET".into(), path: path.to_string(), headers: expected_headers(path) })
+        .map(|path| Seen { method: "GET".into(), path: path.to_string(), headers: headers.clone() })
         .collect();
     assert_eq!(*seen.lock().unwrap(), expected);
 

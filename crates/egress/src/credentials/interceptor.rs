@@ -1,9 +1,11 @@
 //! [`Interceptor`]: the proxy's [`Intercept`] for hosts mapped to a secret. It ends the sandbox's TLS as the host
-//! (a leaf of this start's [`Ca`]), reads each HTTP/1.1 request, puts the secret in ([`rewrite`]) and forwards it
-//! over a TLS connection of its own to the host's real server, streaming bodies both ways.
+//! (a leaf of this start's [`Ca`]), reads each HTTP/1.1 request, puts the secret in its headers or target
+//! ([`rewrite`]) and forwards it over a TLS connection of its own to the host's real server, streaming bodies both
+//! ways.
 //!
 //! Invariants: a secret goes only to the addresses the proxy resolved for its mapped host, over TLS verified as the
-//! host (SNI and certificate); the sandbox must name that host (SNI, and `Host` when sent) or is refused, so it
+//! host (SNI and certificate); the sandbox must name that host (SNI, and `Host` or an absolute target when sent) or
+//! is refused, so it
 //! cannot steer a secret elsewhere by fronting; a connection the sandbox opens in plain text to a mapped host fails
 //! its TLS handshake and carries nothing. Logs name the host and the variable that got a secret, never a value.
 //! Not supported: protocol upgrades (WebSocket) and HTTP/2 to the sandbox (ALPN offers `http/1.1` only).
@@ -148,7 +150,12 @@ impl Session {
         }
         strip_hop_by_hop(request.headers_mut());
         let credentials: Vec<&Credential> = self.credentials.iter().map(Arc::as_ref).collect();
-        if rewrite::request(request.headers_mut(), &credentials) > 0 {
+        let mut injected = rewrite::request(request.headers_mut(), &credentials);
+        if let Some(target) = rewrite::target(request.uri(), &credentials) {
+            *request.uri_mut() = target;
+            injected += 1;
+        }
+        if injected > 0 {
             self.injected.fetch_add(1, Ordering::Relaxed);
             let variables: Vec<&str> =
                 credentials.iter().map(|credential| credential.placeholder_env.as_str()).collect();

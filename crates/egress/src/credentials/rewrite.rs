@@ -2,14 +2,37 @@
 //!
 //! A request's header values get each placeholder replaced by its secret, also inside `Authorization: Basic`
 //! (base64 of `user:password`, how git and pip send a token), and each credential's configured header set,
-//! replacing whatever the sandbox sent. A response's header values get any secret the host echoed replaced by its
+//! replacing whatever the sandbox sent; its target (path and query, for APIs that take `?key=`) gets each
+//! placeholder replaced by its secret percent-encoded. Bodies are not rewritten. A response's header values get any secret the host echoed replaced by its
 //! placeholder (a host that echoes it in a body is not scrubbed: see docs/security.md). Only the credentials mapped
 //! to the connection's host are given here, so another host's placeholder goes through as it is.
 
 use super::spec::Credential;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use http::{HeaderMap, HeaderValue, header};
+use http::uri::PathAndQuery;
+use http::{HeaderMap, HeaderValue, Uri, header};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+
+/// What stays as it is when a secret goes in a target: RFC 3986's unreserved characters.
+const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+/// A request's target with every placeholder of `credentials` replaced by its secret, or `None` when it holds none.
+pub fn target(uri: &Uri, credentials: &[&Credential]) -> Option<Uri> {
+    let path_and_query = uri.path_and_query()?;
+    let mut current: Option<String> = None;
+    for credential in credentials {
+        let text = current.as_deref().unwrap_or(path_and_query.as_str());
+        if text.contains(&credential.placeholder) {
+            let secret = String::from_utf8_lossy(credential.secret.expose());
+            let encoded = utf8_percent_encode(&secret, UNRESERVED).to_string();
+            current = Some(text.replace(&credential.placeholder, &encoded));
+        }
+    }
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(PathAndQuery::try_from(current?).ok()?);
+    Uri::from_parts(parts).ok()
+}
 
 /// Puts the secrets of `credentials` into a request's `headers`; returns how many headers now carry one.
 pub fn request(headers: &mut HeaderMap, credentials: &[&Credential]) -> usize {
@@ -156,6 +179,21 @@ mod tests {
         let mut map = sent.clone();
         assert_eq!(request(&mut map, &[]), 0);
         assert_eq!(map, sent);
+    }
+
+    #[test]
+    fn placeholders_in_the_target_become_the_secret_percent_encoded() {
+        let mut credential = credential(None, None);
+        credential.secret = crate::credentials::secret::Secret::new(b"a b&c=d/e~".to_vec());
+        let p = credential.placeholder.clone();
+        let uri: Uri = format!("/v1/{p}/x?key={p}&q=1").parse().unwrap();
+        let expected: Uri = "/v1/a%20b%26c%3Dd%2Fe~/x?key=a%20b%26c%3Dd%2Fe~&q=1".parse().unwrap();
+        assert_eq!(target(&uri, &[&credential]), Some(expected));
+        let absolute: Uri = format!("https://api.example.com/?key={p}").parse().unwrap();
+        let expected: Uri = "https://api.example.com/?key=a%20b%26c%3Dd%2Fe~".parse().unwrap();
+        assert_eq!(target(&absolute, &[&credential]), Some(expected));
+        assert_eq!(target(&"/plain?q=1".parse().unwrap(), &[&credential]), None);
+        assert_eq!(target(&uri, &[]), None);
     }
 
     #[test]
