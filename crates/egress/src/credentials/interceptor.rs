@@ -5,9 +5,8 @@
 //!
 //! Invariants: a secret goes only to the addresses the proxy resolved for its mapped host, over TLS verified as the
 //! host (SNI and certificate); the sandbox must name that host (SNI, and `Host` or an absolute target when sent) or
-//! is refused, so it
-//! cannot steer a secret elsewhere by fronting; a connection the sandbox opens in plain text to a mapped host fails
-//! its TLS handshake and carries nothing. Logs name the host and the variable that got a secret, never a value.
+//! is refused, so it cannot steer a secret elsewhere by fronting; a connection the sandbox opens in plain text to a
+//! mapped host fails its TLS handshake and carries nothing. Logs name the host and the variable that got a secret, never a value.
 //! Not supported: protocol upgrades (WebSocket) and HTTP/2 to the sandbox (ALPN offers `http/1.1` only).
 
 use super::ca::Ca;
