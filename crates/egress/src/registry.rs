@@ -45,6 +45,8 @@ pub struct Leashed {
     pub bytes_per_second: u64,
     /// The buckets that hold the sandbox to `bytes_per_second`.
     pub bandwidth: Bandwidth,
+    /// Connections whose record is not written yet (see `proxy::tracker`).
+    pub(crate) unrecorded: std::sync::atomic::AtomicUsize,
 }
 
 impl Leashed {
@@ -57,7 +59,13 @@ impl Leashed {
             connections: Arc::new(tokio::sync::Semaphore::new(max_connections)),
             bytes_per_second,
             bandwidth: Bandwidth::new(bytes_per_second),
+            unrecorded: std::sync::atomic::AtomicUsize::new(0),
         }
+    }
+
+    /// Connections opened and not yet recorded.
+    pub fn open_connections(&self) -> usize {
+        self.unrecorded.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 

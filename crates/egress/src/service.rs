@@ -103,7 +103,10 @@ impl Egress {
         for port in transparent_ports(&policy) {
             tasks.push(tokio::spawn(proxy.clone().serve_transparent(tcp(port)?)).abort_handle());
         }
-        let udp = tokio::net::UdpSocket::from_std(gateway.udp_socket(any(DNS_PORT))?)?;
+        // Bound to the service address, not 0.0.0.0: a UDP answer must come from the address it was asked at, and
+        // one bound to any address would answer from the link's.
+        let service = SocketAddr::new(crate::SERVICE_ADDRESS.into(), DNS_PORT);
+        let udp = tokio::net::UdpSocket::from_std(gateway.udp_socket(service)?)?;
         tasks.push(tokio::spawn(responder.clone().serve_udp(udp)).abort_handle());
         tasks.push(tokio::spawn(responder.serve_tcp(tcp(DNS_PORT)?)).abort_handle());
         Ok(Arc::new(Egress {
@@ -176,14 +179,24 @@ impl SandboxNetwork {
         self.link.gateway
     }
 
-    /// The proxy variables every run in the sandbox gets (`HTTP_PROXY`, `HTTPS_PROXY`, `NO_PROXY`, lower case too).
+    /// The proxy variables every run in the sandbox gets (`HTTP_PROXY`, `HTTPS_PROXY`, `NO_PROXY`, lower case too),
+    /// at [`crate::SERVICE_ADDRESS`], the same for every sandbox.
     pub fn environment(&self) -> Vec<(String, String)> {
-        environment(self.link.gateway)
+        environment(crate::SERVICE_ADDRESS)
     }
 
-    /// The sandbox's `/etc/resolv.conf`.
+    /// The sandbox's `/etc/resolv.conf` (the jail's skeleton holds the same: [`crate::SERVICE_ADDRESS`]).
     pub fn resolv_conf(&self) -> String {
-        resolv_conf(self.link.gateway)
+        resolv_conf(crate::SERVICE_ADDRESS)
+    }
+
+    /// Waits until none of the sandbox's connections is open (at most `limit`): a run's last connections are
+    /// recorded when they close, which is after its processes are gone.
+    pub async fn settle(&self, limit: std::time::Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        while self.leashed.open_connections() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
     }
 
     /// Says which run is now running in the sandbox (records made from here on name it).

@@ -27,8 +27,8 @@ struct Inner {
 }
 
 impl Synthetic {
-    /// Names held at most: the /15 less its first and last addresses.
-    pub const CAPACITY: usize = (1 << 17) - 2;
+    /// Names held at most: the /15 less its first and last addresses and [`crate::SERVICE_ADDRESS`].
+    pub const CAPACITY: usize = (1 << 17) - 3;
 
     /// The whole of [`crate::network::SYNTHETIC`].
     pub fn new() -> Self {
@@ -38,10 +38,9 @@ impl Synthetic {
     /// A table of at most `capacity` names (at least 1, at most [`Synthetic::CAPACITY`]).
     pub fn with_capacity(capacity: usize) -> Self {
         let capacity = capacity.clamp(1, Self::CAPACITY);
-        let base = u32::from(Ipv4Addr::new(198, 18, 0, 0));
         Self {
             inner: Mutex::new(Inner { by_name: LruCache::unbounded(), by_offset: Vec::new() }),
-            first: base + 1,
+            first: u32::from(crate::SERVICE_ADDRESS) + 1, // the proxy's and the name server's own comes first
             capacity,
         }
     }
@@ -103,9 +102,10 @@ mod tests {
         let other = table.address("files.pythonhosted.org");
         assert_ne!(pypi, other);
         assert_eq!(table.address("pypi.org"), pypi);
-        assert_eq!(pypi, Ipv4Addr::new(198, 18, 0, 1));
+        assert_eq!(pypi, Ipv4Addr::new(198, 18, 0, 2), "198.18.0.1 is the service address");
         assert_eq!(table.name(pypi.into()).as_deref(), Some("pypi.org"));
         assert_eq!(table.name(Ipv4Addr::new(198, 18, 0, 9).into()), None);
+        assert_eq!(table.name(crate::SERVICE_ADDRESS.into()), None);
         assert_eq!(table.name(Ipv4Addr::new(10, 0, 0, 1).into()), None);
         assert!(Synthetic::contains(Ipv4Addr::new(198, 19, 255, 255).into()));
         assert!(!Synthetic::contains(Ipv4Addr::new(198, 20, 0, 0).into()));
@@ -126,7 +126,7 @@ mod tests {
 
     #[test]
     fn the_whole_range_fits() {
-        let last = Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 0, 1)) + Synthetic::CAPACITY as u32 - 1);
+        let last = Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 0, 2)) + Synthetic::CAPACITY as u32 - 1);
         assert_eq!(last, Ipv4Addr::new(198, 19, 255, 254));
     }
 }

@@ -17,6 +17,7 @@ impl Tracker {
     /// A connection to `host:port` by `route`, refused until [`Tracker::allow`] says otherwise.
     pub fn new(leashed: Arc<Leashed>, route: Route, host: String, port: u16) -> Self {
         let run_id = leashed.owner.run_id();
+        leashed.unrecorded.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let record = ConnectionRecord {
             host,
             port,
@@ -84,5 +85,6 @@ impl Drop for Tracker {
             reason = %self.record.reason, "egress connection"
         );
         self.leashed.audit.record(self.record.clone());
+        self.leashed.unrecorded.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }

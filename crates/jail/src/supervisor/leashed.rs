@@ -53,8 +53,10 @@ pub fn with_proxy_environment(job: &Job, network: &SandboxNetwork) -> Job {
     job
 }
 
-/// Puts the connections `network` recorded into `outcome`.
+/// Puts the connections `network` recorded into `outcome`, once those the run left open have closed (its
+/// processes are gone, so they close at once; a second at most).
 pub async fn record_connections(outcome: &mut RunOutcome, network: &SandboxNetwork) {
+    network.settle(std::time::Duration::from_secs(1)).await;
     let (connections, dropped) = network.take_connections();
     outcome.connections = connections;
     outcome.connections_dropped = dropped;
