@@ -440,6 +440,7 @@ impl Engine {
             mounts: request.mounts,
             network: leash.map(|leash| crate::JobNetwork {
                 leash,
+                asked: request.network.clone(),
                 tenant: pool_tenant.to_owned(),
                 conversation: conversation.to_string(),
             }),
@@ -518,6 +519,7 @@ impl Engine {
             workspace: job.workspace.clone(),
             layout: job.layout,
             mounts: job.mounts.clone(),
+            network: job.network.clone(),
         };
         let ran = self.sessions.run(live, job, parts, session, sink).await;
         match ran {

@@ -236,6 +236,10 @@ impl LiveSandbox for LiveJail {
         self.state.is_alive()
     }
 
+    fn egress(&self) -> Option<Arc<sandlot_egress::SandboxNetwork>> {
+        self.state.network.clone()
+    }
+
     async fn close(&self) {
         self.state.kill();
         let mut done = self.state.done.subscribe();

@@ -227,6 +227,7 @@ impl JailBackend {
                 esbuild: esbuild.as_ref().map(|(path, _)| path.clone()),
                 owner: root.then_some((storage_uid, storage_uid)),
                 storage_uid,
+                egress: config.egress.clone(),
             })),
             Launcher::OneShot(..) => None,
         };
