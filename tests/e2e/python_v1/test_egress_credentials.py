@@ -55,15 +55,29 @@ curl -sS http://other.test/auth -H "Authorization: Bearer $TOKEN"
 
 
 def test_the_secret_is_nowhere_in_the_sandbox(keyed_server):
+    # The code names the secret reversed: the program's own file and command line must not hold it.
     code = f"""
-secret={servers.SECRET!r}
-found=0
-for place in /proc/self/environ /proc/1/environ /proc/self/cmdline; do grep -qa "$secret" "$place" 2>/dev/null && found=1; done
-env | grep -q "$secret" && found=1
-grep -rqa "$secret" /etc /tmp /data /run 2>/dev/null && found=1
-curl -sS --max-time 5 http://198.18.0.1:3128/ 2>&1 | grep -q "$secret" && found=1
-curl -sS --max-time 5 -x '' http://198.18.0.1:3128/ 2>&1 | grep -q "$secret" && found=1
-echo "found=$found"
+import os, subprocess
+secret = {servers.SECRET[::-1]!r}[::-1].encode()
+found = []
+for top in ['/etc', '/tmp', '/data', '/run', '/proc/self', '/proc/1']:
+    for directory, _, files in os.walk(top):
+        for name in files if not directory.startswith('/proc') else ['environ', 'cmdline']:
+            try:
+                with open(os.path.join(directory, name), 'rb') as file:
+                    if secret in file.read():
+                        found.append(os.path.join(directory, name))
+            except OSError:
+                pass
+        if top.startswith('/proc'):
+            break
+if secret.decode() in repr(dict(os.environ)):
+    found.append('environment')
+for proxy in (['-x', ''], ['--noproxy', '*']):
+    answer = subprocess.run(['curl', '-sS', '--max-time', '5', *proxy, 'http://198.18.0.1:3128/'], capture_output=True)
+    if secret in answer.stdout + answer.stderr:
+        found.append('the proxy port')
+print('found', found)
 """
-    result = run(keyed_server, "bash", code)
-    assert result["stdout"].strip().endswith("found=0"), result
+    result = run(keyed_server, "python", code)
+    assert result["stdout"] == "found []\n", result
