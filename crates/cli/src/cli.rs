@@ -28,7 +28,7 @@ pub enum Command {
     /// Serve MCP over HTTP: Streamable HTTP at /mcp, signed downloads at /files, /healthz.
     Serve(Box<ServeArgs>),
     /// Serve MCP over stdin and stdout (for clients that start the server themselves).
-    Stdio(StdioArgs),
+    Stdio(Box<StdioArgs>),
     /// Print a ready configuration for an MCP client (Claude Code, Claude Desktop, Cursor, VS Code) that connects
     /// to a running `sandlot serve`.
     McpConfig(McpConfigArgs),

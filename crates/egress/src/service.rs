@@ -177,12 +177,15 @@ impl Drop for Egress {
 
 /// The interceptor and the sandboxes' extra variables for `config`'s credentials (none: the configured
 /// interceptor, if any, and no variable). Writes the trust bundle into `trust_dir`.
-fn credentials(config: &EgressConfig) -> Result<(Option<Arc<dyn Intercept>>, Vec<(String, String)>), EgressError> {
+fn credentials(config: &EgressConfig) -> Result<(Option<Arc<dyn Intercept>>, Variables), EgressError> {
     if config.credentials.is_empty() {
         return Ok((config.intercept.clone(), Vec::new()));
     }
     let credentials = Credentials::new(&config.credentials, config.upstream_roots_pem.as_deref())?;
-    let dir = config.trust_dir.as_ref().ok_or_else(|| EgressError::TrustBundle("no directory for the trust bundle".into()))?;
+    let dir = config
+        .trust_dir
+        .as_ref()
+        .ok_or_else(|| EgressError::TrustBundle("no directory for the trust bundle".into()))?;
     let bundle = dir.join(TRUST_BUNDLE);
     let written = std::fs::create_dir_all(dir)
         .and_then(|()| std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)))
@@ -194,6 +197,9 @@ fn credentials(config: &EgressConfig) -> Result<(Option<Arc<dyn Intercept>>, Vec
     let intercept: Arc<dyn Intercept> = credentials.interceptor();
     Ok((Some(intercept), variables))
 }
+
+/// Environment variables, name and value.
+type Variables = Vec<(String, String)>;
 
 /// The trust bundle's file name in `trust_dir`.
 pub const TRUST_BUNDLE: &str = "ca-bundle.pem";

@@ -18,9 +18,10 @@ pub async fn start(args: &EgressArgs, backend: BackendKind) -> anyhow::Result<Op
         anyhow::bail!("SANDLOT_EGRESS_POLICY needs a server running as root (it makes network namespaces and links)");
     }
     let upstream_roots_pem = match &args.egress_upstream_ca {
-        Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
-            anyhow::anyhow!("SANDLOT_EGRESS_UPSTREAM_CA: cannot read {}: {e}", path.display())
-        })?),
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("SANDLOT_EGRESS_UPSTREAM_CA: cannot read {}: {e}", path.display()))?,
+        ),
         None => None,
     };
     let config = EgressConfig {

@@ -22,7 +22,7 @@ pub async fn dispatch(cli: Cli, forked_init: Option<sandlot_jail::ForkedInit>) -
         Command::Runners(args) => runners::runners(args),
         Command::Doctor(args) => doctor::doctor(args).await,
         Command::Serve(args) => serve::serve(*args).await,
-        Command::Stdio(args) => stdio::stdio(args).await,
+        Command::Stdio(args) => stdio::stdio(*args).await,
         Command::McpConfig(args) => mcp_config::mcp_config(args),
     };
     result.unwrap_or_else(|e| {

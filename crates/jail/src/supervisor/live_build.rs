@@ -132,7 +132,10 @@ impl LiveMaker {
 }
 
 /// `env` with the proxy variables of `network` (see `leashed`) where it does not set them itself.
-fn with_proxy_variables(mut env: Vec<(String, String)>, network: Option<&sandlot_egress::SandboxNetwork>) -> Vec<(String, String)> {
+fn with_proxy_variables(
+    mut env: Vec<(String, String)>,
+    network: Option<&sandlot_egress::SandboxNetwork>,
+) -> Vec<(String, String)> {
     for (name, value) in network.map(|network| network.environment()).unwrap_or_default() {
         if !env.iter().any(|(set, _)| *set == name) {
             env.push((name, value));

@@ -175,7 +175,8 @@ impl JailBackend {
         let root = nix::unistd::geteuid().is_root();
         // Every live sandbox binds esbuild's prefixes and, with egress credentials, the sandboxes' trust bundle's
         // directory (a leashed run binds it too): the skeleton has mount points for them.
-        let trust_dir = config.egress.as_ref().and_then(|egress| egress.0.trust_dir()).map(std::path::Path::to_path_buf);
+        let trust_dir =
+            config.egress.as_ref().and_then(|egress| egress.0.trust_dir()).map(std::path::Path::to_path_buf);
         let esbuild_binds: Vec<PathBuf> = esbuild
             .as_ref()
             .map(|(_, binds)| binds.clone())

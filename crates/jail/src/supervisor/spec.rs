@@ -144,7 +144,9 @@ fn build_live_parts(
         switch_to: resources.uid.map(|(uid, _, _)| (uid, uid)),
         storage_id: resources.uid.map(|(_, _, storage)| storage),
         uid_lock: resources.uid.map(|(_, lock, _)| lock),
-        join_netns: None, // a live sandbox's loopback is its own, never a kept one
+        // A leashed sandbox's link namespace (see `leashed`), else none: its loopback is its own, never a kept one
+        // (the live maker passes no other).
+        join_netns: resources.join_netns,
         sandbox_uid: identity.uid,
         sandbox_gid: identity.gid,
         hostname: identity.hostname,
@@ -284,7 +286,7 @@ mod tests {
     }
 
     #[test]
-    fn a_live_spec_is_resident_with_a_loopback_of_its_own_and_every_bind() {
+    fn a_live_spec_is_resident_joins_the_namespace_it_is_given_and_binds_all() {
         let live = LiveSpec {
             sandbox_id: "s1".into(),
             conversation: sandlot_core::ConversationId::parse("c1").unwrap(),
@@ -304,7 +306,7 @@ mod tests {
         let binds = vec![PathBuf::from("/opt/node"), PathBuf::from("/opt/py")];
         let spec = build_live(&live, binds.clone(), held);
         assert!(spec.resident);
-        assert_eq!(spec.join_netns, None, "never a kept namespace");
+        assert_eq!(spec.join_netns.as_deref(), Some(std::path::Path::new("/proc/1/fd/9")), "the link's, when leashed");
         assert_eq!(spec.extra_ro_binds, binds);
         assert_eq!(spec.rlimits.cpu_seconds, libc::RLIM_INFINITY);
         assert_eq!((spec.rlimits.processes, spec.rlimits.data_bytes), (None, None));
