@@ -164,7 +164,7 @@ async fn requests_without_a_session_are_served_statelessly() {
     assert_eq!(status, StatusCode::OK);
     let names: Vec<&str> =
         value["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["sandbox_run_code", "sandbox_list_runners", "sandbox_upload_file", "sandbox_session"]);
+    assert_eq!(names, ["sandbox_run_code", "sandbox_list_runners", "sandbox_upload_file", "sandbox_session", "sandbox_browser"]);
     let (_, value) = rpc(&router, r#"{"jsonrpc":"2.0","id":8,"method":"no/such/method"}"#).await;
     assert_eq!(value["error"]["code"], -32601);
     let (_, value) = rpc(&router, r#"{"jsonrpc":"2.0","id":9,"method":"server/discover","params":{}}"#).await;
