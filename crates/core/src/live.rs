@@ -109,7 +109,10 @@ pub trait LiveSandbox: Send + Sync {
     /// them): what a browser started in a sandbox made for code needs. A backend that cannot says so.
     async fn raise_limits(&self, memory_mb: u64, pids: u64) -> Result<()> {
         let _ = (memory_mb, pids);
-        Err(crate::Error::Backend { backend: "live", message: "this backend cannot raise a live sandbox's limits".into() })
+        Err(crate::Error::Backend {
+            backend: "live",
+            message: "this backend cannot raise a live sandbox's limits".into(),
+        })
     }
     /// Ends it: every process in it killed, its cgroup, mounts, uid, network namespace or container released.
     /// Idempotent; returns when everything is gone.

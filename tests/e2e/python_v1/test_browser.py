@@ -159,12 +159,14 @@ async def test_navigate_then_screenshot_shows_the_page(server):
                 "result": "sandlot test page"}
             assert result_of(await session.call_tool("browser_click", {"x": 60, "y": 510})) == {"clicked": True}
             assert result_of(await session.call_tool("browser_press_key", {"keys": "x"})) == {"pressed": True}
+            field = "document.getElementById('name').value"
+            assert result_of(await session.call_tool("browser_evaluate", {"expression": field})) == {"result": "x"}
             assert result_of(await session.call_tool(
                 "browser_form_input_fill", {"selector": "#name", "value": "typed"})) == {"filled": True}
             assert result_of(await session.call_tool("browser_select", {"selector": "#pick", "value": "b"})) == {
                 "selected": True}
             values = result_of(await session.call_tool(
-                "browser_evaluate", {"expression": "[name.value, pick.value]"}))
+                "browser_evaluate", {"expression": f"[{field}, document.getElementById('pick').value]"}))
             assert values == {"result": ["typed", "b"]}
             assert result_of(await session.call_tool("browser_scroll", {"x": 0, "y": 100})) == {"scrolled": True}
             assert result_of(await session.call_tool("browser_new_tab", {"url": url + "?tab"})) == {"index": 1}

@@ -54,25 +54,24 @@ pub fn parse(keys: &str) -> Result<Press, String> {
             _ => return Err(format!("unknown modifier {name:?} in {keys:?}: use Alt, Control, Meta or Shift")),
         };
     }
-    let (key, code, virtual_code, text) = if let Some((name, code, vk, text)) =
-        NAMED.iter().find(|(name, ..)| name.eq_ignore_ascii_case(key))
-    {
-        let key = if *name == "Space" { " " } else { name };
-        (key.to_owned(), (*code).to_owned(), *vk, (*text).to_owned())
-    } else {
-        let mut chars = key.chars();
-        let (Some(c), None) = (chars.next(), chars.next()) else {
-            return Err(format!("unknown key {key:?} in {keys:?}: a single character or a key name such as Enter"));
+    let (key, code, virtual_code, text) =
+        if let Some((name, code, vk, text)) = NAMED.iter().find(|(name, ..)| name.eq_ignore_ascii_case(key)) {
+            let key = if *name == "Space" { " " } else { name };
+            (key.to_owned(), (*code).to_owned(), *vk, (*text).to_owned())
+        } else {
+            let mut chars = key.chars();
+            let (Some(c), None) = (chars.next(), chars.next()) else {
+                return Err(format!("unknown key {key:?} in {keys:?}: a single character or a key name such as Enter"));
+            };
+            let upper = c.to_ascii_uppercase();
+            let code = match c {
+                'a'..='z' | 'A'..='Z' => format!("Key{upper}"),
+                '0'..='9' => format!("Digit{c}"),
+                _ => String::new(),
+            };
+            let vk = if c.is_ascii_alphanumeric() { upper as u32 } else { 0 };
+            (c.to_string(), code, vk, c.to_string())
         };
-        let upper = c.to_ascii_uppercase();
-        let code = match c {
-            'a'..='z' | 'A'..='Z' => format!("Key{upper}"),
-            '0'..='9' => format!("Digit{c}"),
-            _ => String::new(),
-        };
-        let vk = if c.is_ascii_alphanumeric() { upper as u32 } else { 0 };
-        (c.to_string(), code, vk, c.to_string())
-    };
     // A chord with Control, Alt or Meta types nothing (Control+A selects, it does not type "a").
     let text = if modifiers & (CONTROL | ALT | META) != 0 { String::new() } else { text };
     let mut down = json!({

@@ -16,8 +16,8 @@
 //! A browser's failure (a navigation error, a missing element, a browser that will not start) is a
 //! [`BrowserFailure`], a result the faces show, not an engine error.
 
-pub mod chromium;
 mod cdp;
+pub mod chromium;
 mod keys;
 mod session;
 

@@ -60,11 +60,7 @@ impl Browser {
     }
 
     async fn first_tab(&mut self) -> Result<(), BrowserFailure> {
-        let targets = self
-            .cdp
-            .call(None, "Target.getTargets", json!({}), START_PATIENCE)
-            .await
-            .map_err(failure)?;
+        let targets = self.cdp.call(None, "Target.getTargets", json!({}), START_PATIENCE).await.map_err(failure)?;
         let page = targets["targetInfos"]
             .as_array()
             .into_iter()
@@ -87,11 +83,16 @@ impl Browser {
     }
 
     async fn attach(&self, target: String) -> Result<Tab, BrowserFailure> {
-        let attached = self.browser_call("Target.attachToTarget", json!({ "targetId": target, "flatten": true })).await?;
+        let attached =
+            self.browser_call("Target.attachToTarget", json!({ "targetId": target, "flatten": true })).await?;
         let session = attached["sessionId"].as_str().map(str::to_owned).ok_or_else(|| failure("no page session"))?;
         let tab = Tab { target, session };
         self.page_call(&tab, "Page.enable", json!({})).await?;
         self.page_call(&tab, "Page.setLifecycleEventsEnabled", json!({ "enabled": true })).await?;
+        // The window's size includes what headless Chromium counts as its frame: the viewport is set exactly.
+        let (width, height) = chromium::VIEWPORT;
+        let metrics = json!({ "width": width, "height": height, "deviceScaleFactor": 1, "mobile": false });
+        self.page_call(&tab, "Emulation.setDeviceMetricsOverride", metrics).await?;
         Ok(tab)
     }
 

@@ -111,10 +111,14 @@ async fn answer(session: &Session, request: &Map<String, Value>) -> Result<Value
             }
             Ok(json!({ "content": content, "structuredContent": result, "result": result }))
         }
-        tool => call_tool(session, identity, tool, params).await.map(|called| called.result).map_err(|error| match error.kind {
-            Kind::MethodNotFound => RpcError::new(Kind::MethodNotFound, format!("method not found: {tool}")),
-            _ => error,
-        }),
+        tool => {
+            call_tool(session, identity, tool, params).await.map(|called| called.result).map_err(|error| {
+                match error.kind {
+                    Kind::MethodNotFound => RpcError::new(Kind::MethodNotFound, format!("method not found: {tool}")),
+                    _ => error,
+                }
+            })
+        }
     }
 }
 

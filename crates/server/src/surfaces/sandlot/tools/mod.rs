@@ -25,8 +25,7 @@ pub use crate::state::ToolNames;
 pub fn catalogue(names: ToolNames) -> &'static [Tool] {
     static CATALOGUES: std::sync::OnceLock<[Vec<Tool>; 2]> = std::sync::OnceLock::new();
     let [underscore, dotted] = CATALOGUES.get_or_init(|| {
-        let dotted =
-            vec![
+        let dotted = vec![
             run_code::definition(),
             list_runners::definition(),
             upload_file::definition(),
