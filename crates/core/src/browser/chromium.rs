@@ -28,12 +28,21 @@ pub const BROWSER_HOME: &str = "/tmp/.sandlot-browser";
 /// The viewport of every tab, and so of every screenshot.
 pub const VIEWPORT: (u32, u32) = (1280, 800);
 
-/// Writes a fontconfig file when the system has none (a jail shows `/usr/share/fonts` but not `/etc/fonts`), turns
-/// stdin and stdout into the DevTools pipe's fds 3 and 4, and execs Chromium with the arguments after it.
+/// Writes a fontconfig file when the system has none (a jail shows `/usr/share` but not `/etc/fonts`): the fonts
+/// of `/usr/share/fonts` and Debian's default rules from `/usr/share/fontconfig/conf.avail` (generic families,
+/// antialiasing). Then turns stdin and stdout into the DevTools pipe's fds 3 and 4, and execs Chromium with the
+/// arguments after it.
 const LAUNCH: &str = r#"set -e
 mkdir -p "$HOME"
 if [ ! -e /etc/fonts/fonts.conf ]; then
-  printf '<?xml version="1.0"?>\n<fontconfig><dir>/usr/share/fonts</dir><cachedir>%s/fontconfig</cachedir></fontconfig>\n' "$HOME" > "$HOME/fonts.conf"
+  {
+    printf '<?xml version="1.0"?>\n<fontconfig>\n<dir>/usr/share/fonts</dir>\n<cachedir>%s/fontconfig</cachedir>\n' "$HOME"
+    for rule in 10-yes-antialias 10-hinting-slight 30-metric-aliases 45-generic 45-latin 49-sansserif \
+        57-dejavu-sans 57-dejavu-serif 57-dejavu-sans-mono 60-generic 60-latin; do
+      printf '<include ignore_missing="yes">/usr/share/fontconfig/conf.avail/%s.conf</include>\n' "$rule"
+    done
+    printf '</fontconfig>\n'
+  } > "$HOME/fonts.conf"
   export FONTCONFIG_FILE="$HOME/fonts.conf"
 fi
 exec 3<&0 4>&1 </dev/null >/dev/null
