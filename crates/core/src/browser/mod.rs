@@ -30,7 +30,7 @@ use crate::Limits;
 /// How long a navigation may take to reach the page's `load` event (the open-sandbox product's 15 s).
 pub const NAVIGATION_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// What a sandbox needs for a browser, at least: Chromium alone is about 120 processes and threads and 200 MiB
+/// What a sandbox needs for a browser, at least: Chromium is 110 to 120 processes and threads and 170 to 320 MiB
 /// with one simple page (docs/configuration.md, "The browser").
 pub const BROWSER_MEMORY_MB: u64 = 1024;
 pub const BROWSER_PIDS: u64 = 512;
