@@ -8,8 +8,8 @@ limits, which a browser raises), with a block of a known colour; the screenshot'
 struct, no imaging library) and that block's pixels checked. A navigation outside the sandbox (loopback only, no
 egress policy) fails with the product's tool error naming Chromium's `net::ERR_...`. Two tenants' browsers share
 nothing: a cookie and localStorage set in one are absent in the other (the same origin, each on its own loopback),
-and their Chromium processes are in different pid namespaces. Closing a conversation's live sandbox ends every
-Chromium process of it.
+and their Chromium processes are in different pid namespaces. Restarting a conversation's live sandbox ends its
+browser (the next call starts a new one), and closing it ends every Chromium process of it.
 
 The times of a browser's cold start (the first navigate of a conversation) and of a warm navigate+screenshot are
 printed (`-s` shows them), not asserted: docs/benchmarks.md has them.
@@ -232,7 +232,7 @@ async def test_two_tenants_browsers_share_nothing(two_tenants):
 
 
 @pytest.mark.anyio
-async def test_sandbox_browser_screenshots_and_closing_the_sandbox_ends_the_browser(server):
+async def test_sandbox_browser_screenshots_and_restart_and_close_end_the_browser(server):
     conversation = "browser-e2e"
     async with streamablehttp_client(server.mcp_url, headers=server.auth) as (read, write, _):
         async with ClientSession(read, write) as session:
@@ -256,6 +256,16 @@ async def test_sandbox_browser_screenshots_and_closing_the_sandbox_ends_the_brow
             failed = await session.call_tool("sandbox_browser", {
                 "conversationId": conversation, "action": "navigate", "url": "http://198.51.100.1/"})
             assert failed.isError is True and "net::ERR_" in failed.content[0].text, failed
+
+            # A restart ends the browser with the interpreters; the next call starts a new one.
+            restarted = await session.call_tool("sandbox_session", {"conversationId": conversation, "action": "restart"})
+            assert restarted.isError is not True, restarted
+            wait_until(lambda: not chromium_processes(), 10)
+            assert not chromium_processes(), describe_processes(chromium_processes())
+            again = await session.call_tool("sandbox_browser", {
+                "conversationId": conversation, "action": "evaluate", "expression": "location.href"})
+            assert again.structuredContent["result"] == "about:blank", again
+            assert chromium_processes()
 
             closed = await session.call_tool("sandbox_session", {"conversationId": conversation, "action": "close"})
             assert closed.structuredContent["closed"] is True, closed
