@@ -197,6 +197,28 @@ async def test_a_navigation_outside_the_sandbox_fails_with_the_product_s_error(s
             assert "net::ERR_" in error.data["message"] and "198.51.100.1" in error.data["message"], error.data
 
 
+@pytest.mark.anyio
+async def test_a_page_that_never_loads_times_out_after_15_s(server):
+    async with streamablehttp_client(osb_url(server), headers=server.auth) as (read, write, _):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            # A server on the sandbox's loopback that accepts and never answers.
+            hang = ("import socket, time\ns = socket.socket(); s.bind(('127.0.0.1', 8766)); s.listen(8)\n"
+                    "held = []\nwhile True: held.append(s.accept())")
+            started = result_of(await session.call_tool("shell.exec", {"command": "bash", "args": [
+                "-c", f"nohup python3 -c \"{hang}\" >/dev/null 2>&1 &"]}))
+            assert started["exit_code"] == 0, started
+            began = time.monotonic()
+            with pytest.raises(McpError) as slow:
+                await session.call_tool("browser.navigate", {"url": "http://127.0.0.1:8766/"})
+            took = time.monotonic() - began
+            assert slow.value.error.code == -32010 and "timed out" in slow.value.error.data["message"], slow.value
+            # The product's 15 s, and not much more: 30 s would be a wait that forgot its deadline.
+            assert 14 < took < 30, took
+            # The browser is still usable.
+            assert result_of(await session.call_tool("browser_evaluate", {"expression": "1 + 1"})) == {"result": 2}
+
+
 TOKENS = {"ci": "token-ci-" + os.urandom(8).hex(), "ops": "token-ops-" + os.urandom(8).hex()}
 
 

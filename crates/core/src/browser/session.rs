@@ -6,7 +6,7 @@
 //! the browser is dropped or ended; what it left dies with the sandbox.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine as _;
 use serde_json::{Value, json};
@@ -20,6 +20,8 @@ use crate::{LiveSandbox, ProcessHandle};
 const START_PATIENCE: Duration = Duration::from_secs(60);
 /// How long any other command may take.
 const COMMAND_PATIENCE: Duration = Duration::from_secs(30);
+/// How long stopping a page that did not load in time may take.
+const STOP_PATIENCE: Duration = Duration::from_secs(5);
 /// Bytes of Chromium's stderr kept to explain a failure.
 const STDERR_TAIL: usize = 4096;
 const SIGKILL: i32 = 9;
@@ -229,13 +231,29 @@ impl Browser {
         failure(format!("no tab {index}: the browser has {} (browser_tab_list lists them)", self.tabs.len()))
     }
 
-    /// Opens `url` in `tab` and waits for its `load` event, at most [`NAVIGATION_TIMEOUT`] in all.
+    /// Opens `url` in `tab` and waits for its `load` event, at most [`NAVIGATION_TIMEOUT`] in all; a page still
+    /// loading then is stopped.
     async fn navigate(&self, tab: &Tab, url: &str) -> Result<(), BrowserFailure> {
-        let deadline = Instant::now() + NAVIGATION_TIMEOUT;
+        match tokio::time::timeout(NAVIGATION_TIMEOUT, self.navigate_and_load(tab, url)).await {
+            Ok(navigated) => navigated,
+            Err(_) => {
+                let _ = self.cdp.call(Some(&tab.session), "Page.stopLoading", json!({}), STOP_PATIENCE).await;
+                Err(failure(format!(
+                    "navigation to {url} timed out: the page did not finish loading in {} s",
+                    NAVIGATION_TIMEOUT.as_secs()
+                )))
+            }
+        }
+    }
+
+    async fn navigate_and_load(&self, tab: &Tab, url: &str) -> Result<(), BrowserFailure> {
+        let exited = || failure(format!("navigation to {url} failed: the browser has exited"));
         let mut events = self.cdp.events();
+        // The caller's timeout bounds it: this patience is never what ends it.
+        let patience = NAVIGATION_TIMEOUT + STOP_PATIENCE;
         let navigated = self
             .cdp
-            .call(Some(&tab.session), "Page.navigate", json!({ "url": url }), NAVIGATION_TIMEOUT)
+            .call(Some(&tab.session), "Page.navigate", json!({ "url": url }), patience)
             .await
             .map_err(|e| failure(format!("navigation to {url} failed: {e}")))?;
         if let Some(error) = navigated["errorText"].as_str().filter(|error| !error.is_empty()) {
@@ -243,33 +261,20 @@ impl Browser {
         }
         // No loader: a navigation within the document (a fragment), which has no load event.
         let Some(loader) = navigated["loaderId"].as_str() else { return Ok(()) };
-        let timed_out = || {
-            failure(format!(
-                "navigation to {url} timed out: the page did not finish loading in {} s",
-                NAVIGATION_TIMEOUT.as_secs()
-            ))
-        };
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let event = match tokio::time::timeout(left, events.recv()).await {
-                Err(_) => return Err(timed_out()),
-                Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => continue,
-                Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => {
-                    return Err(failure(format!("navigation to {url} failed: the browser has exited")));
-                }
+            // Woken every second to notice a browser that exited (the event channel outlives it).
+            let event = match tokio::time::timeout(Duration::from_secs(1), events.recv()).await {
+                Err(_) if !self.cdp.is_open() => return Err(exited()),
+                Err(_) | Ok(Err(tokio::sync::broadcast::error::RecvError::Lagged(_))) => continue,
+                Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => return Err(exited()),
                 Ok(Ok(event)) => event,
             };
-            if event.session.as_deref() != Some(tab.session.as_str()) {
-                continue;
-            }
-            if event.method == "Page.lifecycleEvent"
+            if event.session.as_deref() == Some(tab.session.as_str())
+                && event.method == "Page.lifecycleEvent"
                 && event.params["name"] == "load"
                 && event.params["loaderId"] == loader
             {
                 return Ok(());
-            }
-            if !self.cdp.is_open() {
-                return Err(failure(format!("navigation to {url} failed: the browser has exited")));
             }
         }
     }
