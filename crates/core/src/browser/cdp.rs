@@ -88,6 +88,8 @@ impl Cdp {
             }
         };
         if let Err(error) = written {
+            // Its reading end is gone: so is the browser, whatever the reader has noticed yet.
+            self.open.store(false, Ordering::SeqCst);
             self.forget(id);
             return Err(format!("the browser's pipe is closed: {error}"));
         }
