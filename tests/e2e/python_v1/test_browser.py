@@ -182,6 +182,17 @@ async def test_navigate_then_screenshot_shows_the_page(server):
             with pytest.raises(McpError) as outside:
                 await session.call_tool("browser.screenshot", {"path": "/etc/shot.png"})
             assert outside.value.error.code == -32602
+            with pytest.raises(McpError) as big:
+                await session.call_tool("browser_evaluate", {"expression": "'x'.repeat(600000)"})
+            assert big.value.error.code == -32010 and "bytes as JSON" in big.value.error.data["message"], big.value
+
+            # Chromium killed from inside the sandbox (its own processes): the next call starts a new browser.
+            killed = result_of(await session.call_tool(
+                "shell.exec", {"command": "pkill", "args": ["-KILL", "-f", "^/usr/lib/chromium/chromium"]}))
+            assert killed["exit_code"] == 0, killed
+            assert result_of(await session.call_tool("browser.navigate", {"url": url})) == {"navigated": True}
+            title = result_of(await session.call_tool("browser_evaluate", {"expression": "document.title"}))
+            assert title == {"result": "sandlot test page"}
 
 
 @pytest.mark.anyio

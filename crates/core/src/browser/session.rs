@@ -22,6 +22,10 @@ const START_PATIENCE: Duration = Duration::from_secs(60);
 const COMMAND_PATIENCE: Duration = Duration::from_secs(30);
 /// How long stopping a page that did not load in time may take.
 const STOP_PATIENCE: Duration = Duration::from_secs(5);
+/// The largest value `evaluate` returns, as JSON (the faces' results hold 1 MiB).
+const MAX_VALUE_BYTES: usize = 512 * 1024;
+/// Characters of a tab's URL and title listed (a page sets both).
+const MAX_TAB_TEXT: usize = 2048;
 /// Bytes of Chromium's stderr kept to explain a failure.
 const STDERR_TAIL: usize = 4096;
 const SIGKILL: i32 = 9;
@@ -170,7 +174,16 @@ impl Browser {
             }
             BrowserAction::Fill { selector, value } => self.set_value(&selector, &value, false).await,
             BrowserAction::Select { selector, value } => self.set_value(&selector, &value, true).await,
-            BrowserAction::Evaluate { expression } => self.evaluate(&expression).await.map(BrowserOutput::Value),
+            BrowserAction::Evaluate { expression } => {
+                let value = self.evaluate(&expression).await?;
+                let size = serde_json::to_string(&value).map_or(0, |json| json.len());
+                if size > MAX_VALUE_BYTES {
+                    return Err(failure(format!(
+                        "the expression's value is {size} bytes as JSON; at most {MAX_VALUE_BYTES} are returned"
+                    )));
+                }
+                Ok(BrowserOutput::Value(value))
+            }
             BrowserAction::PressKey { keys } => {
                 let press = super::keys::parse(&keys).map_err(failure)?;
                 let tab = self.tab()?;
@@ -217,8 +230,8 @@ impl Browser {
                     let info = &info["targetInfo"];
                     tabs.push(BrowserTab {
                         index,
-                        url: info["url"].as_str().unwrap_or_default().to_owned(),
-                        title: info["title"].as_str().unwrap_or_default().to_owned(),
+                        url: cut(info["url"].as_str().unwrap_or_default()),
+                        title: cut(info["title"].as_str().unwrap_or_default()),
                         current: index == self.current,
                     });
                 }
@@ -323,6 +336,14 @@ impl Drop for Browser {
                 let _ = process.signal(SIGKILL, true).await;
             });
         }
+    }
+}
+
+/// `text` cut to [`MAX_TAB_TEXT`] characters, `…` marking a cut.
+fn cut(text: &str) -> String {
+    match text.char_indices().nth(MAX_TAB_TEXT) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
     }
 }
 

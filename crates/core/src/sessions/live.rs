@@ -237,10 +237,18 @@ impl Live {
             *browser = Some(Browser::start(self.sandbox.as_ref()).await?);
             tracing::info!(session = self.id, conversation = %self.conversation, "browser started");
         }
-        let result = match browser.as_mut() {
-            Some(browser) => browser.perform(action).await,
+        let mut result = match browser.as_mut() {
+            Some(browser) => browser.perform(action.clone()).await,
             None => Err(BrowserFailure("the browser did not start".into())),
         };
+        // A browser that died before the action (killed from inside the sandbox, crashed) is noticed by the action
+        // itself: its pages are gone anyway, so a new one starts and the action runs once more, there.
+        if result.is_err() && browser.as_ref().is_some_and(|browser| !browser.is_alive()) {
+            tracing::info!(session = self.id, "the browser had exited: a new one starts");
+            let mut fresh = Browser::start(self.sandbox.as_ref()).await?;
+            result = fresh.perform(action).await;
+            *browser = Some(fresh);
+        }
         drop(browser);
         self.end_call();
         result

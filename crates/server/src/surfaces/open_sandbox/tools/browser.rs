@@ -19,6 +19,9 @@ use crate::AppState;
 use crate::kit::conversation_access;
 use crate::kit::workspace_paths as paths;
 
+/// The largest screenshot returned as an image block too (every screenshot is written to the workspace).
+const MAX_INLINE_PNG: usize = 1024 * 1024;
+
 /// Why `browser_get_download_list` does not run (`permissions.reason`, and the text of its error).
 pub const DOWNLOADS_REASON: &str = "downloads are not kept by sandlot's browser yet";
 
@@ -237,7 +240,9 @@ pub async fn call(
             let relative = screenshot_to.unwrap_or_default();
             super::file::write_file(app, workspace, &relative, png.clone(), &cancel).await?;
             let path = format!("{WORKSPACE_MOUNT}/{relative}");
-            Ok(Called { result: result(&Screenshot { path })?, png: Some(png) })
+            // Shown inline when it fits; a larger one is in the workspace only.
+            let png = (png.len() <= MAX_INLINE_PNG).then_some(png);
+            Ok(Called { result: result(&Screenshot { path })?, png })
         }
         ("click", _) => Called::of(result(&Clicked { clicked: true })?),
         ("scroll", _) => Called::of(result(&Scrolled { scrolled: true })?),

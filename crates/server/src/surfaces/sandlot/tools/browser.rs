@@ -213,8 +213,17 @@ pub async fn call(state: &AppState, arguments: JsonObject, caller: &Caller) -> R
                 .upload_file(&conversation, &path, png.clone())
                 .await
                 .map_err(|e| errors::from_engine(&e))?;
-            blocks.push(ContentBlock::image(base64::engine::general_purpose::STANDARD.encode(&png), "image/png"));
-            let text = format!("screenshot saved to /data/{} ({} bytes)\n", written.path, written.size);
+            let inline = written.size <= super::result_files::MAX_IMAGE_BYTES;
+            if inline {
+                blocks.push(ContentBlock::image(base64::engine::general_purpose::STANDARD.encode(&png), "image/png"));
+            }
+            let text = match inline {
+                true => format!("screenshot saved to /data/{} ({} bytes)\n", written.path, written.size),
+                false => format!(
+                    "screenshot saved to /data/{} ({} bytes, too large to show here: download it from url)\n",
+                    written.path, written.size
+                ),
+            };
             result.url = Some(state.files.url(conversation.as_str(), &written.path));
             result.size = Some(written.size);
             result.path = Some(written.path);
