@@ -38,6 +38,12 @@ html, body {{ margin: 0; background: #ffffff; }}
 <select id="pick" style="position:absolute; top:550px"><option value="a">A</option><option value="b">B</option></select>
 </body></html>"""
 PORT = 8765
+# The TCP ports listened on in the sandbox's network namespace (state 0A in /proc/net/tcp and tcp6).
+LISTENING = ("ports = set()\nfor name in ('/proc/net/tcp', '/proc/net/tcp6'):\n"
+             "    for line in open(name).read().splitlines()[1:]:\n"
+             "        fields = line.split()\n"
+             "        if fields[3] == '0A': ports.add(int(fields[1].split(':')[1], 16))\n"
+             "print(*sorted(ports))")
 
 
 def osb_url(server):
@@ -153,6 +159,11 @@ async def test_navigate_then_screenshot_shows_the_page(server):
             warm = time.monotonic() - began
             print(f"\nbrowser: cold start (first navigate) {cold:.2f} s; screenshot {shot_time:.2f} s; "
                   f"warm navigate+screenshot {warm:.2f} s")
+
+            # The browser listens on no port of the sandbox (its debugger is a pipe the server holds): what listens
+            # is the test's page server alone.
+            listening = result_of(await session.call_tool("code.exec", {"runtime": "python", "args": ["-c", LISTENING]}))
+            assert listening["stdout"].split() == [str(PORT)], listening
 
             # The extra tools, each with the product's result shape.
             assert result_of(await session.call_tool("browser_evaluate", {"expression": "document.title"})) == {
