@@ -186,9 +186,32 @@ pub struct StdioArgs {
     pub sandbox: SandboxArgs,
 }
 
+/// What a server's runs may reach beyond their loopback (docs/configuration.md, "Egress"). Off by default.
+#[derive(Debug, Clone, Args)]
+pub struct EgressArgs {
+    /// The server's egress policy: JSON `{"allow": [...], "deny": [...]}` (rules such as `pypi.org`,
+    /// `*.pythonhosted.org:443`, `203.0.113.0/24:5432`), or `@<path>` of a file holding it. Every run is on this
+    /// leash (a run may narrow it with its `network` argument, never widen it). Unset: loopback only. Native
+    /// backend as root only.
+    #[arg(long, env = "SANDLOT_EGRESS_POLICY")]
+    pub egress_policy: Option<String>,
+    /// Name servers (`ip:port`, comma-separated) the egress proxy resolves allowed names with, on the host
+    /// (default: the host's /etc/resolv.conf). Sandboxes never reach a name server.
+    #[arg(long, env = "SANDLOT_EGRESS_NAMESERVERS", value_delimiter = ',')]
+    pub egress_nameservers: Vec<std::net::SocketAddr>,
+    /// Connections one sandbox may have open through the proxy at once; more are refused (and recorded).
+    #[arg(long, env = "SANDLOT_EGRESS_MAX_CONNECTIONS", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=65_536))]
+    pub egress_max_connections: u64,
+    /// Bytes per second one sandbox's connections may carry each way, all together; 0: no cap.
+    #[arg(long, env = "SANDLOT_EGRESS_BYTES_PER_SECOND", default_value_t = 10 * 1024 * 1024)]
+    pub egress_bytes_per_second: u64,
+}
+
 /// How a server shares itself among callers, and what it remembers of their runs.
 #[derive(Debug, Clone, Args)]
 pub struct ServiceArgs {
+    #[command(flatten)]
+    pub egress: EgressArgs,
     /// Runs executing at once (default: 2 × the cores); more wait in a FIFO queue.
     #[arg(long, env = "SANDLOT_MAX_CONCURRENT_RUNS", value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub max_concurrent_runs: Option<u64>,

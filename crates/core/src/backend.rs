@@ -40,6 +40,8 @@ pub struct Job {
     pub layout: crate::Layout,
     /// Host directories bound at their paths, read-only unless said otherwise (validated: see [`crate::Mount`]).
     pub mounts: Vec<crate::Mount>,
+    /// What the run may reach beyond its loopback: `None`, loopback only (see `network`).
+    pub network: Option<crate::JobNetwork>,
     /// Cancelled when the caller gives up: the backend kills the sandbox and reports `Termination::Cancelled`.
     pub cancel: tokio_util::sync::CancellationToken,
 }

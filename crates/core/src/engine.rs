@@ -50,6 +50,8 @@ pub struct EngineConfig {
     /// crashes it (a stack overflow) fails its run and nothing else. `None`: in a thread of this process, where such
     /// code aborts the process (for tests and embedders whose callers are trusted).
     pub typescript_helper: Option<std::path::PathBuf>,
+    /// The server's egress policy: `None`, every run reaches loopback only (see `network`).
+    pub egress: Option<std::sync::Arc<sandlot_egress::Policy>>,
 }
 
 impl Default for EngineConfig {
@@ -80,6 +82,7 @@ impl EngineConfig {
             sessions,
             typescript: crate::TypeScriptMode::default(),
             typescript_helper: None,
+            egress: None,
         }
     }
 }
@@ -346,6 +349,7 @@ impl Engine {
 
     async fn run_for(&self, tenant: Option<&Tenant>, request: RunRequest, sink: &dyn OutputSink) -> Result<RunReport> {
         let (conversation, language, limits, mut request) = self.validate(request)?;
+        let leash = crate::leash_for(self.config.egress.as_ref(), &request.network)?;
         let backend_language = self.backend_language(language);
         if !self.backend.runners().iter().any(|r| r.language == backend_language) {
             return Err(Error::no_runner(language, self.runners().iter().map(|r| r.language)));
@@ -434,6 +438,11 @@ impl Engine {
             workspace,
             layout: request.layout,
             mounts: request.mounts,
+            network: leash.map(|leash| crate::JobNetwork {
+                leash,
+                tenant: pool_tenant.to_owned(),
+                conversation: conversation.to_string(),
+            }),
             cancel: request.cancel,
         };
         if request.alongside {

@@ -172,6 +172,7 @@ impl RunEntry<'_> {
         if let Some(history) = &self.ledger.history {
             // Before the end is recorded: whoever sees the run finished finds its output.
             log_failure(history.store_output(&self.run_id, outcome));
+            log_failure(history.store_connections(&self.run_id, outcome));
         }
         self.end(&ending);
         let event = RunEvent::finished(&self.run_id, self.conversation.as_str(), self.language, outcome);

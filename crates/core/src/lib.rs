@@ -23,6 +23,7 @@ mod live;
 mod log_text;
 pub mod marks;
 mod mount;
+mod network;
 mod outcome;
 mod output;
 mod private_dir;
@@ -51,13 +52,16 @@ pub use disk_image::{DiskImages, IMAGE_NAME, OVER_QUOTA_ROOM, is_mounted as imag
 pub use engine::{DEFAULT_RESULT_TEXT_BYTES, Deletion, Engine, EngineConfig, MAX_METADATA_BYTES, RunReport};
 pub use error::{Error, Result};
 pub use events::{EVENT_BUFFER, RunEvent};
-pub use history::{DEFAULT_OUTPUT_BUDGET, History, MAX_LISTED_RUNS, Outcome, OutputLookup, RunOutput, RunRecord};
+pub use history::{
+    DEFAULT_OUTPUT_BUDGET, History, MAX_LISTED_RUNS, NetworkTrail, Outcome, OutputLookup, RunOutput, RunRecord,
+};
 pub use language::Language;
 pub use layout::Layout;
 pub use limits::{Limits, MIN_TIMEOUT, timeout_from_secs};
 pub use live::{LiveBackend, LiveProcess, LiveSandbox, LiveSpec, ProcessHandle, SandboxProcess, SandboxUsage, Spawn};
 pub use log_text::Escaped;
 pub use mount::{MAX_MOUNTS, Mount, hand_over_writable};
+pub use network::{JobNetwork, NetworkUse, leash_for};
 pub use outcome::{RunOutcome, Termination};
 pub use output::{
     CapturedStream, Excerpt, OutputChunk, OutputSink, Stream, cut_marker, head_and_tail, json_len, json_prefix,
@@ -70,6 +74,7 @@ pub use quota::{
 pub use readiness::{READINESS_TIMEOUT, READINESS_TTL, Readiness, ReadinessCheck};
 pub use request::{RunRequest, SessionUse};
 pub use retention::{Retention, keep_tidy};
+pub use sandlot_egress::{ConnectionRecord, PolicySpec};
 pub use scrub::{SECRET_PATTERNS, scrub_secrets};
 pub use sessions::config::{DEFAULT_SANDBOX_IDLE, DEFAULT_SANDBOX_LIFETIME, default_max_live};
 pub use sessions::driver::spawn_for as session_driver_spawn;

@@ -68,6 +68,10 @@ pub struct RunOutcome {
     pub stdout_truncated: bool,
     pub stderr_truncated: bool,
     pub duration: Duration,
+    /// The connections the run opened or tried beyond its loopback (a leashed run's audit trail, see `network`),
+    /// and how many more there were than the trail keeps.
+    pub connections: Vec<crate::ConnectionRecord>,
+    pub connections_dropped: u64,
 }
 
 impl RunOutcome {
@@ -80,6 +84,8 @@ impl RunOutcome {
             stdout_truncated: false,
             stderr_truncated: false,
             duration,
+            connections: Vec::new(),
+            connections_dropped: 0,
         }
     }
 
@@ -97,6 +103,8 @@ impl RunOutcome {
             stdout: stdout.into_text(),
             stderr: stderr.into_text(),
             duration,
+            connections: Vec::new(),
+            connections_dropped: 0,
         }
     }
 

@@ -33,6 +33,8 @@ pub struct RunRequest {
     pub alongside: bool,
     /// Whether it runs in the conversation's live sandbox (started when it has none) instead of a fresh one, and how.
     pub session: SessionUse,
+    /// What it may reach beyond its loopback: the server's egress policy, or that narrowed (see `network`).
+    pub network: crate::NetworkUse,
     /// Cancelling it stops the run (its sandbox is killed; the outcome is `Cancelled`).
     pub cancel: tokio_util::sync::CancellationToken,
 }

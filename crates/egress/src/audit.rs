@@ -22,7 +22,7 @@ pub enum Route {
 }
 
 /// One connection, as the run's history shows it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConnectionRecord {
     /// The name the sandbox asked for (SNI, `Host`, `CONNECT`'s or the DNS question's), or the address if it
     /// named none.
@@ -76,6 +76,13 @@ impl AuditLog {
         let mut inner = self.inner();
         (std::mem::take(&mut inner.records), std::mem::take(&mut inner.dropped))
     }
+}
+
+/// Now, in milliseconds since the Unix epoch (`started_ms`).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]

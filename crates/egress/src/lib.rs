@@ -12,6 +12,7 @@
 //! [`SandboxNetwork`] from [`Egress::leash`].
 
 pub mod audit;
+pub mod credentials;
 pub mod dns;
 pub mod intercept;
 pub mod network;
@@ -22,7 +23,15 @@ pub mod resolver;
 mod service;
 pub mod synthetic;
 
+/// Where every leashed sandbox finds its proxy (port [`PROXY_PORT`]) and name server (port 53): the first
+/// synthetic address, local in the gateway and routed there from every link, so the same for every sandbox (its
+/// `/etc/resolv.conf` is the same file for all). The synthetic table never hands it out for a name.
+pub const SERVICE_ADDRESS: std::net::Ipv4Addr = std::net::Ipv4Addr::new(198, 18, 0, 1);
+
+/// The explicit proxy's port at [`SERVICE_ADDRESS`] (`HTTP_PROXY`, `HTTPS_PROXY`).
+pub const PROXY_PORT: u16 = 3128;
+
 pub use audit::{AuditLog, ConnectionRecord, Route};
 pub use policy::{Leash, Policy, PolicyError, PolicySpec, Verdict};
 pub use registry::{Leashed, Owner, Registry};
-pub use service::{Egress, EgressConfig, EgressError, SandboxNetwork};
+pub use service::{Egress, EgressConfig, EgressError, SandboxNetwork, environment, resolv_conf};

@@ -6,6 +6,7 @@
 
 use crate::audit::AuditLog;
 use crate::policy::Leash;
+use crate::proxy::Bandwidth;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, RwLock};
@@ -42,6 +43,30 @@ pub struct Leashed {
     pub connections: Arc<tokio::sync::Semaphore>,
     /// Bytes per second each way, for all of the sandbox's connections together (0: no cap).
     pub bytes_per_second: u64,
+    /// The buckets that hold the sandbox to `bytes_per_second`.
+    pub bandwidth: Bandwidth,
+    /// Connections whose record is not written yet (see `proxy::tracker`).
+    pub(crate) unrecorded: std::sync::atomic::AtomicUsize,
+}
+
+impl Leashed {
+    /// A sandbox on `leash` with at most `max_connections` open at once and `bytes_per_second` each way.
+    pub fn new(leash: Leash, owner: Owner, max_connections: usize, bytes_per_second: u64) -> Self {
+        Self {
+            leash,
+            owner,
+            audit: AuditLog::default(),
+            connections: Arc::new(tokio::sync::Semaphore::new(max_connections)),
+            bytes_per_second,
+            bandwidth: Bandwidth::new(bytes_per_second),
+            unrecorded: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// Connections opened and not yet recorded.
+    pub fn open_connections(&self) -> usize {
+        self.unrecorded.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 /// The leashed sandboxes, by the address of their end of the link.

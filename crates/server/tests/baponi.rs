@@ -91,6 +91,8 @@ impl Backend for Scripted {
             stdout_truncated: false,
             stderr_truncated: false,
             duration: Duration::from_millis(5),
+            connections: Vec::new(),
+            connections_dropped: 0,
         })
     }
 }

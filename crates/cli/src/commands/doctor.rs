@@ -11,7 +11,8 @@ use crate::cli::{BackendKind, SandboxArgs};
 pub async fn doctor(args: SandboxArgs) -> anyhow::Result<ExitCode> {
     // A diagnosis does not change the host: no cgroup tuning here (doctor reports whether it is on).
     let args = SandboxArgs { tune_cgroups: false, ..args };
-    let backend = super::jail_backend(&args, None, true, sandlot_jail::ProcessModel::Server { warm_inits: 0 }, false)?;
+    let backend =
+        super::jail_backend(&args, None, true, sandlot_jail::ProcessModel::Server { warm_inits: 0 }, false, None)?;
     let mut checks = sandlot_jail::diagnose(&backend).await;
     let native_failed = checks.iter().any(|c| c.status == CheckStatus::Failed);
     checks.push(disk_quota_check(&args));

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 mod doctor;
+mod egress;
 mod mcp_config;
 mod run;
 mod runners;
@@ -39,6 +40,7 @@ pub fn jail_backend(
     probe_versions: bool,
     model: ProcessModel,
     serves: bool,
+    egress: Option<Arc<sandlot_egress::Egress>>,
 ) -> anyhow::Result<Arc<JailBackend>> {
     let exe = std::env::current_exe().map_err(|e| anyhow::anyhow!("cannot find the sandlot binary: {e}"))?;
     let server = matches!(model, ProcessModel::Server { .. });
@@ -54,6 +56,7 @@ pub fn jail_backend(
     config.skeleton_dir = server.then(|| sandbox.root.join(sandlot_jail::SKELETON_DIR_NAME));
     config.data_root = Some(sandbox.root.clone());
     config.tune_cgroups = sandbox.tune_cgroups;
+    config.egress = egress.map(sandlot_jail::EgressHandle);
     if let Some(languages) = languages {
         config.languages = languages;
     }
@@ -76,10 +79,14 @@ pub fn check_file_url_args(files: &FileUrlArgs) -> Result<(), String> {
 }
 
 /// The backend `--backend` names: the native jail (with `warm_inits` inits kept ready) or Docker.
-pub async fn backend(sandbox: &SandboxArgs, warm_inits: usize) -> anyhow::Result<Arc<dyn sandlot_core::Backend>> {
+pub async fn backend(
+    sandbox: &SandboxArgs,
+    warm_inits: usize,
+    egress: Option<Arc<sandlot_egress::Egress>>,
+) -> anyhow::Result<Arc<dyn sandlot_core::Backend>> {
     Ok(match sandbox.backend {
         BackendKind::Native => {
-            let backend = jail_backend(sandbox, None, true, ProcessModel::Server { warm_inits }, true)?;
+            let backend = jail_backend(sandbox, None, true, ProcessModel::Server { warm_inits }, true, egress)?;
             backend.warm_up();
             backend.prepare_for(&sandbox.limits());
             backend
@@ -107,7 +114,8 @@ pub async fn app_state(
     default_base_url: &str,
     warm_inits: usize,
 ) -> anyhow::Result<sandlot_server::AppState> {
-    let backend = backend(sandbox, warm_inits).await?;
+    let egress = egress::start(&service.egress, sandbox.backend).await?;
+    let backend = backend(sandbox, warm_inits, egress.clone()).await?;
     let workspaces =
         with_disk_images(sandlot_core::Workspaces::with_bounds(&sandbox.root, service.conversation_bounds()), sandbox);
     std::fs::create_dir_all(&sandbox.root)
@@ -127,7 +135,8 @@ pub async fn app_state(
     let public_base_url = files.public_base_url.clone().unwrap_or_else(|| default_base_url.to_owned());
     let history = sandlot_core::History::open(state.history(), service.store_code)?
         .with_output_budget(service.history_output_mb * 1024 * 1024);
-    let config = service.apply(sandbox.engine_config());
+    let mut config = service.apply(sandbox.engine_config());
+    config.egress = egress.as_ref().map(|egress| egress.policy());
     let engine = sandlot_core::Engine::new(backend, workspaces, config).with_history(history);
     let interrupted = engine.recover().await?;
     for run_id in &interrupted {

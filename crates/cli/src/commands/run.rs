@@ -41,13 +41,13 @@ pub async fn run(args: RunArgs, forked_init: Option<sandlot_jail::ForkedInit>) -
     let backend: std::sync::Arc<dyn sandlot_core::Backend> = match args.sandbox.backend {
         crate::cli::BackendKind::Native => {
             let model = sandlot_jail::ProcessModel::OneShot;
-            let backend = super::jail_backend(&args.sandbox, language.map(|l| vec![l]), false, model, false)?;
+            let backend = super::jail_backend(&args.sandbox, language.map(|l| vec![l]), false, model, false, None)?;
             if let Some(init) = forked_init {
                 backend.use_forked_init(init);
             }
             backend
         }
-        crate::cli::BackendKind::Docker => super::backend(&args.sandbox, 0).await?,
+        crate::cli::BackendKind::Docker => super::backend(&args.sandbox, 0, None).await?,
     };
     sandlot_core::marks::mark("c.backend");
     let workspaces =

@@ -12,6 +12,7 @@
 //! Here: the database itself (opening it, recovering after a crash); the submodules hold its tables (`schema`), the
 //! rows of runs (`record`), what runs printed (`outputs`) and what is forgotten when (`retention`).
 
+mod connections;
 mod outputs;
 mod record;
 mod retention;
@@ -26,6 +27,7 @@ use rusqlite::{Connection, params};
 
 use crate::{Error, Result};
 
+pub use connections::NetworkTrail;
 pub use outputs::{DEFAULT_OUTPUT_BUDGET, OutputLookup, RunOutput};
 pub use record::{Ending, MAX_LISTED_RUNS, NewRun, Outcome, RunRecord};
 

@@ -104,6 +104,9 @@ pub struct RunRecord {
     pub stdout_bytes: u64,
     pub stderr_bytes: u64,
     pub truncated: bool,
+    /// A leashed run's connections (its egress audit trail); absent for a run that made none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<super::connections::NetworkTrail>,
 }
 
 /// What is known of a run when it is accepted.
@@ -269,8 +272,11 @@ impl History {
     }
 }
 
-const COLUMNS: &str = "id, conversation_id, caller, language, code_bytes, code_sha256, code, metadata, state, \
-    outcome, exit_code, error, queued_at, started_at, finished_at, duration_ms, stdout_bytes, stderr_bytes, truncated";
+const COLUMNS: &str = concat!(
+    "id, conversation_id, caller, language, code_bytes, code_sha256, code, metadata, state, outcome, exit_code, ",
+    "error, queued_at, started_at, finished_at, duration_ms, stdout_bytes, stderr_bytes, truncated, ",
+    "(SELECT trail FROM run_connections WHERE run_id = runs.id)"
+);
 
 fn record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
     let time =
@@ -295,6 +301,7 @@ fn record(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         stdout_bytes: row.get::<_, i64>(16)? as u64,
         stderr_bytes: row.get::<_, i64>(17)? as u64,
         truncated: row.get(18)?,
+        network: super::connections::parse(row.get(19)?),
     })
 }
 
@@ -353,6 +360,7 @@ mod tests {
                 stdout_bytes: 2,
                 stderr_bytes: 0,
                 truncated: false,
+                network: None,
             }
         );
     }

@@ -32,6 +32,7 @@ impl History {
             params![conversation.as_str()],
         )?;
         self.drop_orphan_outputs()?;
+        self.drop_orphan_connections()?;
         Ok(removed)
     }
 
@@ -83,6 +84,7 @@ impl History {
         }
         if removed > 0 {
             self.drop_orphan_outputs()?;
+            self.drop_orphan_connections()?;
         }
         Ok(removed)
     }

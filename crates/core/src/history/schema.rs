@@ -38,6 +38,10 @@ CREATE TABLE IF NOT EXISTS run_outputs (
     stderr_truncated INTEGER NOT NULL,
     bytes INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS run_connections (
+    run_id TEXT PRIMARY KEY,
+    trail TEXT NOT NULL
+);
 ";
 
 /// Applies the connection's settings and creates what is missing of the tables.

@@ -117,8 +117,13 @@ fn write_etc(etc: &Path, identity: &Identity) -> Result<(), SetupError> {
         ("group", format!("root:x:0:\nsandbox:x:{gid}:\nnogroup:x:65534:\n")),
         ("hostname", format!("{hostname}\n")),
         ("hosts", format!("127.0.0.1\tlocalhost {hostname}\n::1\tlocalhost ip6-localhost {hostname}\n")),
-        ("nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n".to_owned()),
-        ("resolv.conf", "# no network in the sandbox\n".to_owned()),
+        ("nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n".to_owned()),
+        // sandlot's own name server for a leashed sandbox; unreachable ("network is unreachable", at once) from a
+        // sandbox with loopback only, which so resolves nothing but `hosts`.
+        (
+            "resolv.conf",
+            format!("nameserver {}\noptions ndots:0 timeout:2 attempts:2\n", sandlot_egress::SERVICE_ADDRESS),
+        ),
     ];
     for (name, content) in files {
         std::fs::write(etc.join(name), content).step(|| format!("write /etc/{name}"))?;

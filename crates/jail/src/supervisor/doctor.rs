@@ -172,6 +172,7 @@ async fn probe_run(backend: &JailBackend, language: Language) -> Check {
         workspace: dir.clone(),
         layout: Default::default(),
         mounts: Vec::new(),
+        network: None,
         cancel: Default::default(),
     };
     let result = backend.run(job, &()).await;

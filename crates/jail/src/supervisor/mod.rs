@@ -13,6 +13,7 @@ mod error;
 mod idmapped_trees;
 mod init_process;
 mod launch;
+mod leashed;
 mod live;
 mod live_build;
 mod live_forked;
@@ -57,12 +58,14 @@ use crate::protocol::{HeldLock, Identity, InitEvent, SkeletonRequest};
 use ending::{Evidence, Waited};
 use idmapped_trees::IdmappedTrees;
 use launch::Launcher;
+pub use leashed::EgressHandle;
 use live_build::LiveMaker;
 use live_pool::LivePool;
 use netns_pool::NetnsPool;
 use prepared_pool::PreparedPool;
 use python_template::{PythonTemplates, TemplateSettings};
 use run::{ForkFailure, ForkInto, Run};
+use sandlot_egress::SandboxNetwork;
 use spec::Resources;
 use uids::UidLeases;
 
@@ -104,6 +107,8 @@ pub struct JailConfig {
     pub prepared_sandboxes: usize,
     /// Live sandboxes kept prepared for conversations' first `session` calls (servers as root; see `live_pool`).
     pub prepared_live_sandboxes: usize,
+    /// The server's egress, for leashed runs (servers as root; see `leashed`); `None`: loopback only.
+    pub egress: Option<EgressHandle>,
 }
 
 impl JailConfig {
@@ -124,6 +129,7 @@ impl JailConfig {
             python_preload: None,
             prepared_sandboxes: 0,
             prepared_live_sandboxes: 0,
+            egress: None,
         }
     }
 }
@@ -494,17 +500,21 @@ impl JailBackend {
             .map_err(|e| Error::io(format!("hand over {}", job.workspace.display()), e))?;
         sandlot_core::hand_over_writable(&job.mounts, self.storage_owner())
             .map_err(|e| Error::io(format!("hand over the volumes of run {}", job.run_id), e))?;
-        let started = match (self.take_prepared(job, runner, may_fork), &self.prepared) {
+        let network = leashed::network_for(self.config.egress.as_ref(), job).await?;
+        let leashed_job = network.as_ref().map(|network| leashed::with_proxy_environment(job, network));
+        let job = leashed_job.as_ref().unwrap_or(job);
+        let prepared = if network.is_none() { self.take_prepared(job, runner, may_fork) } else { None };
+        let started = match (prepared, &self.prepared) {
             (Some(prepared), Some(pool)) => match prepared.run(job, runner, pool.builder().trees(), sink).await {
                 Ok((run, finished)) => (run, finished, None),
                 Err((prepared, why)) => {
                     // Nothing of the run reached the sandbox: it runs in one built now.
                     tracing::debug!(run_id = job.run_id, "a prepared sandbox could not take the run: {why}");
                     prepared.discard();
-                    self.build_and_execute(job, runner, sink, may_fork).await?
+                    self.build_and_execute(job, runner, sink, may_fork, None).await?
                 }
             },
-            _ => self.build_and_execute(job, runner, sink, may_fork).await?,
+            _ => self.build_and_execute(job, runner, sink, may_fork, network.as_ref()).await?,
         };
         let (run, mut finished, kept_netns) = started;
         let oom_killed = run.oom_killed(); // read before the slot is released
@@ -521,10 +531,12 @@ impl JailBackend {
                 // its slot drains, and its network namespace is given back, once the init (which outlives every
                 // process of the sandbox) is gone.
                 let (pool, workspace) = (self.netns.clone(), job.workspace.clone());
+                let held = network.clone();
                 tokio::spawn(run.release_then(move || {
                     if let (Some(pool), Some(netns)) = (pool, netns) {
                         pool.give_back(workspace, netns);
                     }
+                    drop(held); // a leashed run's link, once nothing of the sandbox can use it
                 }));
             }
         }
@@ -544,7 +556,11 @@ impl JailBackend {
             if code == 128 + libc::SIGXFSZ);
         let evidence = Evidence { oom_killed, at_quota: shell_xfsz && sandlot_core::at_quota(job) };
         let termination = ending::termination(&finished.waited, finished.last_event.as_ref(), evidence)?;
-        Ok(Ok(RunOutcome::from_streams(termination, finished.stdout, finished.stderr, finished.duration)))
+        let mut outcome = RunOutcome::from_streams(termination, finished.stdout, finished.stderr, finished.duration);
+        if let Some(network) = &network {
+            leashed::record_connections(&mut outcome, network).await;
+        }
+        Ok(Ok(outcome))
     }
 }
 
@@ -572,6 +588,7 @@ impl JailBackend {
         runner: &HostRunner,
         sink: &dyn OutputSink,
         may_fork: bool,
+        network: Option<&Arc<SandboxNetwork>>,
     ) -> sandlot_core::Result<(Run, Result<run::Finished>, Option<std::os::fd::OwnedFd>)> {
         let uid = match self.root {
             true => Some(
@@ -585,7 +602,11 @@ impl JailBackend {
             .acquire(&job.limits)
             .map_err(|e| Error::io(format!("set up cgroups for run {}", job.run_id), e))?;
         sandlot_core::marks::mark("c.cgroup");
-        let kept_netns = self.netns.as_ref().and_then(|pool| pool.take(&job.workspace));
+        // A leashed run joins its link's namespace; another, its conversation's kept one if there is one.
+        let kept_netns = match network {
+            Some(_) => None,
+            None => self.netns.as_ref().and_then(|pool| pool.take(&job.workspace)),
+        };
         let holder_pid = std::process::id();
         // As root, the workspace as this process sees it (a conversation's disk image is mounted in the server's
         // mount namespace, after the zygote made its own): held until the run ends, taken by the init.
@@ -601,7 +622,10 @@ impl JailBackend {
             uid: uid
                 .as_ref()
                 .map(|u| (u.uid(), HeldLock { holder_pid, fd: u.lock_fd() }, self.config.sandbox_uids.storage())),
-            join_netns: kept_netns.as_ref().map(NetnsPool::path_of),
+            join_netns: match network {
+                Some(network) => Some(NetnsPool::path_of(network.netns())),
+                None => kept_netns.as_ref().map(NetnsPool::path_of),
+            },
             workspace_tree: workspace_tree
                 .as_ref()
                 .map(|tree| HeldLock { holder_pid, fd: std::os::fd::AsRawFd::as_raw_fd(tree) }),

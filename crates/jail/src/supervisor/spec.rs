@@ -100,6 +100,7 @@ pub fn build_prepared(runner: &HostRunner, limits: &Limits, resources: Resources
         workspace: PathBuf::new(),
         layout: Layout::Data,
         mounts: vec![],
+        network: None,
         cancel: Default::default(),
     };
     JailSpec { forked: true, prepared: true, ..build(&placeholder, runner, resources) }
@@ -222,6 +223,7 @@ mod tests {
             workspace: "/srv/c/files".into(),
             layout,
             mounts: vec![],
+            network: None,
             cancel: Default::default(),
         }
     }

@@ -202,6 +202,7 @@ fn run_in_child(model: ChildModel, init: Option<sandlot_jail::ForkedInit>) -> Re
             workspace: request.workspace,
             layout: sandlot_core::Layout::Data,
             mounts: Vec::new(),
+            network: None,
             cancel: tokio_util::sync::CancellationToken::new(),
         };
         backend.run(job, &()).await.map_err(|e| e.to_string())

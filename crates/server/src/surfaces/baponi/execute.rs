@@ -339,6 +339,7 @@ pub async fn execute_as(
         mounts: state.volumes.mounts(),
         alongside: false,
         session: Default::default(),
+        network: Default::default(),
         cancel,
     };
     state.app.engine.run_as(tenant, request, sink).await.map_err(from_engine)

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use rmcp::ErrorData as McpError;
 use rmcp::model::{CallToolResult, JsonObject, Tool, ToolAnnotations};
-use sandlot_core::{ConversationId, Error, Outcome, RunReport, RunRequest, SessionUse, Termination, timeout_from_secs};
+use sandlot_core::{
+    ConversationId, Error, NetworkUse, Outcome, RunReport, RunRequest, SessionUse, Termination, timeout_from_secs,
+};
 use serde_json::Value;
 
 use super::run_code_output::{ResultFile, RunCodeOutput, SessionInfo};
@@ -26,7 +28,8 @@ pub const NAME: &str = "sandbox.run_code";
 pub fn definition() -> Tool {
     Tool::new(
         NAME,
-        "Run Python, TypeScript, JavaScript or Bash in an isolated sandbox with no network. /data is a directory \
+        "Run Python, TypeScript, JavaScript or Bash in an isolated sandbox with no network beyond what the server's \
+         egress policy allows. /data is a directory \
          private to the conversation that persists across calls; every file in it is returned with a download URL. \
          With session: true the code runs in the conversation's live sandbox, in a persistent interpreter: variables, \
          imports, the working directory and background processes stay for the next session call.",
@@ -74,6 +77,12 @@ fn parse(
         mounts: Vec::new(),
         alongside: false,
         session,
+        network: match args.network {
+            Some(network) => {
+                NetworkUse::Narrowed(sandlot_core::PolicySpec { allow: network.allow, deny: network.deny })
+            }
+            None => NetworkUse::Server,
+        },
     })
 }
 

@@ -38,6 +38,22 @@ pub struct RunCodeArgs {
     /// Run in the conversation's live sandbox, in the language's persistent interpreter: variables, functions,
     /// imports, the working directory and background processes stay for the next session call.
     pub session: Option<bool>,
+    /// Narrows the server's egress policy for this run (never widens it): hosts such as `pypi.org` or
+    /// `*.pythonhosted.org:443`, addresses such as `203.0.113.0/24`. `{"allow": []}`: loopback only. Absent: the
+    /// server's policy as it is (loopback only on a server without one).
+    pub network: Option<NetworkArg>,
+}
+
+/// `network`: rules to narrow the server's egress policy with.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkArg {
+    /// What the run may reach, within what the server allows.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// What it may not, though the server would allow it.
+    #[serde(default)]
+    pub deny: Vec<String>,
 }
 
 /// `language`: every name [`Language::NAMES`] holds, the parser's own table.
@@ -116,7 +132,7 @@ mod tests {
         let properties: Vec<&String> = schema["properties"].as_object().unwrap().keys().collect();
         assert_eq!(
             properties,
-            ["code", "conversationId", "env", "language", "metadata", "session", "stdin", "timeoutSeconds"]
+            ["code", "conversationId", "env", "language", "metadata", "network", "session", "stdin", "timeoutSeconds"]
                 .iter()
                 .collect::<Vec<_>>()
         );

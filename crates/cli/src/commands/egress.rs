@@ -1,0 +1,57 @@
+//! The server's egress (`sandlot_egress`), started from `SANDLOT_EGRESS_*` before the backend, which leashes runs
+//! with it. Every setting is checked here, so a wrong policy stops the server at its start with the rule named.
+
+use std::sync::Arc;
+
+use sandlot_egress::{Egress, EgressConfig, PolicySpec};
+
+use crate::cli::{BackendKind, EgressArgs};
+
+/// The server's egress, or `None` when no policy is set.
+pub async fn start(args: &EgressArgs, backend: BackendKind) -> anyhow::Result<Option<Arc<Egress>>> {
+    let Some(policy) = &args.egress_policy else { return Ok(None) };
+    if backend != BackendKind::Native {
+        anyhow::bail!("SANDLOT_EGRESS_POLICY needs the native backend: the Docker backend's runs have loopback only");
+    }
+    if !rustix::process::geteuid().is_root() {
+        anyhow::bail!("SANDLOT_EGRESS_POLICY needs a server running as root (it makes network namespaces and links)");
+    }
+    let config = EgressConfig {
+        policy: parse_policy(policy)?,
+        nameservers: (!args.egress_nameservers.is_empty()).then(|| args.egress_nameservers.clone()),
+        max_connections: usize::try_from(args.egress_max_connections).unwrap_or(usize::MAX),
+        bytes_per_second: args.egress_bytes_per_second,
+        ..EgressConfig::default()
+    };
+    let egress = Egress::start(config).await.map_err(|e| anyhow::anyhow!("SANDLOT_EGRESS_POLICY: {e}"))?;
+    Ok(Some(egress))
+}
+
+/// The policy as JSON, inline or from `@<path>`.
+fn parse_policy(value: &str) -> anyhow::Result<PolicySpec> {
+    let text = match value.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("SANDLOT_EGRESS_POLICY: cannot read {path}: {e}"))?,
+        None => value.to_owned(),
+    };
+    serde_json::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("SANDLOT_EGRESS_POLICY: expected {{\"allow\": [...], \"deny\": [...]}}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_is_json_inline_or_in_a_file() {
+        let inline = parse_policy(r#"{"allow": ["pypi.org"]}"#).expect("inline");
+        assert_eq!(inline.allow, vec!["pypi.org".to_owned()]);
+        let file = tempfile::NamedTempFile::new().expect("temp file");
+        std::fs::write(file.path(), r#"{"allow": ["*.pythonhosted.org"], "deny": ["bad.example"]}"#).expect("write");
+        let from_file = parse_policy(&format!("@{}", file.path().display())).expect("file");
+        assert_eq!(from_file.deny, vec!["bad.example".to_owned()]);
+        let error = parse_policy(r#"{"allow": "pypi.org"}"#).expect_err("not a list");
+        assert!(error.to_string().contains("SANDLOT_EGRESS_POLICY"), "{error}");
+        assert!(parse_policy(r#"{"alow": []}"#).is_err(), "unknown fields are refused");
+    }
+}
