@@ -205,6 +205,14 @@ pub struct EgressArgs {
     /// Bytes per second one sandbox's connections may carry each way, all together; 0: no cap.
     #[arg(long, env = "SANDLOT_EGRESS_BYTES_PER_SECOND", default_value_t = 10 * 1024 * 1024)]
     pub egress_bytes_per_second: u64,
+    /// Hosts mapped to secrets the sandbox never sees: a JSON array of `{"host", "placeholder_env", "secret" or
+    /// "secret_env", "header"?, "format"?}`, or `@<path>` of a file holding it (docs/configuration.md, "Egress").
+    #[arg(long, env = "SANDLOT_EGRESS_CREDENTIALS")]
+    pub egress_credentials: Option<String>,
+    /// A PEM file of authorities the proxy trusts, besides the system's, for the servers of hosts it injects
+    /// credentials into (an internal API's own CA).
+    #[arg(long, env = "SANDLOT_EGRESS_UPSTREAM_CA")]
+    pub egress_upstream_ca: Option<std::path::PathBuf>,
 }
 
 /// How a server shares itself among callers, and what it remembers of their runs.

@@ -440,6 +440,7 @@ impl Engine {
             mounts: request.mounts,
             network: leash.map(|leash| crate::JobNetwork {
                 leash,
+                asked: request.network.clone(),
                 tenant: pool_tenant.to_owned(),
                 conversation: conversation.to_string(),
             }),
@@ -514,10 +515,20 @@ impl Engine {
                 format!("the {} backend cannot keep a sandbox, so it has no browser", self.backend.name()),
             ));
         };
+        // A live sandbox started here has the server's policy as it is, as a run that asks nothing of the network;
+        // one already started keeps its own, and the browser uses it.
+        let asked = crate::NetworkUse::Server;
+        let leash = crate::leash_for(self.config.egress.as_ref(), &asked)?;
         self.workspaces.claim_owner(conversation, tenant)?;
         // Held to the end of the action: the conversation cannot be removed meanwhile.
         let (workspace, _claim) = self.claim(conversation).await?;
         self.workspaces.claim_owner(conversation, tenant)?;
+        let network = leash.map(|leash| crate::JobNetwork {
+            leash,
+            asked,
+            tenant: tenant.name().to_owned(),
+            conversation: conversation.to_string(),
+        });
         let parts = crate::sessions::SandboxParts {
             conversation: conversation.clone(),
             tenant: tenant.name().to_owned(),
@@ -526,6 +537,7 @@ impl Engine {
             workspace,
             layout,
             mounts: Vec::new(),
+            network,
         };
         self.sessions.browser(live, parts, action).await
     }
@@ -552,6 +564,7 @@ impl Engine {
             workspace: job.workspace.clone(),
             layout: job.layout,
             mounts: job.mounts.clone(),
+            network: job.network.clone(),
         };
         let ran = self.sessions.run(live, job, parts, session, sink).await;
         match ran {

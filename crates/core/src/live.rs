@@ -30,6 +30,8 @@ pub struct LiveSpec {
     pub layout: Layout,
     /// Host directories bound at their paths, as for a run.
     pub mounts: Vec<Mount>,
+    /// What it may reach beyond its loopback, for its whole life: `None`, loopback only (see `network`).
+    pub network: Option<crate::JobNetwork>,
 }
 
 /// A process to start in a live sandbox: the backend's interpreter for `language` with `args` after it (`python3
@@ -117,6 +119,11 @@ pub trait LiveSandbox: Send + Sync {
     /// Ends it: every process in it killed, its cgroup, mounts, uid, network namespace or container released.
     /// Idempotent; returns when everything is gone.
     async fn close(&self);
+    /// Its egress network, when it is on a leash: the sessions say which run is current and take each call's
+    /// connections from it.
+    fn egress(&self) -> Option<Arc<sandlot_egress::SandboxNetwork>> {
+        None
+    }
 }
 
 /// A backend that can keep sandboxes up.

@@ -23,6 +23,8 @@ pub enum NetworkUse {
 #[derive(Debug, Clone)]
 pub struct JobNetwork {
     pub leash: Leash,
+    /// What the run asked for (a live sandbox keeps its first call's, and refuses a call that asks otherwise).
+    pub asked: NetworkUse,
     pub tenant: String,
     pub conversation: String,
 }

@@ -32,6 +32,10 @@ pub enum Error {
     #[error("docker: exec {exec}: {reason}")]
     Exec { exec: String, reason: String },
 
+    /// What this backend does not do (a leashed network).
+    #[error("{0}")]
+    Unsupported(&'static str),
+
     /// A host operation failed.
     #[error("{action}: {source}")]
     Io { action: String, source: std::io::Error },

@@ -59,6 +59,7 @@ impl Host {
             workspace,
             layout: Layout::Data,
             mounts: Vec::new(),
+            network: None,
         };
         self.backend.live().unwrap().start(spec).await.expect("start a live sandbox")
     }

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 /// How a connection reached the proxy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "camelCase")]
 pub enum Route {
     /// `CONNECT host:port` to the proxy's port (`HTTPS_PROXY`).
     Connect,
@@ -23,6 +23,7 @@ pub enum Route {
 
 /// One connection, as the run's history shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ConnectionRecord {
     /// The name the sandbox asked for (SNI, `Host`, `CONNECT`'s or the DNS question's), or the address if it
     /// named none.

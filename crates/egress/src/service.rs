@@ -7,6 +7,7 @@
 //! [`Egress`] is dropped.
 
 use crate::audit::ConnectionRecord;
+use crate::credentials::{CredentialSpec, Credentials};
 use crate::dns::Responder;
 use crate::intercept::Intercept;
 use crate::network::{Gateway, Link};
@@ -35,8 +36,17 @@ pub struct EgressConfig {
     pub max_connections: usize,
     /// Bytes per second each way per sandbox (0: no cap).
     pub bytes_per_second: u64,
-    /// Credential injection: connections to the hosts it wants go to it instead of being spliced.
+    /// Credential injection: connections to the hosts it wants go to it instead of being spliced. Made from
+    /// `credentials` when they are given.
     pub intercept: Option<Arc<dyn Intercept>>,
+    /// Hosts mapped to secrets (see [`crate::credentials`]): a sandbox gets placeholders and trusts this start's
+    /// authority, the proxy puts the secrets in on requests to those hosts only.
+    pub credentials: Vec<CredentialSpec>,
+    /// Authorities (PEM) the proxy trusts for those hosts' servers besides the system's.
+    pub upstream_roots_pem: Option<String>,
+    /// A directory of the host's for the sandboxes' trust bundle (the system's authorities and this start's), which
+    /// the backend binds read-only at the same path in every leashed sandbox. Needed with `credentials`.
+    pub trust_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for EgressConfig {
@@ -47,6 +57,9 @@ impl Default for EgressConfig {
             max_connections: 64,
             bytes_per_second: 0,
             intercept: None,
+            credentials: Vec::new(),
+            upstream_roots_pem: None,
+            trust_dir: None,
         }
     }
 }
@@ -60,6 +73,8 @@ impl std::fmt::Debug for EgressConfig {
             .field("max_connections", &self.max_connections)
             .field("bytes_per_second", &self.bytes_per_second)
             .field("intercept", &self.intercept.is_some())
+            .field("credentials", &self.credentials.len())
+            .field("trust_dir", &self.trust_dir)
             .finish()
     }
 }
@@ -70,6 +85,10 @@ pub enum EgressError {
     Policy(#[from] crate::policy::PolicyError),
     #[error("egress network: {0}")]
     Network(#[from] std::io::Error),
+    #[error("egress credentials: {0}")]
+    Credentials(#[from] crate::credentials::CredentialError),
+    #[error("egress credentials: {0}")]
+    TrustBundle(String),
 }
 
 /// One server's egress.
@@ -80,6 +99,10 @@ pub struct Egress {
     gateway: Gateway,
     max_connections: usize,
     bytes_per_second: u64,
+    /// What every leashed sandbox's processes get besides the proxy variables: the credentials' placeholders and
+    /// where the trust bundle is.
+    sandbox_environment: Vec<(String, String)>,
+    trust_dir: Option<std::path::PathBuf>,
     tasks: Vec<AbortHandle>,
 }
 
@@ -92,7 +115,8 @@ impl Egress {
         let registry = Arc::new(Registry::default());
         let synthetic = Arc::new(Synthetic::new());
         let resolver = Resolver::new(config.nameservers.as_deref())?;
-        let proxy = Proxy::new(registry.clone(), synthetic.clone(), resolver, config.intercept.clone());
+        let (intercept, sandbox_environment) = credentials(&config)?;
+        let proxy = Proxy::new(registry.clone(), synthetic.clone(), resolver, intercept);
         let responder = Responder::new(registry.clone(), synthetic);
         let any = |port| SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port);
         let tcp = |port| -> std::io::Result<tokio::net::TcpListener> {
@@ -116,8 +140,16 @@ impl Egress {
             gateway,
             max_connections: config.max_connections,
             bytes_per_second: config.bytes_per_second,
+            sandbox_environment,
+            trust_dir: config.trust_dir.filter(|_| !config.credentials.is_empty()),
             tasks,
         }))
+    }
+
+    /// The directory holding the sandboxes' trust bundle, to bind read-only at the same path in every leashed
+    /// sandbox; `None` without credentials.
+    pub fn trust_dir(&self) -> Option<&std::path::Path> {
+        self.trust_dir.as_deref()
     }
 
     /// The server's policy, to narrow with a tenant's or a run's.
@@ -130,7 +162,8 @@ impl Egress {
         let link = self.gateway.link(&self.captured)?;
         let leashed = Arc::new(Leashed::new(leash, owner, self.max_connections, self.bytes_per_second));
         self.registry.insert(IpAddr::V4(link.sandbox), leashed.clone());
-        Ok(SandboxNetwork { link, leashed, registry: self.registry.clone() })
+        let environment = self.sandbox_environment.clone();
+        Ok(SandboxNetwork { link, leashed, registry: self.registry.clone(), environment })
     }
 }
 
@@ -141,6 +174,29 @@ impl Drop for Egress {
         }
     }
 }
+
+/// The interceptor and the sandboxes' extra variables for `config`'s credentials (none: the configured
+/// interceptor, if any, and no variable). Writes the trust bundle into `trust_dir`.
+fn credentials(config: &EgressConfig) -> Result<(Option<Arc<dyn Intercept>>, Vec<(String, String)>), EgressError> {
+    if config.credentials.is_empty() {
+        return Ok((config.intercept.clone(), Vec::new()));
+    }
+    let credentials = Credentials::new(&config.credentials, config.upstream_roots_pem.as_deref())?;
+    let dir = config.trust_dir.as_ref().ok_or_else(|| EgressError::TrustBundle("no directory for the trust bundle".into()))?;
+    let bundle = dir.join(TRUST_BUNDLE);
+    let written = std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)))
+        .and_then(|()| std::fs::write(&bundle, credentials.trust_bundle_pem()))
+        .and_then(|()| std::fs::set_permissions(&bundle, std::os::unix::fs::PermissionsExt::from_mode(0o644)));
+    written.map_err(|e| EgressError::TrustBundle(format!("write {}: {e}", bundle.display())))?;
+    let mut variables = credentials.environment();
+    variables.extend(crate::credentials::trust_environment(&bundle.to_string_lossy()));
+    let intercept: Arc<dyn Intercept> = credentials.interceptor();
+    Ok((Some(intercept), variables))
+}
+
+/// The trust bundle's file name in `trust_dir`.
+pub const TRUST_BUNDLE: &str = "ca-bundle.pem";
 
 /// The ports the gateway catches: the policy's single ports less the proxy's and the name server's own, at most
 /// [`MAX_TRANSPARENT_PORTS`] (80 and 443 always among them; past the cap, the lowest others; a warning says so).
@@ -166,6 +222,8 @@ pub struct SandboxNetwork {
     link: Link,
     leashed: Arc<Leashed>,
     registry: Arc<Registry>,
+    /// Besides the proxy variables (see [`Egress`]'s `sandbox_environment`).
+    environment: Vec<(String, String)>,
 }
 
 impl SandboxNetwork {
@@ -182,7 +240,9 @@ impl SandboxNetwork {
     /// The proxy variables every run in the sandbox gets (`HTTP_PROXY`, `HTTPS_PROXY`, `NO_PROXY`, lower case too),
     /// at [`crate::SERVICE_ADDRESS`], the same for every sandbox.
     pub fn environment(&self) -> Vec<(String, String)> {
-        environment(crate::SERVICE_ADDRESS)
+        let mut variables = environment(crate::SERVICE_ADDRESS);
+        variables.extend(self.environment.iter().cloned());
+        variables
     }
 
     /// The sandbox's `/etc/resolv.conf` (the jail's skeleton holds the same: [`crate::SERVICE_ADDRESS`]).

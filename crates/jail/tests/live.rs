@@ -113,6 +113,7 @@ impl Live {
             workspace,
             layout: Layout::Data,
             mounts: vec![],
+            network: None,
         };
         let live = sandlot_core::Backend::live(&*self.backend).expect("the native backend keeps live sandboxes");
         self.block(live.start(spec)).expect("a live sandbox")
@@ -477,6 +478,7 @@ fn a_one_shot_backend_refuses_live_sandboxes() -> Result<(), Failed> {
         workspace: live.workspaces.prepare(&id)?,
         layout: Layout::Data,
         mounts: vec![],
+        network: None,
     };
     let started = live.block(sandlot_core::Backend::live(&one_shot).ok_or("no live backend")?.start(spec));
     let error = started.err().map(|e| e.to_string()).unwrap_or_default();
@@ -535,6 +537,7 @@ fn unprivileged_live_sandbox(root: std::path::PathBuf) -> Result<String, Box<dyn
             workspace: root.join("unprivileged/files"),
             layout: Layout::Data,
             mounts: vec![],
+            network: None,
         };
         let live = sandlot_core::Backend::live(&backend).ok_or("no live sandboxes")?;
         let sandbox = tokio::time::timeout(PATIENCE, live.start(spec)).await??;

@@ -23,6 +23,7 @@ class Internet:
         self.netns, self.veth = f"sl-inet-{suffix}", f"sli-{suffix}"
         self.ca = self.work / "ca.pem"
         self.query_log = self.work / "queries.log"
+        self.auth_log = self.work / "auth.log"
         self.process = None
 
     def start(self):
@@ -33,13 +34,14 @@ class Internet:
         run("ip", "link", "set", self.veth, "up")
         inside = ["ip", "netns", "exec", self.netns]
         run(*inside, "ip", "link", "set", "lo", "up")
-        for address in (servers.ALLOWED, servers.DENIED, servers.DNS):
+        for address in (servers.ALLOWED, servers.DENIED, servers.OTHER, servers.DNS):
             run(*inside, "ip", "addr", "add", f"{address}/24", "dev", "eth0")
         run(*inside, "ip", "link", "set", "eth0", "up")
         self.query_log.touch()
+        self.auth_log.touch()
         self.process = subprocess.Popen(
             [*inside, sys.executable, str(pathlib.Path(servers.__file__)), str(self.work / "server.pem"),
-             str(self.work / "server.key"), str(self.query_log)], stdout=subprocess.PIPE, text=True)
+             str(self.work / "server.key"), str(self.query_log), str(self.auth_log)], stdout=subprocess.PIPE, text=True)
         assert self.process.stdout.readline().strip() == "ready"
         return self
 
@@ -53,6 +55,10 @@ class Internet:
         extensions.write_text("subjectAltName=DNS:allowed.test\n")
         run("openssl", "x509", "-req", "-in", str(self.work / "server.csr"), "-CA", str(self.ca), "-CAkey", str(ca_key),
             "-CAcreateserial", "-days", "2", "-extfile", str(extensions), "-out", str(self.work / "server.pem"))
+
+    def authorizations(self):
+        """(host, Authorization) of every request to `/auth`, in order."""
+        return [tuple(line.split(" ", 1)) for line in self.auth_log.read_text().splitlines()]
 
     def queries(self):
         return self.query_log.read_text().split()

@@ -1,7 +1,8 @@
 """The test internet's servers, run inside its network namespace by `internet.py` (never reachable from anywhere but
-this machine): HTTP on ALLOWED:80 and DENIED:80 (each answers its own name), HTTPS on ALLOWED:443 (a test CA's
-certificate), a TCP echo on ALLOWED:2222, and a name server on DNS:53 that answers the test names and writes every
-question it gets to QUERY_LOG (so a test can show a sandbox's lookups never reach it)."""
+this machine): HTTP on ALLOWED:80, DENIED:80 and OTHER:80 (each answers its own name), HTTPS on ALLOWED:443 (a
+test CA's certificate), a TCP echo on ALLOWED:2222, and a name server on DNS:53 that answers the test names and writes
+every question it gets to the query log (so a test can show a sandbox's lookups never reach it). `/auth` on any of
+them writes the request's host and `Authorization` to the auth log and answers whether it carried SECRET."""
 
 import http.server
 import socket
@@ -11,13 +12,20 @@ import struct
 import sys
 import threading
 
-ALLOWED, DENIED, DNS = "203.0.113.10", "203.0.113.11", "203.0.113.53"
-NAMES = {"allowed.test": ALLOWED, "denied.test": DENIED}
+ALLOWED, DENIED, OTHER, DNS = "203.0.113.10", "203.0.113.11", "203.0.113.12", "203.0.113.53"
+NAMES = {"allowed.test": ALLOWED, "denied.test": DENIED, "other.test": OTHER}
+SECRET = "s3cret-value"
+AUTH_LOG = None
 
 
 class Page(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         body = f"hello from {self.headers.get('Host', '?')} path {self.path}\n".encode()
+        if self.path == "/auth":
+            authorization = self.headers.get("Authorization", "")
+            with open(AUTH_LOG, "a") as log:
+                log.write(f"{self.headers.get('Host', '?')} {authorization}\n")
+            body = b"authorized\n" if authorization == f"Bearer {SECRET}" else b"unauthorized\n"
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -86,11 +94,13 @@ def serve_dns(log_path):
 
 
 def main():
-    cert, key, log_path = sys.argv[1:4]
+    global AUTH_LOG
+    cert, key, log_path, AUTH_LOG = sys.argv[1:5]
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     serve_http(ALLOWED, 80)
     serve_http(DENIED, 80)
+    serve_http(OTHER, 80)
     serve_http(ALLOWED, 443, context)
     serve_echo(ALLOWED, 2222)
     print("ready", flush=True)

@@ -113,7 +113,7 @@ def test_the_audit_trail_lists_exactly_the_connections(egress_server):
     seen = sorted((c["host"], c["port"], c["allowed"]) for c in connections if c["route"] != "dns")
     assert seen == [("allowed.test", 80, True), ("denied.test", 80, False)], connections
     allowed = next(c for c in connections if c["allowed"])
-    assert allowed["bytes_received"] > 0 and allowed["run_id"] == result["runId"], allowed
+    assert allowed["bytesReceived"] > 0 and allowed["runId"] == result["runId"], allowed
 
 
 def test_a_run_narrows_the_policy_and_cannot_widen_it(egress_server):
@@ -131,3 +131,22 @@ def test_without_a_policy_a_run_cannot_ask_for_network(server):
     response = httpx.post(server.mcp_url, json=body, timeout=60,
                           headers={**server.auth, "Accept": "application/json, text/event-stream"})
     assert "no egress policy" in response.text, response.text
+
+
+def test_a_live_sandbox_keeps_its_leash_and_each_call_its_trail(egress_server):
+    first = run(egress_server, "python", "import urllib.request as u\n"
+                "page = u.urlopen('http://allowed.test/live').read().decode()\nprint(page, end='')", session=True)
+    assert first["stdout"] == "hello from allowed.test path /live\n", first
+    second = run(egress_server, "python", "print(page.split()[-1])", session=True)
+    assert second["stdout"] == "/live\n", second
+    hosts = [c["host"] for c in record(egress_server, first)["network"]["connections"]]
+    assert hosts == ["allowed.test"], hosts
+    assert "network" not in record(egress_server, second), record(egress_server, second)
+    denied = run(egress_server, "bash", "curl -sS -o /dev/null -w '%{http_code}' http://denied.test/", session=True)
+    assert denied["stdout"] == "403", denied
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "sandbox.run_code", "arguments": {
+        "conversationId": "leash", "language": "python", "code": "print(1)", "session": True,
+        "network": {"allow": []}}}}
+    response = httpx.post(egress_server.mcp_url, json=body, timeout=60,
+                          headers={**egress_server.auth, "Accept": "application/json, text/event-stream"})
+    assert "keeps the network its first call had" in response.text, response.text

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use sandlot_egress::credentials::CredentialSpec;
 use sandlot_egress::{Egress, EgressConfig, PolicySpec};
 
 use crate::cli::{BackendKind, EgressArgs};
@@ -16,24 +17,51 @@ pub async fn start(args: &EgressArgs, backend: BackendKind) -> anyhow::Result<Op
     if !rustix::process::geteuid().is_root() {
         anyhow::bail!("SANDLOT_EGRESS_POLICY needs a server running as root (it makes network namespaces and links)");
     }
+    let upstream_roots_pem = match &args.egress_upstream_ca {
+        Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
+            anyhow::anyhow!("SANDLOT_EGRESS_UPSTREAM_CA: cannot read {}: {e}", path.display())
+        })?),
+        None => None,
+    };
     let config = EgressConfig {
         policy: parse_policy(policy)?,
         nameservers: (!args.egress_nameservers.is_empty()).then(|| args.egress_nameservers.clone()),
         max_connections: usize::try_from(args.egress_max_connections).unwrap_or(usize::MAX),
         bytes_per_second: args.egress_bytes_per_second,
+        credentials: match &args.egress_credentials {
+            Some(value) => parse_credentials(value)?,
+            None => Vec::new(),
+        },
+        upstream_roots_pem,
+        // Per server process: two servers on one host each bind their own into their sandboxes.
+        trust_dir: Some(format!("/run/sandlot/egress-{}", std::process::id()).into()),
         ..EgressConfig::default()
     };
     let egress = Egress::start(config).await.map_err(|e| anyhow::anyhow!("SANDLOT_EGRESS_POLICY: {e}"))?;
     Ok(Some(egress))
 }
 
+/// The credentials as JSON, inline or from `@<path>`.
+fn parse_credentials(value: &str) -> anyhow::Result<Vec<CredentialSpec>> {
+    let text = inline_or_file("SANDLOT_EGRESS_CREDENTIALS", value)?;
+    serde_json::from_str(&text).map_err(|e| {
+        anyhow::anyhow!(
+            "SANDLOT_EGRESS_CREDENTIALS: expected [{{\"host\", \"placeholder_env\", \"secret\" or \"secret_env\", ...}}]: {e}"
+        )
+    })
+}
+
+/// `value`, or the file it names as `@<path>`.
+fn inline_or_file(variable: &str, value: &str) -> anyhow::Result<String> {
+    match value.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{variable}: cannot read {path}: {e}")),
+        None => Ok(value.to_owned()),
+    }
+}
+
 /// The policy as JSON, inline or from `@<path>`.
 fn parse_policy(value: &str) -> anyhow::Result<PolicySpec> {
-    let text = match value.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("SANDLOT_EGRESS_POLICY: cannot read {path}: {e}"))?,
-        None => value.to_owned(),
-    };
+    let text = inline_or_file("SANDLOT_EGRESS_POLICY", value)?;
     serde_json::from_str(&text)
         .map_err(|e| anyhow::anyhow!("SANDLOT_EGRESS_POLICY: expected {{\"allow\": [...], \"deny\": [...]}}: {e}"))
 }

@@ -21,6 +21,8 @@ pub(crate) struct Live {
     conversation_dir: PathBuf,
     boot: String,
     sandbox: Arc<dyn LiveSandbox>,
+    /// What its first call asked of the network (`None`: loopback only); kept for its life.
+    network: Option<crate::NetworkUse>,
     /// Its limits: those it was started with, or raised for a browser (`browser::browser_limits`).
     limits: Mutex<crate::Limits>,
     started_at: SystemTime,
@@ -65,6 +67,7 @@ impl Live {
     ) -> Result<Self> {
         let id = format!("s-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
         let limits = Mutex::new(parts.limits.clone());
+        let network = parts.network.as_ref().map(|network| network.asked.clone());
         let spec = LiveSpec {
             sandbox_id: id.clone(),
             conversation: conversation.clone(),
@@ -72,6 +75,7 @@ impl Live {
             workspace: parts.workspace,
             layout: parts.layout,
             mounts: parts.mounts,
+            network: parts.network,
         };
         let sandbox = backend.start(spec).await?;
         tracing::info!(session = id, conversation = %conversation, "live sandbox started");
@@ -82,6 +86,7 @@ impl Live {
             conversation_dir: parts.conversation_dir,
             boot: boot.to_owned(),
             sandbox,
+            network,
             limits,
             started_at: SystemTime::now(),
             started: Instant::now(),
@@ -99,6 +104,25 @@ impl Live {
 
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// Refuses a call that asks for another network than the sandbox was started with: a live sandbox keeps its
+    /// first call's leash (its namespace and link were made for it).
+    pub fn check_network(&self, wanted: Option<&crate::JobNetwork>) -> crate::Result<()> {
+        let wanted = wanted.map(|network| &network.asked);
+        if wanted == self.network.as_ref() {
+            return Ok(());
+        }
+        Err(crate::Error::invalid(
+            "network",
+            "the conversation's live sandbox keeps the network its first call had; close it (sandbox_session \
+             close) to start one with another",
+        ))
+    }
+
+    /// The sandbox's egress network, when it is on a leash.
+    pub fn sandbox_egress(&self) -> Option<Arc<sandlot_egress::SandboxNetwork>> {
+        self.sandbox.egress()
     }
 
     pub fn conversation(&self) -> &ConversationId {

@@ -101,6 +101,8 @@ pub(crate) struct SandboxParts {
     pub workspace: PathBuf,
     pub layout: crate::Layout,
     pub mounts: Vec<crate::Mount>,
+    /// What the sandbox may reach beyond its loopback: its first call's leash, kept for its life.
+    pub network: Option<crate::JobNetwork>,
 }
 
 impl Sessions {
@@ -130,6 +132,7 @@ impl Sessions {
         let mut slot = slot.lock().await;
         if let Some(live) = slot.as_ref() {
             if live.is_usable(&self.config) {
+                live.check_network(parts.network.as_ref())?;
                 return Ok((live.clone(), None));
             }
             let reason = live.end_reason(&self.config);
@@ -217,10 +220,21 @@ impl Sessions {
     ) -> Result<(RunOutcome, SessionReport)> {
         let conversation = parts.conversation.clone();
         let (live, sandbox_notice) = self.live(backend, &conversation, parts).await?;
-        let (outcome, mut report) = match how {
+        let egress = live.sandbox_egress();
+        if let Some(network) = &egress {
+            network.set_run(Some(job.run_id.clone()));
+        }
+        let (mut outcome, mut report) = match how {
             crate::SessionUse::Process => live.run_process(job, sink).await?,
             _ => live.call(job, sink).await?,
         };
+        if let Some(network) = &egress {
+            // What the call opened and has closed; a connection its background processes keep open is recorded
+            // when it closes, with the call that opened it, in a later call's trail.
+            let (connections, dropped) = network.take_connections();
+            outcome.connections = connections;
+            outcome.connections_dropped = dropped;
+        }
         if let Some(notice) = sandbox_notice {
             report.state_lost = true;
             report.notice = Some(match report.notice.take() {

@@ -71,6 +71,10 @@ impl DockerBackend {
 
     async fn start_live(&self, spec: LiveSpec) -> Result<DockerSandbox> {
         let image = self.live_image.clone().ok_or(Error::NoLiveImage)?;
+        if spec.network.is_some() {
+            // The server refuses an egress policy with this backend at its start: a leashed sandbox here is a bug.
+            return Err(Error::Unsupported("the Docker backend has no egress: its live sandboxes have loopback only"));
+        }
         self.hand_over(&spec.workspace, &spec.mounts, &format!("sandbox {}", spec.sandbox_id))?;
         let creating = self.begin_creating()?;
         let body = self.live_container_body(&spec, &image);

@@ -1,11 +1,12 @@
 //! A leashed run's network (see `sandlot_egress`): the namespace, linked to the server's egress gateway, that the
 //! run's init joins instead of making one of its own; the proxy variables its program gets; and the connections
 //! it made, for its outcome. A leashed run never takes a prepared sandbox nor a conversation's kept namespace, and
-//! its namespace is never kept: it goes when the run's init is gone.
+//! its namespace is never kept: it goes when the run's init is gone. A leashed live sandbox gets one for its life
+//! (`live_build`), its processes the proxy variables, and each call the connections made during it (`sessions`).
 
 use std::sync::Arc;
 
-use sandlot_core::{Job, RunOutcome};
+use sandlot_core::{Job, JobNetwork, RunOutcome};
 use sandlot_egress::{Egress, Owner, SandboxNetwork};
 
 use super::error::Error;
@@ -26,12 +27,18 @@ pub async fn network_for(
     job: &Job,
 ) -> sandlot_core::Result<Option<Arc<SandboxNetwork>>> {
     let Some(wanted) = &job.network else { return Ok(None) };
+    let network = leash(egress, wanted).await?;
+    network.set_run(Some(job.run_id.clone()));
+    Ok(Some(network))
+}
+
+/// A sandbox network on `wanted`'s leash, from the server's egress.
+pub async fn leash(egress: Option<&EgressHandle>, wanted: &JobNetwork) -> Result<Arc<SandboxNetwork>, Error> {
     let Some(EgressHandle(egress)) = egress else {
         return Err(Error::Setup {
             step: "leash the run's network".into(),
             message: "the native backend was started without the server's egress".into(),
-        }
-        .into());
+        });
     };
     let (egress, leash) = (egress.clone(), wanted.leash.clone());
     let owner = Owner::new(wanted.tenant.clone(), wanted.conversation.clone());
@@ -39,8 +46,7 @@ pub async fn network_for(
         .await
         .map_err(|e| Error::Setup { step: "leash the run's network".into(), message: e.to_string() })?
         .map_err(|e| Error::Setup { step: "leash the run's network".into(), message: e.to_string() })?;
-    network.set_run(Some(job.run_id.clone()));
-    Ok(Some(Arc::new(network)))
+    Ok(Arc::new(network))
 }
 
 /// `job` with the proxy variables of `network` in its environment (the run's own win: a program may ask for no

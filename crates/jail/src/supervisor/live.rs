@@ -39,7 +39,10 @@ impl JailBackend {
                 std::io::Error::other("a one-shot backend (sandlot run) keeps no live sandbox: it has no zygote"),
             ));
         };
-        if let Some(jail) = self.take_prepared_live(&live).await {
+        // A prepared sandbox has no link: a leashed one is built now.
+        if live.network.is_none()
+            && let Some(jail) = self.take_prepared_live(&live).await
+        {
             return Ok(jail);
         }
         Ok(maker.build(live, false, drop).await?.0)

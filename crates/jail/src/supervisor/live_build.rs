@@ -36,6 +36,8 @@ pub struct LiveMaker {
     pub python: Option<PathBuf>,
     /// What each language's processes exec.
     pub programs: BTreeMap<Language, PathBuf>,
+    /// The server's egress, for leashed live sandboxes (see `leashed`).
+    pub egress: Option<super::EgressHandle>,
     /// Every runner's prefixes (and esbuild's).
     pub binds: Vec<PathBuf>,
     pub esbuild: Option<PathBuf>,
@@ -82,11 +84,16 @@ impl LiveMaker {
             ),
             false => None,
         };
+        // A leashed sandbox joins the namespace of its link (made for it, gone with it); a prepared one has none.
+        let network = match (&live.network, prepared) {
+            (Some(wanted), false) => Some(super::leashed::leash(self.egress.as_ref(), wanted).await?),
+            _ => None,
+        };
         let holder_pid = std::process::id();
         let resources = Resources {
             cgroup: cgroup.as_ref().map(|c| (c.procs_files(), HeldLock { holder_pid, fd: c.lock_fd() })),
             uid: uid.as_ref().map(|u| (u.uid(), HeldLock { holder_pid, fd: u.lock_fd() }, self.storage_uid)),
-            join_netns: None,
+            join_netns: network.as_ref().map(|network| super::netns_pool::NetnsPool::path_of(network.netns())),
             workspace_tree: workspace_tree
                 .as_ref()
                 .map(|tree| HeldLock { holder_pid, fd: std::os::fd::AsRawFd::as_raw_fd(tree) }),
@@ -114,12 +121,22 @@ impl LiveMaker {
             id: live.sandbox_id,
             limits: live.limits,
             programs: self.programs.clone(),
-            env: jail_spec.env.clone(),
+            env: with_proxy_variables(jail_spec.env.clone(), network.as_deref()),
             esbuild: self.esbuild.clone(),
             channel,
             init,
-            held: Held { cgroup, uid, workspace_tree },
+            held: Held { cgroup, uid, workspace_tree, network },
         });
         Ok((LiveJail::start(state, process, events, &jail_spec, fork).await?, run_uid))
     }
+}
+
+/// `env` with the proxy variables of `network` (see `leashed`) where it does not set them itself.
+fn with_proxy_variables(mut env: Vec<(String, String)>, network: Option<&sandlot_egress::SandboxNetwork>) -> Vec<(String, String)> {
+    for (name, value) in network.map(|network| network.environment()).unwrap_or_default() {
+        if !env.iter().any(|(set, _)| *set == name) {
+            env.push((name, value));
+        }
+    }
+    env
 }

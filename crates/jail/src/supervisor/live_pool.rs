@@ -175,6 +175,7 @@ impl LivePool {
             workspace: Default::default(),
             layout: Layout::Data,
             mounts: vec![],
+            network: None,
         };
         let (jail, run_uid) = self.maker.build(live, true, started).await?;
         let run_uid = run_uid.ok_or_else(|| Error::io("prepare a live sandbox", std::io::Error::other("not root")))?;

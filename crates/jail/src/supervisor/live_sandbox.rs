@@ -248,6 +248,10 @@ impl LiveSandbox for LiveJail {
         })
     }
 
+    fn egress(&self) -> Option<Arc<sandlot_egress::SandboxNetwork>> {
+        self.state.network.clone()
+    }
+
     async fn close(&self) {
         self.state.kill();
         let mut done = self.state.done.subscribe();

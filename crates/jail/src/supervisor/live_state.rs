@@ -12,7 +12,7 @@ use std::io::IoSlice;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
 use sandlot_core::{Language, Limits, Termination};
@@ -30,6 +30,8 @@ pub struct Held {
     pub uid: Option<UidLease>,
     /// The workspace's tree as the supervisor saw it, taken by the init (see `JailSpec::workspace_tree`).
     pub workspace_tree: Option<OwnedFd>,
+    /// A leashed sandbox's network namespace and link (see `leashed`).
+    pub network: Option<Arc<sandlot_egress::SandboxNetwork>>,
 }
 
 impl Held {
@@ -40,6 +42,7 @@ impl Held {
         }
         drop(self.uid);
         drop(self.workspace_tree);
+        drop(self.network);
     }
 }
 
@@ -84,6 +87,8 @@ pub struct LiveState {
     pub done: watch::Sender<bool>,
     /// CPU of its processes reaped outside it (see `live_forked`), in microseconds.
     reaped_cpu_micros: AtomicU64,
+    /// A leashed sandbox's network (also in `held`, which lets it go when the sandbox has ended).
+    pub network: Option<Arc<sandlot_egress::SandboxNetwork>>,
 }
 
 /// What a new [`LiveState`] is made of.
@@ -101,6 +106,7 @@ pub struct LiveParts {
 impl LiveState {
     pub fn new(parts: LiveParts) -> Self {
         let LiveParts { id, limits, programs, env, esbuild, channel, init, held } = parts;
+        let network = held.network.clone();
         Self {
             id,
             limits,
@@ -116,6 +122,7 @@ impl LiveState {
             alive: AtomicBool::new(true),
             done: watch::Sender::new(false),
             reaped_cpu_micros: AtomicU64::new(0),
+            network,
         }
     }
 

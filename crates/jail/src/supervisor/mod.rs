@@ -173,7 +173,17 @@ impl JailBackend {
         }
         let cgroups = Arc::new(CgroupSupport::detect(config.tune_cgroups));
         let root = nix::unistd::geteuid().is_root();
-        let esbuild_binds = esbuild.as_ref().map(|(_, binds)| binds.as_slice()).unwrap_or(&[]);
+        // Every live sandbox binds esbuild's prefixes and, with egress credentials, the sandboxes' trust bundle's
+        // directory (a leashed run binds it too): the skeleton has mount points for them.
+        let trust_dir = config.egress.as_ref().and_then(|egress| egress.0.trust_dir()).map(std::path::Path::to_path_buf);
+        let esbuild_binds: Vec<PathBuf> = esbuild
+            .as_ref()
+            .map(|(_, binds)| binds.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .chain(trust_dir.clone())
+            .collect();
+        let esbuild_binds = esbuild_binds.as_slice();
         let skeleton = config
             .skeleton_dir
             .clone()
@@ -227,6 +237,7 @@ impl JailBackend {
                 esbuild: esbuild.as_ref().map(|(path, _)| path.clone()),
                 owner: root.then_some((storage_uid, storage_uid)),
                 storage_uid,
+                egress: config.egress.clone(),
             })),
             Launcher::OneShot(..) => None,
         };
@@ -631,6 +642,11 @@ impl JailBackend {
                 .map(|tree| HeldLock { holder_pid, fd: std::os::fd::AsRawFd::as_raw_fd(tree) }),
         };
         let mut spec = spec::build(job, runner, resources);
+        if network.is_some()
+            && let Some(dir) = self.config.egress.as_ref().and_then(|egress| egress.0.trust_dir())
+        {
+            spec.extra_ro_binds.push(dir.to_path_buf()); // the trust bundle the credentials' variables name
+        }
         let forkable = may_fork && spec.switch_to.is_some() && !starts_its_own_interpreter(job);
         let forked = self.templates.as_deref().filter(|_| forkable).and_then(|templates| {
             let choice = templates.choose(&job.code);

@@ -292,6 +292,7 @@ mod tests {
             workspace: "/srv/c/files".into(),
             layout: Layout::Home { path: "/home/user" },
             mounts: vec![],
+            network: None,
         };
         let lock = HeldLock { holder_pid: 1, fd: 5 };
         let held = Resources {

@@ -44,9 +44,11 @@ pub struct RunCodeArgs {
     pub network: Option<NetworkArg>,
 }
 
-/// `network`: rules to narrow the server's egress policy with.
+/// `network`: rules to narrow the server's egress policy with (inlined in the schema: no `$ref` for a model API to
+/// resolve).
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(inline)]
 pub struct NetworkArg {
     /// What the run may reach, within what the server allows.
     #[serde(default)]
