@@ -38,7 +38,7 @@ fn fixture() -> Fixture {
 impl Fixture {
     async fn call(&self, name: &str, arguments: Value) -> Result<Value, ToolError> {
         let tenant = sandlot_core::Tenant::new("caller-exec");
-        tools::call(&self.state, &tenant, &self.workspace, name, arguments, Default::default()).await
+        tools::call(&self.state, &tenant, &self.workspace, name, arguments, Default::default()).await.map(|c| c.result)
     }
 }
 

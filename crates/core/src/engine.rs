@@ -497,6 +497,51 @@ impl Engine {
         Ok(RunReport { run_id, conversation_id: conversation, language, limits, outcome, files, started_at, session })
     }
 
+    /// Does `action` in the conversation's browser, for `tenant` (the conversation claimed or checked as a run's):
+    /// Chromium in its live sandbox, started on first use. A live sandbox started here gets the limits a browser
+    /// needs (`browser::browser_limits`) and `layout`, which the conversation's later session runs share. A
+    /// browser's failure is `Ok(Err(..))`; an error is the engine's (no live sandboxes, another tenant's
+    /// conversation, too many live sandboxes busy).
+    pub async fn browser_as(
+        &self,
+        tenant: &Tenant,
+        conversation: &ConversationId,
+        layout: crate::Layout,
+        action: crate::BrowserAction,
+    ) -> Result<crate::BrowserResult> {
+        let Some(live) = self.backend.live() else {
+            return Err(Error::invalid(
+                "conversationId",
+                format!("the {} backend cannot keep a sandbox, so it has no browser", self.backend.name()),
+            ));
+        };
+        // A live sandbox started here has the server's policy as it is, as a run that asks nothing of the network;
+        // one already started keeps its own, and the browser uses it.
+        let asked = crate::NetworkUse::Server;
+        let leash = crate::leash_for(self.config.egress.as_ref(), &asked)?;
+        self.workspaces.claim_owner(conversation, tenant)?;
+        // Held to the end of the action: the conversation cannot be removed meanwhile.
+        let (workspace, _claim) = self.claim(conversation).await?;
+        self.workspaces.claim_owner(conversation, tenant)?;
+        let network = leash.map(|leash| crate::JobNetwork {
+            leash,
+            asked,
+            tenant: tenant.name().to_owned(),
+            conversation: conversation.to_string(),
+        });
+        let parts = crate::sessions::SandboxParts {
+            conversation: conversation.clone(),
+            tenant: tenant.name().to_owned(),
+            conversation_dir: self.workspaces.root().join(conversation.as_str()),
+            limits: crate::browser::browser_limits(&self.config.limits),
+            workspace,
+            layout,
+            mounts: Vec::new(),
+            network,
+        };
+        self.sessions.browser(live, parts, action).await
+    }
+
     /// Runs a job: in a fresh sandbox, or in the conversation's live sandbox (in its interpreter, or as a process of
     /// its own).
     async fn execute(

@@ -8,6 +8,7 @@
 
 mod admission;
 mod backend;
+pub mod browser;
 mod conversation_id;
 mod disk_image;
 mod engine;
@@ -45,6 +46,7 @@ mod uploads;
 mod workspaces;
 
 pub use backend::{Backend, Job, RunnerInfo};
+pub use browser::{BrowserAction, BrowserFailure, BrowserOutput, BrowserResult, BrowserTab};
 pub use conversation_id::ConversationId;
 pub use disk_image::{DiskImages, IMAGE_NAME, OVER_QUOTA_ROOM, is_mounted as image_is_mounted};
 pub use engine::{DEFAULT_RESULT_TEXT_BYTES, Deletion, Engine, EngineConfig, MAX_METADATA_BYTES, RunReport};

@@ -107,6 +107,15 @@ pub trait LiveSandbox: Send + Sync {
     async fn processes(&self) -> Vec<SandboxProcess>;
     /// Whether it still runs: false once it ended by itself or was closed.
     fn is_alive(&self) -> bool;
+    /// Raises its memory limit to `memory_mb` and its process limit to `pids` where they are below (never lowers
+    /// them): what a browser started in a sandbox made for code needs. A backend that cannot says so.
+    async fn raise_limits(&self, memory_mb: u64, pids: u64) -> Result<()> {
+        let _ = (memory_mb, pids);
+        Err(crate::Error::Backend {
+            backend: "live",
+            message: "this backend cannot raise a live sandbox's limits".into(),
+        })
+    }
     /// Ends it: every process in it killed, its cgroup, mounts, uid, network namespace or container released.
     /// Idempotent; returns when everything is gone.
     async fn close(&self);

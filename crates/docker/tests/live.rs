@@ -423,3 +423,21 @@ async fn idle_memory_of_a_container_with_python_waiting_on_stdin() {
     drop(process);
     sandbox.close().await;
 }
+
+/// A browser raises the memory and pids limits of a container started with the defaults (`docker update`), and
+/// never lowers them; the container then holds more processes than the default allows.
+#[tokio::test]
+async fn limits_are_raised_for_a_browser_never_lowered() {
+    let host = host().await;
+    let sandbox = host.start("raised").await;
+    sandbox.raise_limits(1024, 512).await.expect("raise");
+    let usage = sandbox.usage().await;
+    assert_eq!((usage.memory_limit_bytes, usage.pids_limit), (1024 << 20, 512), "{usage:?}");
+    sandbox.raise_limits(16, 8).await.expect("a lower value");
+    let usage = sandbox.usage().await;
+    assert_eq!((usage.memory_limit_bytes, usage.pids_limit), (1024 << 20, 512), "{usage:?}");
+    // 100 sleepers: over the default 64, well under the raised 512.
+    let started = run(&sandbox, bash("for i in $(seq 100); do sleep 600 & done; echo started")).await;
+    assert_eq!(started, ("started\n".into(), String::new(), Termination::Exited { code: 0 }));
+    sandbox.close().await;
+}

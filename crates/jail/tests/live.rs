@@ -56,6 +56,7 @@ fn main() {
         ("pid_1_outlives_its_processes_attacks", pid_1_outlives_its_processes_attacks),
         ("a_background_memory_bomb_is_oom_killed_alone", a_background_memory_bomb_is_oom_killed_alone),
         ("a_background_fork_bomb_hits_pids_max", a_background_fork_bomb_hits_pids_max),
+        ("limits_are_raised_for_a_browser_never_lowered", limits_are_raised_for_a_browser_never_lowered),
         ("a_live_sandbox_shares_cpu_by_weight_without_a_cap", a_live_sandbox_shares_cpu_by_weight_without_a_cap),
     ]);
 }
@@ -860,6 +861,28 @@ fn a_background_fork_bomb_hits_pids_max() -> Result<(), Failed> {
         std::thread::sleep(Duration::from_millis(100));
     }
     // Closing ends it, however many it keeps forking.
+    live.close(&sandbox);
+    check_eq(common::sandbox_processes(), vec![], "processes after close")
+}
+
+/// A browser raises the memory and process limits of a sandbox started with the defaults (what a browser needs,
+/// `sandlot_core::browser`): its cgroup's limits grow, and the sandbox can then hold more processes than the default
+/// allows; a lower value leaves them as they are.
+fn limits_are_raised_for_a_browser_never_lowered() -> Result<(), Failed> {
+    let live = Live::new();
+    let sandbox = live.start("raised");
+    let defaults = Limits::default();
+    let usage = live.block(sandbox.usage());
+    check_eq((usage.memory_limit_bytes, usage.pids_limit), (defaults.memory_mb << 20, defaults.pids), "before")?;
+    live.block(sandbox.raise_limits(1024, 512)).map_err(|e| format!("raise: {e}"))?;
+    let usage = live.block(sandbox.usage());
+    check_eq((usage.memory_limit_bytes, usage.pids_limit), (1024 << 20, 512), "raised")?;
+    live.block(sandbox.raise_limits(16, 8)).map_err(|e| format!("lower: {e}"))?;
+    let usage = live.block(sandbox.usage());
+    check_eq((usage.memory_limit_bytes, usage.pids_limit), (1024 << 20, 512), "never lowered")?;
+    // 100 sleepers: over the default 64, well under the raised 512.
+    let started = live.bash(&sandbox, "for i in $(seq 100); do sleep 600 & done; echo started");
+    check_eq((started.termination, started.stdout.as_str()), (exited(0), "started\n"), "100 processes")?;
     live.close(&sandbox);
     check_eq(common::sandbox_processes(), vec![], "processes after close")
 }

@@ -634,7 +634,7 @@ async fn tool_names(server: &Server, path: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn paths_by_default_and_with_baponi_at_the_root() {
-    let own = ["sandbox_run_code", "sandbox_list_runners", "sandbox_upload_file", "sandbox_session"]
+    let own = ["sandbox_run_code", "sandbox_list_runners", "sandbox_upload_file", "sandbox_session", "sandbox_browser"]
         .map(String::from)
         .to_vec();
     let baponi = ["sandbox_execute", "files_download"].map(String::from).to_vec();

@@ -57,7 +57,9 @@ impl Fixture {
     /// Calls open-sandbox's tool `name` as caller-a in its workspace.
     async fn open(&self, name: &str, arguments: Value) -> Result<Value, ToolError> {
         let tenant = sandlot_core::Tenant::new("caller-a");
-        open_tools::call(&self.app, &tenant, &self.open_workspace(), name, arguments, Default::default()).await
+        open_tools::call(&self.app, &tenant, &self.open_workspace(), name, arguments, Default::default())
+            .await
+            .map(|called| called.result)
     }
 
     fn open_workspace(&self) -> ConversationId {

@@ -164,7 +164,10 @@ async fn requests_without_a_session_are_served_statelessly() {
     assert_eq!(status, StatusCode::OK);
     let names: Vec<&str> =
         value["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["sandbox_run_code", "sandbox_list_runners", "sandbox_upload_file", "sandbox_session"]);
+    assert_eq!(
+        names,
+        ["sandbox_run_code", "sandbox_list_runners", "sandbox_upload_file", "sandbox_session", "sandbox_browser"]
+    );
     let (_, value) = rpc(&router, r#"{"jsonrpc":"2.0","id":8,"method":"no/such/method"}"#).await;
     assert_eq!(value["error"]["code"], -32601);
     let (_, value) = rpc(&router, r#"{"jsonrpc":"2.0","id":9,"method":"server/discover","params":{}}"#).await;
@@ -534,7 +537,7 @@ async fn out_of_range_timeouts_are_refused_by_name_and_the_server_keeps_serving(
         assert_eq!((status, value["error"]["code"].as_i64()), (StatusCode::BAD_REQUEST, Some(-32700)), "{number}");
     }
     let (status, value) = rpc(&router, r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#).await;
-    assert_eq!((status, value["result"]["tools"].as_array().map(Vec::len)), (StatusCode::OK, Some(4)));
+    assert_eq!((status, value["result"]["tools"].as_array().map(Vec::len)), (StatusCode::OK, Some(5)));
 }
 
 /// Attack: the signature of an expiring URL covered `conversationId/path\nexp`, which is also the message of a
@@ -599,7 +602,7 @@ async fn json_that_is_no_typable_jsonrpc_message_gets_32600_on_mcp_and_message()
         );
     }
     let (status, value) = rpc(&router, r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#).await;
-    assert_eq!((status, value["result"]["tools"].as_array().map(Vec::len)), (StatusCode::OK, Some(4)));
+    assert_eq!((status, value["result"]["tools"].as_array().map(Vec::len)), (StatusCode::OK, Some(5)));
 }
 
 /// Opens a legacy SSE session (`GET /sse`): its event stream, read up to the endpoint event, and that endpoint.
@@ -670,5 +673,5 @@ async fn attack_a_legacy_stream_never_read_is_closed_once_its_answers_pass_the_b
     }
     assert!(unread < 1024 * 1024, "the closed stream still sent {unread} bytes");
     let (status, value) = rpc(&router, r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#).await;
-    assert_eq!((status, value["result"]["tools"].as_array().map(Vec::len)), (StatusCode::OK, Some(4)));
+    assert_eq!((status, value["result"]["tools"].as_array().map(Vec::len)), (StatusCode::OK, Some(5)));
 }

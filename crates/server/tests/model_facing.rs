@@ -80,7 +80,10 @@ async fn listed_names_pass_the_model_api_rule_and_dotted_names_stay_callable() {
     let (_root, _state, router) = router(ToolNames::default());
     let (_, _, listed) = post(&router, list(), &[]).await;
     let listed = names(&listed);
-    assert_eq!(listed, ["sandbox_run_code", "sandbox_list_runners", "sandbox_upload_file", "sandbox_session"]);
+    assert_eq!(
+        listed,
+        ["sandbox_run_code", "sandbox_list_runners", "sandbox_upload_file", "sandbox_session", "sandbox_browser"]
+    );
     assert!(listed.iter().all(|n| accepted_by_model_apis(n)), "{listed:?}");
     for name in ["sandbox.list_runners", "sandbox_list_runners"] {
         let (status, _, answer) = post(&router, call(name, json!({})), &[]).await;
@@ -94,7 +97,10 @@ async fn listed_names_pass_the_model_api_rule_and_dotted_names_stay_callable() {
 async fn the_dotted_setting_lists_the_spec_names_and_keeps_the_others_callable() {
     let (_root, _state, router) = router(ToolNames::Dotted);
     let (_, _, listed) = post(&router, list(), &[]).await;
-    assert_eq!(names(&listed), ["sandbox.run_code", "sandbox.list_runners", "sandbox.upload_file", "sandbox.session"]);
+    assert_eq!(
+        names(&listed),
+        ["sandbox.run_code", "sandbox.list_runners", "sandbox.upload_file", "sandbox.session", "sandbox.browser"]
+    );
     let (_, _, answer) = post(&router, call("sandbox_list_runners", json!({})), &[]).await;
     assert!(answer["result"]["structuredContent"]["languages"].is_array(), "{answer}");
 }

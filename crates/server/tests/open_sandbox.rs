@@ -270,7 +270,9 @@ async fn capabilities_list_every_tool_with_version_and_permissions() {
     assert_eq!(read["permissions"], json!({"allow":true,"scope":"workspace"}));
     let navigate = tools.iter().find(|t| t["name"] == "browser.navigate").unwrap();
     assert_eq!(navigate["permissions"]["scope"], "network");
-    assert!(navigate["permissions"]["reason"].is_string());
+    assert!(navigate["permissions"].get("reason").is_none(), "{navigate}");
+    let downloads = tools.iter().find(|t| t["name"] == "browser_get_download_list").unwrap();
+    assert!(downloads["permissions"]["reason"].is_string(), "{downloads}");
 
     let listed = rpc(&router, json!({"jsonrpc":"2.0","id":2,"method":"tools/list"})).await;
     assert_eq!(listed["result"], json!({"tools": result["tools"]}));

@@ -2,7 +2,8 @@
 //! directly over an app state: the catalogue, the file tools' write → read → search → replace → read, the attacks
 //! of docs/security.md (every path argument of every tool outside the workspace: absolute, `..`, planted symlinks to
 //! outside files and directories), the argument checks of `shell.exec`/`code.exec` made before any run, and the
-//! browser tools' tool error. Runs in the jail are in crates/cli/tests/open_sandbox_exec.rs.
+//! browser tools' argument checks and their tool error over a backend without live sandboxes. Runs in the jail are in
+//! crates/cli/tests/open_sandbox_exec.rs; the browser in the jail, in tests/e2e/python_v1/test_browser.py.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -27,7 +28,7 @@ fn fixture() -> Fixture {
 impl Fixture {
     async fn call(&self, name: &str, arguments: Value) -> Result<Value, ToolError> {
         let tenant = sandlot_core::Tenant::new("caller-a");
-        tools::call(&self.state, &tenant, &self.workspace, name, arguments, Default::default()).await
+        tools::call(&self.state, &tenant, &self.workspace, name, arguments, Default::default()).await.map(|c| c.result)
     }
 
     /// The workspace's directory on the host.
@@ -189,24 +190,34 @@ async fn planted_symlinks_are_refused() {
 }
 
 #[tokio::test]
-async fn browser_tools_are_listed_and_answer_a_tool_error() {
+async fn browser_tools_check_their_arguments_then_need_a_live_sandbox() {
     let f = fixture();
     let catalogue = tools::catalogue();
     let browser: Vec<_> = catalogue.iter().filter(|tool| tool.name.starts_with("browser")).collect();
     assert_eq!(browser.len(), 15);
+    let arguments = json!({"url": "http://example.com", "path": "shot.png", "x": 1, "y": 2, "selector": "#a",
+        "value": "v", "expression": "1", "index": 0, "keys": "Enter"});
     for tool in &browser {
-        let error = f.call(tool.name, json!({"url": "http://example.com", "path": "shot.png"})).await;
-        match error {
-            Err(ToolError::Tool(message)) => {
-                assert!(message.starts_with("browser tools are not available in sandlot yet: "), "{message}")
+        let error = f.call(tool.name, arguments.clone()).await;
+        match (tool.name, error) {
+            ("browser_get_download_list", Err(ToolError::Tool(message))) => {
+                assert_eq!(message, "downloads are not kept by sandlot's browser yet");
+                assert!(tool.reason.is_some());
             }
-            other => panic!("{}: {other:?}", tool.name),
+            // This engine's backend keeps no live sandbox, so there is no browser to drive.
+            (_, Err(ToolError::Tool(message))) => {
+                assert!(message.contains("cannot keep a sandbox, so it has no browser"), "{}: {message}", tool.name);
+                assert!(tool.reason.is_none(), "{}", tool.name);
+            }
+            (name, other) => panic!("{name}: {other:?}"),
         }
-        assert!(tool.reason.is_some(), "{}", tool.name);
     }
     let navigate = catalogue.iter().find(|tool| tool.name == "browser.navigate").unwrap();
     assert_eq!(navigate.scope, Scope::Network);
     assert_eq!(navigate.input_schema["required"], json!(["url"]));
+    assert!(matches!(f.call("browser.navigate", json!({})).await, Err(ToolError::InvalidParams(_))));
+    assert_eq!(f.call("browser.screenshot", json!({"path": "/etc/x.png"})).await, Err(outside()));
+    assert_eq!(f.call("browser_screenshot", json!({"path": "../x.png"})).await, Err(outside()));
     assert!(!f.dir().join("shot.png").exists());
 }
 

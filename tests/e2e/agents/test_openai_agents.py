@@ -28,7 +28,7 @@ async def test_tool_names_pass_openai_rule_and_calls_work(server):
         tools = await agent.get_all_tools(context)
         # What goes into the `tools` of the request to the model (Chat Completions form; Responses uses the same name).
         sent = [ChatCompletionsConverter.tool_to_openai(tool)["function"]["name"] for tool in tools]
-        assert sorted(sent) == ["sandbox_list_runners", "sandbox_run_code", "sandbox_session", "sandbox_upload_file"], sent
+        assert sorted(sent) == ["sandbox_browser", "sandbox_list_runners", "sandbox_run_code", "sandbox_session", "sandbox_upload_file"], sent
         assert all(OPENAI_TOOL_NAME.match(name) for name in sent), sent
 
         # The model calls a tool by the name it was given; the SDK invokes it over MCP.

@@ -108,7 +108,7 @@ def test_baponi_at_the_root_moves_sandlot_s_own_surface_to_p_sandlot(root_baponi
     assert tool_names(f"{server.base_url}/mcp", server) == ["sandbox_execute", "files_download"]
     assert tool_names(f"{server.base_url}/p/baponi/mcp", server) == ["sandbox_execute", "files_download"]
     assert tool_names(f"{server.base_url}/p/sandlot/mcp", server) == [
-        "sandbox_run_code", "sandbox_list_runners", "sandbox_upload_file", "sandbox_session"]
+        "sandbox_run_code", "sandbox_list_runners", "sandbox_upload_file", "sandbox_session", "sandbox_browser"]
     assert httpx.get(f"{server.base_url}/p/sandlot/v1/runs", headers=server.auth).status_code == 200
     assert httpx.get(f"{server.base_url}/v1/runs", headers=server.auth).status_code == 404
     wrong = httpx.post(f"{server.base_url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},

@@ -25,7 +25,7 @@ async def test_names_schema_and_argument_errors(server):
             assert init.protocolVersion == "2025-11-25"
             tools = (await session.list_tools()).tools
             names = [t.name for t in tools]
-            assert names == ["sandbox_run_code", "sandbox_list_runners", "sandbox_upload_file", "sandbox_session"]
+            assert names == ["sandbox_run_code", "sandbox_list_runners", "sandbox_upload_file", "sandbox_session", "sandbox_browser"]
             assert all(TOOL_NAME.match(n) and len(n) <= 64 for n in names), names
 
             schema = next(t for t in tools if t.name == "sandbox_run_code").inputSchema

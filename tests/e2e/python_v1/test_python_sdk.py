@@ -13,7 +13,7 @@ from mcp.client.streamable_http import streamablehttp_client
 
 from conftest import sandlot_binary
 
-EXPECTED_TOOLS = ["sandbox_list_runners", "sandbox_run_code", "sandbox_session", "sandbox_upload_file"]
+EXPECTED_TOOLS = ["sandbox_browser", "sandbox_list_runners", "sandbox_run_code", "sandbox_session", "sandbox_upload_file"]
 WRITE_FILE = (
     "import os\n"
     "data = bytes(range(256)) * 4\n"

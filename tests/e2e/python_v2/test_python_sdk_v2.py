@@ -23,7 +23,7 @@ CODE = "open('/data/v2.txt', 'w').write('made by mcp 2.x\\n')\nprint('ok')"
 async def exercise(client, download):
     assert client.server_info.name == "sandlot"
     tools = await client.list_tools()
-    assert sorted(t.name for t in tools.tools) == ["sandbox_list_runners", "sandbox_run_code", "sandbox_session", "sandbox_upload_file"]
+    assert sorted(t.name for t in tools.tools) == ["sandbox_browser", "sandbox_list_runners", "sandbox_run_code", "sandbox_session", "sandbox_upload_file"]
     started = time.monotonic()
     result = await client.call_tool("sandbox_run_code", {"conversationId": "v2", "language": "python", "code": CODE})
     assert result.is_error is False, result

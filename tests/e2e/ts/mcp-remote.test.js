@@ -41,7 +41,7 @@ after(async () => {
   if (configDir) rmSync(configDir, { recursive: true, force: true });
 });
 
-const tools = ["sandbox_list_runners", "sandbox_run_code", "sandbox_session", "sandbox_upload_file"];
+const tools = ["sandbox_browser", "sandbox_list_runners", "sandbox_run_code", "sandbox_session", "sandbox_upload_file"];
 
 /** A stateless tools/list over plain HTTP with `authorization` (or none): the response's status. */
 async function toolsList(authorization) {

@@ -32,7 +32,7 @@ async function exercise(transport) {
   await client.connect(transport);
   assert.equal(client.getServerVersion().name, "sandlot");
   const tools = await client.listTools();
-  assert.deepEqual(tools.tools.map((t) => t.name).sort(), ["sandbox_list_runners", "sandbox_run_code", "sandbox_session", "sandbox_upload_file"]);
+  assert.deepEqual(tools.tools.map((t) => t.name).sort(), ["sandbox_browser", "sandbox_list_runners", "sandbox_run_code", "sandbox_session", "sandbox_upload_file"]);
   const result = await client.callTool({ name: "sandbox_run_code", arguments: { conversationId: "ts-e2e", language: "python", code } });
   assert.equal(result.isError, false);
   const data = result.structuredContent;

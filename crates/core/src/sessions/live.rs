@@ -11,6 +11,7 @@ use std::time::{Instant, SystemTime};
 
 use super::call::{self, Driver};
 use super::{InterpreterStatus, SandboxParts, SessionConfig, SessionReport, SessionStatus, driver, marker};
+use crate::browser::{Browser, BrowserAction, BrowserFailure, BrowserResult};
 use crate::{ConversationId, Job, Language, LiveBackend, LiveSandbox, LiveSpec, OutputSink, Result, RunOutcome};
 
 pub(crate) struct Live {
@@ -22,7 +23,8 @@ pub(crate) struct Live {
     sandbox: Arc<dyn LiveSandbox>,
     /// What its first call asked of the network (`None`: loopback only); kept for its life.
     network: Option<crate::NetworkUse>,
-    memory_mb: u64,
+    /// Its limits: those it was started with, or raised for a browser (`browser::browser_limits`).
+    limits: Mutex<crate::Limits>,
     started_at: SystemTime,
     started: Instant,
     /// When its last call ended (or it started), both clocks.
@@ -33,6 +35,8 @@ pub(crate) struct Live {
     closed: AtomicBool,
     interpreters: tokio::sync::Mutex<Interpreters>,
     snapshot: Mutex<Vec<InterpreterStatus>>,
+    /// Its browser, once a browser call started one; behind an async lock held for a whole action.
+    browser: tokio::sync::Mutex<Option<Browser>>,
 }
 
 #[derive(Default)]
@@ -62,7 +66,7 @@ impl Live {
         boot: &str,
     ) -> Result<Self> {
         let id = format!("s-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-        let memory_mb = parts.limits.memory_mb;
+        let limits = Mutex::new(parts.limits.clone());
         let network = parts.network.as_ref().map(|network| network.asked.clone());
         let spec = LiveSpec {
             sandbox_id: id.clone(),
@@ -83,7 +87,7 @@ impl Live {
             boot: boot.to_owned(),
             sandbox,
             network,
-            memory_mb,
+            limits,
             started_at: SystemTime::now(),
             started: Instant::now(),
             last_used: Mutex::new((Instant::now(), SystemTime::now())),
@@ -92,6 +96,7 @@ impl Live {
             closed: AtomicBool::new(false),
             interpreters: Default::default(),
             snapshot: Mutex::default(),
+            browser: tokio::sync::Mutex::default(),
         };
         live.note(None);
         Ok(live)
@@ -212,7 +217,8 @@ impl Live {
             if out_of_memory && !gone.interrupted {
                 termination = crate::Termination::OutOfMemory;
             }
-            let cause = gone.cause(key, out_of_memory, self.memory_mb, &termination);
+            let memory_mb = self.limits.lock().unwrap_or_else(|e| e.into_inner()).memory_mb;
+            let cause = gone.cause(key, out_of_memory, memory_mb, &termination);
             let state = state_words(key);
             interpreters
                 .lost
@@ -242,8 +248,69 @@ impl Live {
         SessionReport { id: self.id.clone(), calls, started_at: self.started_at, state_lost: notice.is_some(), notice }
     }
 
-    /// Kills every interpreter (not the processes they started); their next calls say why their state is gone.
+    /// An action in the sandbox's browser, started first when it has none (or its own has exited).
+    pub async fn browser(&self, action: BrowserAction) -> BrowserResult {
+        let _busy = self.begin();
+        let mut browser = self.browser.lock().await;
+        self.make_room_for_a_browser().await?;
+        if browser.as_ref().is_some_and(|browser| !browser.is_alive()) {
+            tracing::info!(session = self.id, "the browser had exited: a new one starts");
+            *browser = None;
+        }
+        if browser.is_none() {
+            *browser = Some(Browser::start(self.sandbox.as_ref()).await?);
+            tracing::info!(session = self.id, conversation = %self.conversation, "browser started");
+        }
+        let mut result = match browser.as_mut() {
+            Some(browser) => browser.perform(action.clone()).await,
+            None => Err(BrowserFailure("the browser did not start".into())),
+        };
+        // A browser that died before the action (killed from inside the sandbox, crashed) is noticed by the action
+        // itself: its pages are gone anyway, so a new one starts and the action runs once more, there.
+        if result.is_err() && browser.as_ref().is_some_and(|browser| !browser.is_alive()) {
+            tracing::info!(session = self.id, "the browser had exited: a new one starts");
+            let mut fresh = Browser::start(self.sandbox.as_ref()).await?;
+            result = fresh.perform(action).await;
+            *browser = Some(fresh);
+        }
+        drop(browser);
+        self.end_call();
+        result
+    }
+
+    /// Raises the sandbox's memory and process limits to what a browser needs, when they are below (a sandbox
+    /// started by a code call has the server's limits); a backend that cannot is told in the failure.
+    async fn make_room_for_a_browser(&self) -> std::result::Result<(), BrowserFailure> {
+        let limits = self.limits.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if crate::browser::too_small_for_a_browser(&limits).is_none() {
+            return Ok(());
+        }
+        let wanted = crate::browser::browser_limits(&limits);
+        match self.sandbox.raise_limits(wanted.memory_mb, wanted.pids).await {
+            Ok(()) => {
+                tracing::info!(
+                    session = self.id,
+                    memory_mb = wanted.memory_mb,
+                    pids = wanted.pids,
+                    "live sandbox's limits raised for a browser"
+                );
+                let mut limits = self.limits.lock().unwrap_or_else(|e| e.into_inner());
+                (limits.memory_mb, limits.pids) = (wanted.memory_mb, wanted.pids);
+                Ok(())
+            }
+            Err(error) => {
+                let why = crate::browser::too_small_for_a_browser(&limits).unwrap_or_default();
+                Err(BrowserFailure(format!("{why} ({error})")))
+            }
+        }
+    }
+
+    /// Kills every interpreter (not the processes they started) and the browser; their next calls say why their
+    /// state is gone.
     pub async fn restart_interpreters(&self, reason: &str) {
+        if let Some(browser) = self.browser.lock().await.take() {
+            browser.kill().await;
+        }
         let mut interpreters = self.interpreters.lock().await;
         let drivers: Vec<_> = interpreters.drivers.drain().collect();
         for (language, driver) in drivers {

@@ -248,6 +248,22 @@ impl Sessions {
         Ok((outcome, report))
     }
 
+    /// An action in the conversation's browser, in its live sandbox (started with `parts` when it has none).
+    pub(crate) async fn browser(
+        self: &Arc<Self>,
+        backend: &dyn LiveBackend,
+        parts: SandboxParts,
+        action: crate::BrowserAction,
+    ) -> Result<crate::BrowserResult> {
+        let conversation = parts.conversation.clone();
+        let (live, _) = self.live(backend, &conversation, parts).await?;
+        let result = live.browser(action).await;
+        if !live.is_usable(&self.config) {
+            self.end(&live, &live.end_reason(&self.config)).await;
+        }
+        Ok(result)
+    }
+
     /// The conversation's live sandbox now, if it has one.
     pub async fn status(&self, conversation: &ConversationId) -> Option<SessionStatus> {
         Some(self.find(conversation)?.status(&self.config).await)

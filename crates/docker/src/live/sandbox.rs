@@ -99,6 +99,34 @@ impl LiveSandbox for DockerSandbox {
         !self.closed.load(Ordering::SeqCst) && self.running.load(Ordering::SeqCst)
     }
 
+    /// `docker update` of the container's memory (and memory+swap, kept equal: no swap) and pids limits, each only
+    /// when it is below what is asked.
+    async fn raise_limits(&self, memory_mb: u64, pids: u64) -> sandlot_core::Result<()> {
+        let options = None::<bollard::query_parameters::InspectContainerOptions>;
+        let inspected = self
+            .docker
+            .inspect_container(&self.container, options)
+            .await
+            .map_err(|e| crate::Error::engine("inspect a live container", e))?;
+        let host = inspected.host_config.unwrap_or_default();
+        let memory = i64::try_from(memory_mb * 1024 * 1024).unwrap_or(i64::MAX);
+        let pids = i64::try_from(pids).unwrap_or(i64::MAX);
+        let mut update = bollard::models::ContainerUpdateBody::default();
+        if host.memory.is_some_and(|current| current > 0 && current < memory) {
+            (update.memory, update.memory_swap) = (Some(memory), Some(memory));
+        }
+        if host.pids_limit.is_some_and(|current| current > 0 && current < pids) {
+            update.pids_limit = Some(pids);
+        }
+        if update.memory.is_none() && update.pids_limit.is_none() {
+            return Ok(());
+        }
+        self.docker
+            .update_container(&self.container, update)
+            .await
+            .map_err(|e| crate::Error::engine("raise a live container's limits", e).into())
+    }
+
     async fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
         remove_container(&self.docker, &self.container).await;

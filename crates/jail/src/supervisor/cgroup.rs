@@ -349,6 +349,34 @@ impl RunCgroup {
         Ok(())
     }
 
+    /// Raises the memory limit to `memory` bytes and the process limit to `pids` where they are below, never lowering
+    /// either: a live sandbox given room for a browser. One directory is a v2 group; three are v1's memory, pids
+    /// and cpu groups (see [`CgroupSupport::acquire_for`]).
+    pub fn raise(&self, memory: u64, pids: u64) -> std::io::Result<()> {
+        let read = |dir: &Path, file: &str| {
+            std::fs::read_to_string(dir.join(file)).ok().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(u64::MAX)
+        };
+        let (memory_dir, pids_dir, memory_file) = match self.dirs.as_slice() {
+            [dir] => (dir, dir, "memory.max"),
+            [memory_dir, pids_dir, ..] => (memory_dir, pids_dir, "memory.limit_in_bytes"),
+            [] => return Ok(()),
+        };
+        if read(memory_dir, memory_file) < memory {
+            // v1: memory+swap must never be below memory, so it grows first.
+            if memory_file == "memory.limit_in_bytes" && memory_dir.join("memory.memsw.limit_in_bytes").exists() {
+                write(memory_dir, "memory.memsw.limit_in_bytes", &memory.to_string())?;
+            }
+            write(memory_dir, memory_file, &memory.to_string())?;
+            if memory_file == "memory.limit_in_bytes" {
+                limit_socket_memory(memory_dir, memory)?;
+            }
+        }
+        if read(pids_dir, "pids.max") < pids {
+            write(pids_dir, "pids.max", &pids.to_string())?;
+        }
+        Ok(())
+    }
+
     /// The descriptor that holds the slot's lock; the run's init takes a reference of its own to it.
     pub fn lock_fd(&self) -> std::os::fd::RawFd {
         self.lock.as_raw_fd()

@@ -236,6 +236,18 @@ impl LiveSandbox for LiveJail {
         self.state.is_alive()
     }
 
+    async fn raise_limits(&self, memory_mb: u64, pids: u64) -> sandlot_core::Result<()> {
+        let held = self.state.held();
+        let Some(cgroup) = held.as_ref().and_then(|held| held.cgroup.as_ref()) else {
+            // No cgroup: no memory or process limit to raise (`sandlot doctor` says so).
+            return Ok(());
+        };
+        cgroup.raise(memory_mb * 1024 * 1024, pids).map_err(|e| sandlot_core::Error::Backend {
+            backend: "native",
+            message: format!("raise a live sandbox's cgroup limits: {e}"),
+        })
+    }
+
     fn egress(&self) -> Option<Arc<sandlot_egress::SandboxNetwork>> {
         self.state.network.clone()
     }

@@ -2,6 +2,7 @@
 //! notification). Tools are methods of their own names, results are not wrapped in MCP's envelope except by
 //! `tools/call`, and every failure is a unified error ([`RpcError`]).
 
+use base64::Engine as _;
 use sandlot_core::{ConversationId, Tenant};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
@@ -98,23 +99,35 @@ async fn answer(session: &Session, request: &Map<String, Value>) -> Result<Value
                 Some(arguments @ Value::Object(_)) => arguments.clone(),
                 Some(_) => return Err(RpcError::new(Kind::InvalidParams, "arguments must be an object")),
             };
-            let result = call_tool(session, identity, name, arguments).await?;
+            let called = call_tool(session, identity, name, arguments).await?;
+            let result = called.result;
             // The product's wire: the result three times, the text block its JSON (clients that read only text,
             // as the MCP spec asks a server to serve, see it there); each tool bounds its result (1 MiB as JSON).
-            Ok(json!({
-                "content": [{ "type": "text", "text": result.to_string() }],
-                "structuredContent": result,
-                "result": result,
-            }))
+            // A screenshot's PNG follows as an image block.
+            let mut content = vec![json!({ "type": "text", "text": result.to_string() })];
+            if let Some(png) = called.png {
+                let data = base64::engine::general_purpose::STANDARD.encode(png);
+                content.push(json!({ "type": "image", "data": data, "mimeType": "image/png" }));
+            }
+            Ok(json!({ "content": content, "structuredContent": result, "result": result }))
         }
-        tool => call_tool(session, identity, tool, params).await.map_err(|error| match error.kind {
-            Kind::MethodNotFound => RpcError::new(Kind::MethodNotFound, format!("method not found: {tool}")),
-            _ => error,
-        }),
+        tool => {
+            call_tool(session, identity, tool, params).await.map(|called| called.result).map_err(|error| {
+                match error.kind {
+                    Kind::MethodNotFound => RpcError::new(Kind::MethodNotFound, format!("method not found: {tool}")),
+                    _ => error,
+                }
+            })
+        }
     }
 }
 
-async fn call_tool(session: &Session, identity: &Identity, name: &str, arguments: Value) -> Result<Value, RpcError> {
+async fn call_tool(
+    session: &Session,
+    identity: &Identity,
+    name: &str,
+    arguments: Value,
+) -> Result<tools::Called, RpcError> {
     let cancel = session.cancel.child_token();
     tools::call(&session.app, &identity.tenant, &identity.workspace, name, arguments, cancel).await.map_err(|error| {
         match error {

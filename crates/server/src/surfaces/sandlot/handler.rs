@@ -29,6 +29,7 @@ fn instructions(names: tools::ToolNames) -> String {
         (tools::listed_name(tools::RUN_CODE, names), tools::listed_name(tools::LIST_RUNNERS, names));
     let upload_file = tools::listed_name(tools::UPLOAD_FILE, names);
     let session = tools::listed_name(tools::SESSION, names);
+    let browser = tools::listed_name(tools::BROWSER, names);
     format!(
         "sandlot runs code in an isolated Linux sandbox with no network access. \
 Call {run_code} with a conversationId (reuse the same id for the whole conversation), a language \
@@ -38,7 +39,8 @@ download URL. Each run has limits on time, memory, processes and output; print w
 {list_runners} lists the available languages and their versions; {upload_file} puts a file (text or base64) \
 into /data for the code to read. With session: true, {run_code} runs the code in the conversation's live sandbox, \
 whose interpreter keeps variables, imports and background processes between calls; {session} reports, restarts or \
-closes it."
+closes it. {browser} drives a headless browser in that live sandbox (navigate, screenshot, click, type...), with the \
+sandbox's network."
     )
 }
 

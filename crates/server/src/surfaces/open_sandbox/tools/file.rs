@@ -200,6 +200,22 @@ pub async fn call(
     }
 }
 
+/// Writes `bytes` to the workspace-relative `relative` as `file.write` does (the workspace claimed, no symlink on
+/// the way, parents made, the disk quota); for the browser's screenshots.
+pub(super) async fn write_file(
+    app: &AppState,
+    workspace: &ConversationId,
+    relative: &str,
+    bytes: Vec<u8>,
+    cancel: &CancellationToken,
+) -> Result<(), ToolError> {
+    let workspaces = app.engine.workspaces().clone();
+    let shown = format!("{WORKSPACE_MOUNT}/{relative}");
+    refuse_symlinks(workspaces, workspace.clone(), relative.to_owned(), shown.clone(), cancel).await?;
+    app.engine.upload_file(workspace, relative, bytes).await.map_err(|e| failure(&shown, e))?;
+    Ok(())
+}
+
 /// The workspace-relative path of a file argument; the root itself is no file.
 fn file_path(path: &str) -> Result<String, ToolError> {
     if path.is_empty() {

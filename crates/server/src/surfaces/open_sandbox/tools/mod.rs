@@ -10,7 +10,7 @@
 //! Every tool works for the caller's tenant: reads through its `TenantView` of the workspace (another tenant's reads
 //! as a workspace that does not exist), writes and runs once the workspace is the tenant's (another tenant's is
 //! [`not_available`], invalid params).
-//! - [`browser`]: the browser tools, listed but answering a tool error until sandlot has a browser per tenant.
+//! - [`browser`]: the browser tools, on Chromium in the workspace's live sandbox (`sandlot_core::browser`).
 //!
 //! **To add a tool:** give it a row in its family's `tools()` and an arm in its family's `call`.
 
@@ -67,7 +67,7 @@ pub enum ToolError {
     UnknownTool(String),
     /// The arguments are wrong: a missing or mistyped field, a path outside the workspace.
     InvalidParams(String),
-    /// The tool ran and failed: a missing file, an unsupported runtime, the browser tools.
+    /// The tool ran and failed: a missing file, an unsupported runtime, a browser failure.
     Tool(String),
 }
 
@@ -89,6 +89,19 @@ pub fn catalogue() -> Vec<ToolInfo> {
     tools
 }
 
+/// What a tool call gave: its result object, and a screenshot's PNG (which the MCP wire also shows as an image).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Called {
+    pub result: Value,
+    pub png: Option<Vec<u8>>,
+}
+
+impl Called {
+    fn of(result: Value) -> Result<Self, ToolError> {
+        Ok(Self { result, png: None })
+    }
+}
+
 /// Calls the tool `name` with `arguments` in `workspace` (the tenant's conversation) for `tenant` (its owner, and
 /// the owner of the runs it makes); `cancel` ends a run when the client goes away.
 pub async fn call(
@@ -98,13 +111,13 @@ pub async fn call(
     name: &str,
     arguments: Value,
     cancel: CancellationToken,
-) -> Result<Value, ToolError> {
+) -> Result<Called, ToolError> {
     if let Some(tool) = name.strip_prefix("file.") {
-        return file::call(app, tenant, workspace, tool, arguments, &cancel).await;
+        return Called::of(file::call(app, tenant, workspace, tool, arguments, &cancel).await?);
     }
     match name {
-        "shell.exec" | "code.exec" => exec::call(app, tenant, workspace, name, arguments, cancel).await,
-        _ if browser::is_browser_tool(name) => Err(browser::unavailable()),
+        "shell.exec" | "code.exec" => Called::of(exec::call(app, tenant, workspace, name, arguments, cancel).await?),
+        _ if browser::is_browser_tool(name) => browser::call(app, tenant, workspace, name, arguments, cancel).await,
         _ => Err(ToolError::UnknownTool(name.to_owned())),
     }
 }

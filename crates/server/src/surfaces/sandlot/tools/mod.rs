@@ -5,6 +5,7 @@
 //! dotted one (`sandbox.run_code`). `tools/list` lists each tool once, under the form [`ToolNames`] chooses
 //! (underscore by default); both forms are always callable.
 
+mod browser;
 mod list_runners;
 mod result_files;
 mod run_code;
@@ -24,8 +25,13 @@ pub use crate::state::ToolNames;
 pub fn catalogue(names: ToolNames) -> &'static [Tool] {
     static CATALOGUES: std::sync::OnceLock<[Vec<Tool>; 2]> = std::sync::OnceLock::new();
     let [underscore, dotted] = CATALOGUES.get_or_init(|| {
-        let dotted =
-            vec![run_code::definition(), list_runners::definition(), upload_file::definition(), session::definition()];
+        let dotted = vec![
+            run_code::definition(),
+            list_runners::definition(),
+            upload_file::definition(),
+            session::definition(),
+            browser::definition(),
+        ];
         let underscore = dotted
             .iter()
             .map(|tool| {
@@ -69,6 +75,7 @@ pub const RUN_CODE: &str = run_code::NAME;
 pub const LIST_RUNNERS: &str = list_runners::NAME;
 pub const UPLOAD_FILE: &str = upload_file::NAME;
 pub const SESSION: &str = session::NAME;
+pub const BROWSER: &str = browser::NAME;
 
 /// `sandbox.run_code` → `sandbox_run_code`.
 fn underscore_name(name: &str) -> String {
@@ -77,7 +84,7 @@ fn underscore_name(name: &str) -> String {
 
 /// The dotted name of a tool called by either spelling.
 fn canonical_name(name: &str) -> &str {
-    [run_code::NAME, list_runners::NAME, upload_file::NAME, session::NAME]
+    [run_code::NAME, list_runners::NAME, upload_file::NAME, session::NAME, browser::NAME]
         .into_iter()
         .find(|tool| underscore_name(tool) == name)
         .unwrap_or(name)
@@ -98,6 +105,7 @@ pub async fn call(
         list_runners::NAME => list_runners::call(state, arguments),
         upload_file::NAME => upload_file::call(state, arguments, &caller).await,
         session::NAME => session::call(state, arguments, &caller).await,
+        browser::NAME => browser::call(state, arguments, &caller).await,
         _ => {
             let available: Vec<&str> = catalogue(state.tool_names).iter().map(|t| t.name.as_ref()).collect();
             Err(McpError::invalid_params(
@@ -126,6 +134,7 @@ mod tests {
                     list_runners::NAME => crate::kit::schema::output_schema_of::<list_runners::ListRunnersOutput>(),
                     upload_file::NAME => crate::kit::schema::output_schema_of::<upload_file::UploadFileOutput>(),
                     session::NAME => crate::kit::schema::output_schema_of::<session::SessionToolOutput>(),
+                    browser::NAME => crate::kit::schema::output_schema_of::<browser::BrowserToolOutput>(),
                     other => panic!("{other} has no result type to derive its output schema from"),
                 };
                 assert_eq!(tool.output_schema.as_deref(), Some(&derived), "{}", tool.name);
