@@ -14,8 +14,8 @@
 //! - The profile (cookies, storage, cache) is under the sandbox's `/tmp` ([`BROWSER_HOME`]), never in the
 //!   conversation's files: it dies with the sandbox, and no other sandbox sees it.
 //! - `/dev/shm` is small in a sandbox: `--disable-dev-shm-usage` puts Chromium's shared memory in `/tmp`.
-//! - The network is the sandbox's own (loopback only unless an egress policy gives it more): [`network_flags`] is
-//!   where a proxy's `--proxy-server` goes.
+//! - The network is the sandbox's own: loopback only, or on its egress leash, where [`network_flags`] sends every
+//!   request through sandlot's proxy (Chromium keeps loopback direct).
 
 use std::collections::BTreeMap;
 
@@ -49,14 +49,19 @@ exec 3<&0 4>&1 </dev/null >/dev/null
 exec "$@"
 "#;
 
-/// Flags for the sandbox's network: none today (the sandbox's own namespace, loopback only). An egress proxy
-/// adds `--proxy-server=...` here.
-pub fn network_flags() -> Vec<String> {
-    Vec::new()
+/// Flags for the sandbox's network: in a leashed sandbox, sandlot's proxy (names are the proxy's to resolve, and
+/// a refused host fails the navigation); none in one with loopback only.
+pub fn network_flags(leashed: bool) -> Vec<String> {
+    match leashed {
+        true => {
+            vec![format!("--proxy-server=http://{}:{}", sandlot_egress::SERVICE_ADDRESS, sandlot_egress::PROXY_PORT)]
+        }
+        false => Vec::new(),
+    }
 }
 
-/// Chromium's flags, the binary first.
-pub fn command_line() -> Vec<String> {
+/// Chromium's flags, the binary first; `leashed`: the sandbox is on an egress leash.
+pub fn command_line(leashed: bool) -> Vec<String> {
     let (width, height) = VIEWPORT;
     let mut args: Vec<String> = [
         CHROMIUM,
@@ -86,15 +91,15 @@ pub fn command_line() -> Vec<String> {
     .collect();
     args.push(format!("--user-data-dir={BROWSER_HOME}/profile"));
     args.push(format!("--window-size={width},{height}"));
-    args.extend(network_flags());
+    args.extend(network_flags(leashed));
     args.push("about:blank".to_owned());
     args
 }
 
 /// The process to spawn in the live sandbox: bash running [`LAUNCH`] with [`command_line`].
-pub fn spawn() -> Spawn {
+pub fn spawn(leashed: bool) -> Spawn {
     let mut args = vec!["-c".to_owned(), LAUNCH.to_owned(), "sandlot-browser".to_owned()];
-    args.extend(command_line());
+    args.extend(command_line(leashed));
     let env = BTreeMap::from([
         ("HOME".to_owned(), BROWSER_HOME.to_owned()),
         ("XDG_CONFIG_HOME".to_owned(), format!("{BROWSER_HOME}/config")),
@@ -109,13 +114,15 @@ mod tests {
 
     #[test]
     fn the_debugger_is_a_pipe_and_the_profile_is_in_tmp() {
-        let line = command_line();
+        let line = command_line(false);
         assert_eq!(line[0], CHROMIUM);
+        assert!(!line.iter().any(|flag| flag.starts_with("--proxy-server")));
+        assert!(command_line(true).contains(&"--proxy-server=http://198.18.0.1:3128".to_owned()));
         assert!(line.contains(&"--remote-debugging-pipe".to_owned()));
         assert!(!line.iter().any(|flag| flag.starts_with("--remote-debugging-port")));
         assert!(line.contains(&"--user-data-dir=/tmp/.sandlot-browser/profile".to_owned()));
         assert_eq!(line.last().map(String::as_str), Some("about:blank"));
-        let spawn = spawn();
+        let spawn = spawn(false);
         assert_eq!((spawn.language, spawn.args[0].as_str()), (Language::Bash, "-c"));
     }
 }

@@ -50,8 +50,10 @@ fn failure(message: impl Into<String>) -> BrowserFailure {
 impl Browser {
     /// Starts Chromium in `sandbox` and attaches to its first tab.
     pub async fn start(sandbox: &dyn LiveSandbox) -> Result<Self, BrowserFailure> {
-        let process =
-            sandbox.spawn(chromium::spawn()).await.map_err(|e| failure(format!("the browser did not start: {e}")))?;
+        let process = sandbox
+            .spawn(chromium::spawn(sandbox.egress().is_some()))
+            .await
+            .map_err(|e| failure(format!("the browser did not start: {e}")))?;
         let stderr = Arc::new(Mutex::new(Vec::new()));
         tokio::spawn(drain_tail(process.stderr, Arc::clone(&stderr)));
         let cdp = Cdp::new(process.stdin, process.stdout);
@@ -264,6 +266,11 @@ impl Browser {
         let mut events = self.cdp.events();
         // The caller's timeout bounds it: this patience is never what ends it.
         let patience = NAVIGATION_TIMEOUT + STOP_PATIENCE;
+        // The document's response, to tell the egress proxy's refusal of a plain-HTTP page from the page itself.
+        self.cdp
+            .call(Some(&tab.session), "Network.enable", json!({}), patience)
+            .await
+            .map_err(|e| failure(format!("navigation to {url} failed: {e}")))?;
         let navigated = self
             .cdp
             .call(Some(&tab.session), "Page.navigate", json!({ "url": url }), patience)
@@ -274,6 +281,7 @@ impl Browser {
         }
         // No loader: a navigation within the document (a fragment), which has no load event.
         let Some(loader) = navigated["loaderId"].as_str() else { return Ok(()) };
+        let mut refused = None;
         loop {
             // Woken every second to notice a browser that exited (the event channel outlives it).
             let event = match tokio::time::timeout(Duration::from_secs(1), events.recv()).await {
@@ -282,12 +290,17 @@ impl Browser {
                 Ok(Err(tokio::sync::broadcast::error::RecvError::Closed)) => return Err(exited()),
                 Ok(Ok(event)) => event,
             };
-            if event.session.as_deref() == Some(tab.session.as_str())
-                && event.method == "Page.lifecycleEvent"
-                && event.params["name"] == "load"
-                && event.params["loaderId"] == loader
-            {
-                return Ok(());
+            if event.session.as_deref() != Some(tab.session.as_str()) || event.params["loaderId"] != loader {
+                continue;
+            }
+            if event.method == "Network.responseReceived" && event.params["type"] == "Document" {
+                refused = egress_verdict(&event.params["response"]);
+            }
+            if event.method == "Page.lifecycleEvent" && event.params["name"] == "load" {
+                return match refused {
+                    Some(words) => Err(failure(format!("navigation to {url} failed: {words}"))),
+                    None => Ok(()),
+                };
             }
         }
     }
@@ -359,4 +372,13 @@ async fn drain_tail(mut stderr: std::pin::Pin<Box<dyn tokio::io::AsyncRead + Sen
         let excess = tail.len().saturating_sub(STDERR_TAIL);
         tail.drain(..excess);
     }
+}
+
+/// The egress proxy's own answer in a document's `response` (CDP's `Network.Response`): its one-line reason, or
+/// `None` for a host's page.
+fn egress_verdict(response: &Value) -> Option<String> {
+    let headers = response["headers"].as_object()?;
+    let verdict = headers.iter().find(|(name, _)| name.eq_ignore_ascii_case(sandlot_egress::proxy::VERDICT_HEADER))?;
+    let status = response["status"].as_u64().unwrap_or(0);
+    Some(format!("the egress proxy {} it (HTTP {status})", verdict.1.as_str().unwrap_or("refused")))
 }

@@ -20,6 +20,7 @@ mod transparent;
 mod upstream;
 
 pub use bandwidth::Bandwidth;
+pub use reply::VERDICT_HEADER;
 
 use crate::intercept::Intercept;
 use crate::registry::Registry;
