@@ -169,6 +169,23 @@ def docker_server(root):
     yield from start_server(root, {"SANDLOT_BACKEND": "docker"})
 
 
+@pytest.fixture
+def internet(tmp_path):
+    """The test internet of tests/e2e/internet, up for one test."""
+    from internet.internet import Internet
+    net = Internet(tmp_path).start()
+    yield net
+    net.stop()
+
+
+@pytest.fixture
+def egress_server(root, internet):
+    """`sandlot serve` whose egress policy allows the test internet's `allowed.test`, resolved by its name server."""
+    from internet import servers
+    yield from start_server(root, {"SANDLOT_EGRESS_POLICY": json.dumps({"allow": ["allowed.test"]}),
+                                   "SANDLOT_EGRESS_NAMESERVERS": f"{servers.DNS}:53"})
+
+
 def start_server(root, extra_env):
     port = free_port()
     token, secret = "test-token-" + os.urandom(8).hex(), "test-secret-" + os.urandom(8).hex()

@@ -7,24 +7,10 @@ import json
 import httpx
 import pytest
 
-from conftest import call, start_server
-from internet.internet import Internet
+from conftest import call
 from internet import servers
 
 POLICY = {"allow": ["allowed.test"]}
-
-
-@pytest.fixture
-def internet(tmp_path):
-    net = Internet(tmp_path).start()
-    yield net
-    net.stop()
-
-
-@pytest.fixture
-def egress_server(root, internet):
-    yield from start_server(root, {"SANDLOT_EGRESS_POLICY": json.dumps(POLICY),
-                                   "SANDLOT_EGRESS_NAMESERVERS": f"{servers.DNS}:53"})
 
 
 def run(server, language, code, **extra):
@@ -114,6 +100,16 @@ def test_the_audit_trail_lists_exactly_the_connections(egress_server):
     assert seen == [("allowed.test", 80, True), ("denied.test", 80, False)], connections
     allowed = next(c for c in connections if c["allowed"])
     assert allowed["bytesReceived"] > 0 and allowed["runId"] == result["runId"], allowed
+    # The same trail as an MCP resource.
+    body = {"jsonrpc": "2.0", "id": 1, "method": "resources/read",
+            "params": {"uri": f"sandlot://runs/{result['runId']}"}}
+    response = httpx.post(egress_server.mcp_url, json=body, timeout=60,
+                          headers={**egress_server.auth, "Accept": "application/json, text/event-stream"})
+    text = response.text
+    if response.headers["content-type"].startswith("text/event-stream"):
+        text = [line[6:] for line in text.splitlines() if line.startswith("data: ")][-1]
+    resource = json.loads(json.loads(text)["result"]["contents"][0]["text"])
+    assert resource["network"]["connections"] == connections, resource
 
 
 def test_a_run_narrows_the_policy_and_cannot_widen_it(egress_server):

@@ -2,29 +2,12 @@
 (tests/e2e/internet) through sandlot's proxy, and a navigation to a denied host fails with open-sandbox's tool
 error, over plain HTTP (the proxy's refusal, told from a page by its header) and over HTTPS (no tunnel)."""
 
-import json
-
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 from mcp.shared.exceptions import McpError
 
-from conftest import start_server
-from internet.internet import Internet
 from internet import servers
-
-
-@pytest.fixture
-def internet(tmp_path):
-    net = Internet(tmp_path).start()
-    yield net
-    net.stop()
-
-
-@pytest.fixture
-def egress_server(root, internet):
-    yield from start_server(root, {"SANDLOT_EGRESS_POLICY": json.dumps({"allow": ["allowed.test"]}),
-                                   "SANDLOT_EGRESS_NAMESERVERS": f"{servers.DNS}:53"})
 
 
 @pytest.mark.anyio

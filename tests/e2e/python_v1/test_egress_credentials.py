@@ -7,17 +7,9 @@ import json
 import pytest
 
 from conftest import call, start_server
-from internet.internet import Internet
 from internet import servers
 
 CREDENTIALS = [{"host": "allowed.test", "placeholder_env": "TOKEN", "secret": servers.SECRET}]
-
-
-@pytest.fixture
-def internet(tmp_path):
-    net = Internet(tmp_path).start()
-    yield net
-    net.stop()
 
 
 @pytest.fixture

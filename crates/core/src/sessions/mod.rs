@@ -105,6 +105,9 @@ pub(crate) struct SandboxParts {
     pub network: Option<crate::JobNetwork>,
 }
 
+/// How long a leashed sandbox's call waits, at most, for the connections still open at its end to be recorded.
+const EGRESS_SETTLE: std::time::Duration = std::time::Duration::from_millis(250);
+
 impl Sessions {
     pub fn new(config: SessionConfig) -> Self {
         Self {
@@ -229,8 +232,10 @@ impl Sessions {
             _ => live.call(job, sink).await?,
         };
         if let Some(network) = &egress {
-            // What the call opened and has closed; a connection its background processes keep open is recorded
-            // when it closes, with the call that opened it, in a later call's trail.
+            // What the call opened and has closed (a connection closed as the call ended is recorded within a
+            // moment); one its background processes keep open is recorded when it closes, with the call that
+            // opened it, in a later call's trail.
+            network.settle(EGRESS_SETTLE).await;
             let (connections, dropped) = network.take_connections();
             outcome.connections = connections;
             outcome.connections_dropped = dropped;

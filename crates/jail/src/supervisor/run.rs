@@ -473,8 +473,9 @@ async fn fork_program(
     let mut child =
         forked.templates.fork(forked.choice, &child, request).map_err(|e| ForkFailure::Unavailable(e.to_string()))?;
     if let Err(why) = child.started().await {
-        // No child was made (the template is gone, or could not enter the sandbox): nothing of the program ran.
-        return Err(ForkFailure::Unavailable(why));
+        // Nothing of the program ran unless the child said so (it may run before the template says it forked):
+        // only then may the run be tried again.
+        return Err(ForkFailure::of(why, child.ran()));
     }
     sandlot_core::marks::mark("c.forked");
     let (end, cpu) = child.ended().await.map_err(|why| ForkFailure::of(why, child.ran()))?;

@@ -140,12 +140,14 @@ pub struct Forked {
     status: BufReader<pipe::Receiver>,
     /// The child said `r`: the run's code may have run.
     ran: bool,
+    /// Words read while waiting for the template's `p` that are [`Forked::ended`]'s (see [`Forked::started`]).
+    early: std::collections::VecDeque<(char, String)>,
 }
 
 impl Forked {
     /// The child whose word comes on `status`.
     pub fn new(status: pipe::Receiver) -> Self {
-        Self { status: BufReader::new(status), ran: false }
+        Self { status: BufReader::new(status), ran: false, early: Default::default() }
     }
 
     /// Whether the run's code may have run (the child said so): a child that failed before cannot have run any.
@@ -154,12 +156,21 @@ impl Forked {
     }
 
     /// The child's host pid, once forked; `Err` with the template's reason if it could not be.
+    ///
+    /// The template says `p` after its fork returns, and its child may run its whole program before that on a busy
+    /// machine: the child's words that come first (`r`, then its own end) are kept for [`Forked::ended`], and
+    /// [`Forked::ran`] tells a caller whose `Err` comes after them that the program did run (it must not run it
+    /// again). After `r` the program could write a `p` of its own: callers use the pid only for a child whose
+    /// program cannot write to the pipe (a live sandbox's, `says_its_end` false), or not at all.
     pub async fn started(&mut self) -> Result<u32, String> {
-        match self.next().await {
-            Some(('p', pid)) => pid.parse().map_err(|_| format!("the Python template said {pid:?}")),
-            Some(('f', why)) => Err(why),
-            Some((_, line)) => Err(format!("the Python template said {line:?}")),
-            None => Err("the Python template is gone".into()),
+        loop {
+            match self.read().await {
+                Some(('p', pid)) => return pid.parse().map_err(|_| format!("the Python template said {pid:?}")),
+                Some(('f', why)) => return Err(why),
+                Some(word) if self.ran => self.early.push_back(word),
+                Some((_, line)) => return Err(format!("the Python template said {line:?}")),
+                None => return Err("the Python template is gone".into()),
+            }
         }
     }
 
@@ -215,8 +226,16 @@ impl Forked {
         }
     }
 
-    /// The next word on the status pipe but the child's `r`, which is noted.
+    /// The next word kept by [`Forked::started`], else on the status pipe.
     async fn next(&mut self) -> Option<(char, String)> {
+        match self.early.pop_front() {
+            Some(word) => Some(word),
+            None => self.read().await,
+        }
+    }
+
+    /// The next word on the status pipe but the child's `r`, which is noted.
+    async fn read(&mut self) -> Option<(char, String)> {
         loop {
             let mut line = String::new();
             match self.status.read_line(&mut line).await {
@@ -243,6 +262,32 @@ fn end_kind(end: &Option<(char, String)>) -> Option<char> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A [`Forked`] reading `words` as the status pipe's.
+    fn forked_reading(words: &str) -> Forked {
+        let (reader, writer) = nix::unistd::pipe().unwrap();
+        nix::unistd::write(&writer, words.as_bytes()).unwrap();
+        drop(writer);
+        Forked::new(pipe::Receiver::from_owned_fd(reader).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_child_that_ends_before_the_template_says_it_forked_ended_once() {
+        let mut forked = forked_reading("r\nx 0\np 4242\ne 0 0.001\n");
+        assert_eq!(forked.started().await, Ok(4242));
+        assert!(forked.ran(), "the program ran: it must not be run again");
+        assert_eq!(forked.ended().await, Ok((Termination::Exited { code: 0 }, 0.0)));
+    }
+
+    #[tokio::test]
+    async fn a_template_gone_after_the_child_ran_says_the_program_ran() {
+        let mut forked = forked_reading("r\n");
+        assert!(forked.started().await.is_err());
+        assert!(forked.ran(), "a run whose program ran is not retried");
+        let mut unforked = forked_reading("0\n");
+        assert!(unforked.started().await.is_err());
+        assert!(!unforked.ran(), "nothing ran: the run may be tried again");
+    }
 
     #[test]
     fn infinite_limits_are_pythons_minus_one() {
