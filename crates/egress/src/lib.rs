@@ -12,6 +12,7 @@
 //! [`SandboxNetwork`] from [`Egress::leash`].
 
 pub mod audit;
+pub mod bandwidth;
 pub mod credentials;
 pub mod dns;
 pub mod intercept;

@@ -5,8 +5,8 @@
 //! sandbox's while it is registered, so a lookup can never find the wrong sandbox.
 
 use crate::audit::AuditLog;
+use crate::bandwidth::Bandwidth;
 use crate::policy::Leash;
-use crate::proxy::Bandwidth;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, RwLock};

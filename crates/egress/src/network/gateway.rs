@@ -8,7 +8,7 @@
 //! internet (the proxy's upstream connections are made in the server's own namespace).
 
 use super::addresses::{Addresses, Slot};
-use super::link::Link;
+use super::link::{Link, Unlink};
 use super::netlink::{self, Netlink};
 use super::{LINKS_NET, SYNTHETIC_NET, namespace, sysctl};
 use ipnet::{IpNet, Ipv4Net};
@@ -118,7 +118,7 @@ impl Gateway {
             io::Error::new(io::ErrorKind::AddrNotAvailable, format!("every link address of {LINKS_NET} is in use"))
         })?;
         match self.shared.make_link(slot, &routes) {
-            Ok(netns) => Ok(Link::new(slot, netns, Arc::clone(&self.shared))),
+            Ok(netns) => Ok(Link::new(slot, netns, self.shared.clone())),
             Err(error) => {
                 self.shared.unlink(slot);
                 Err(error)
@@ -185,19 +185,6 @@ impl Shared {
         })?;
         Ok(netns)
     }
-
-    /// Deletes the link of `slot` (its gateway end, which takes the sandbox's end with it) if it exists, and frees
-    /// the slot. A slot whose link could not be deleted is never handed out again.
-    pub(super) fn unlink(&self, slot: Slot) {
-        let name = slot.interface();
-        let deleted = namespace::run_in(&self.netns, || {
-            netlink::block_on(async { Netlink::open("the gateway")?.delete_link(&name).await })
-        });
-        match deleted {
-            Ok(_) => self.addresses().give_back(slot),
-            Err(error) => tracing::warn!(%error, "a link of the gateway is left, and its address is not reused"),
-        }
-    }
 }
 
 /// `ranges` as IPv4 networks, refused when one is IPv6 or overlaps [`LINKS`](super::LINKS) (which would make the
@@ -217,4 +204,19 @@ fn ranges(ranges: &[IpNet], what: &str) -> io::Result<Vec<Ipv4Net>> {
             )),
         })
         .collect()
+}
+
+impl Unlink for Shared {
+    /// Deletes the link of `slot` (its gateway end, which takes the sandbox's end with it) if it exists, and frees
+    /// the slot. A slot whose link could not be deleted is never handed out again.
+    fn unlink(&self, slot: Slot) {
+        let name = slot.interface();
+        let deleted = namespace::run_in(&self.netns, || {
+            netlink::block_on(async { Netlink::open("the gateway")?.delete_link(&name).await })
+        });
+        match deleted {
+            Ok(_) => self.addresses().give_back(slot),
+            Err(error) => tracing::warn!(%error, "a link of the gateway is left, and its address is not reused"),
+        }
+    }
 }

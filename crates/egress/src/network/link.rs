@@ -6,10 +6,15 @@
 //! only.
 
 use super::addresses::Slot;
-use super::gateway::Shared;
 use std::net::Ipv4Addr;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
+
+/// What removes a link when it drops: its gateway's (the link knows no more of it).
+pub(super) trait Unlink: Send + Sync {
+    /// Deletes the link of `slot` and frees the slot.
+    fn unlink(&self, slot: Slot);
+}
 
 /// One sandbox's namespace and its link; dropping it removes the link (the namespace lives on while a process or
 /// a descriptor holds it, with loopback only).
@@ -20,11 +25,11 @@ pub struct Link {
     pub gateway: Ipv4Addr,
     netns: OwnedFd,
     slot: Slot,
-    owner: Arc<Shared>,
+    owner: Arc<dyn Unlink>,
 }
 
 impl Link {
-    pub(super) fn new(slot: Slot, netns: OwnedFd, owner: Arc<Shared>) -> Link {
+    pub(super) fn new(slot: Slot, netns: OwnedFd, owner: Arc<dyn Unlink>) -> Link {
         Link { sandbox: slot.sandbox(super::LINKS_NET), gateway: slot.gateway(super::LINKS_NET), netns, slot, owner }
     }
 

@@ -10,7 +10,6 @@
 //! The gateway catches transparent connections on 80, 443 and every port the server's policy names singly, at
 //! most [`MAX_TRANSPARENT_PORTS`] listeners; a port range in a rule is reachable through the explicit proxy only.
 
-pub mod bandwidth;
 mod explicit;
 mod reply;
 pub mod sniff;
@@ -19,7 +18,6 @@ mod tracker;
 mod transparent;
 mod upstream;
 
-pub use bandwidth::Bandwidth;
 pub use reply::VERDICT_HEADER;
 
 use crate::intercept::Intercept;

@@ -5,7 +5,7 @@
 //! has said all it will say is done, and a sandbox that keeps its end open must not hold one of its connections
 //! (and a proxy task) for ever.
 
-use super::bandwidth::{Bandwidth, Direction};
+use crate::bandwidth::{Bandwidth, Direction};
 use crate::intercept::Carried;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
