@@ -103,10 +103,7 @@ async fn connect(proxy: &Proxy, mut client: TcpStream, mut tracker: Tracker, des
         if client.write_all(ESTABLISHED).await.is_err() {
             return;
         }
-        match intercept.serve(client, name, port, &addresses).await {
-            Ok(carried) => tracker.carried(carried),
-            Err(error) => tracker.failed(&format!("interceptor: {error}")),
-        }
+        tracker.intercepted(intercept.serve(client, name, port, &addresses).await);
         return;
     }
     let upstream = match upstream::connect(&mut tracker, &addresses).await {

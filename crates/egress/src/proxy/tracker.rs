@@ -73,6 +73,14 @@ impl Tracker {
         self.record.bytes_sent += carried.sent;
         self.record.bytes_received += carried.received;
     }
+
+    /// What an interceptor said it carried, or why it failed.
+    pub fn intercepted(&mut self, served: std::io::Result<Carried>) {
+        match served {
+            Ok(carried) => self.carried(carried),
+            Err(error) => self.failed(&format!("interceptor: {error}")),
+        }
+    }
 }
 
 impl Drop for Tracker {

@@ -76,10 +76,7 @@ pub async fn serve(proxy: Arc<Proxy>, mut client: TcpStream, leashed: Arc<Leashe
     if let (Some(name), Some(intercept), First::Tls(_)) = (&named, &proxy.intercept, &first)
         && intercept.wants(name, port)
     {
-        match intercept.serve(client, name, port, &addresses).await {
-            Ok(carried) => tracker.carried(carried),
-            Err(error) => tracker.failed(&format!("interceptor: {error}")),
-        }
+        tracker.intercepted(intercept.serve(client, name, port, &addresses).await);
         return;
     }
     let upstream = match upstream::connect(&mut tracker, &addresses).await {
