@@ -3,7 +3,8 @@
 # installs only what is missing, so a second run is quick (a few seconds: package and version checks, Docker's build
 # cache for the runner images):
 # - apt: bubblewrap hyperfine iproute2 openssl curl procps (the jail's tests and benchmarks), npm, chromium (the playground's
-#   browser test), docker.io, debootstrap and docker-compose (the Docker backend's and the container image's tests);
+#   browser test), docker.io, debootstrap and docker-compose (the Docker backend's and the container image's tests),
+#   python3-requests (the egress tests use `requests` in the system Python);
 # - npm: tsx (the TypeScript runner for Node 20), and `npm ci` in tests/e2e/ts (the TypeScript MCP SDK) and
 #   tests/e2e/browser (playwright-core; no browser download, it drives Debian's chromium);
 # - PyPI: the official MCP SDK for the end-to-end tests, mcp 1.x in .venv-e2e and mcp 2.x in .venv-e2e2;
@@ -48,7 +49,7 @@ step "checking the interpreters the tests run in the sandbox"
 command -v node >/dev/null || die "node is not on PATH; the JavaScript and TypeScript tests need it"
 
 step "checking Debian packages"
-mapfile -t missing < <(missing_packages bubblewrap hyperfine iproute2 openssl curl procps docker.io debootstrap docker-compose e2fsprogs mount)
+mapfile -t missing < <(missing_packages bubblewrap hyperfine iproute2 openssl curl procps docker.io debootstrap docker-compose e2fsprogs mount python3-requests)
 # npm and chromium may come from elsewhere (NodeSource's nodejs bundles npm): the commands are what counts.
 command -v npm >/dev/null || missing+=(npm)
 [[ -x /usr/bin/chromium ]] || missing+=(chromium)

@@ -195,6 +195,11 @@ pub struct EgressArgs {
     /// backend as root only.
     #[arg(long, env = "SANDLOT_EGRESS_POLICY")]
     pub egress_policy: Option<String>,
+    /// Tenants' narrowings of the server's policy: a JSON object mapping a tenant (a token's name, a JWT's
+    /// subject) to `{"allow": [...], "deny": [...]}`, or `@<path>` of a file holding it. A tenant's runs must pass
+    /// both; a tenant not named has the server's policy.
+    #[arg(long, env = "SANDLOT_EGRESS_TENANT_POLICIES")]
+    pub egress_tenant_policies: Option<String>,
     /// Name servers (`ip:port`, comma-separated) the egress proxy resolves allowed names with, on the host
     /// (default: the host's /etc/resolv.conf). Sandboxes never reach a name server.
     #[arg(long, env = "SANDLOT_EGRESS_NAMESERVERS", value_delimiter = ',')]

@@ -50,8 +50,9 @@ pub struct EngineConfig {
     /// crashes it (a stack overflow) fails its run and nothing else. `None`: in a thread of this process, where such
     /// code aborts the process (for tests and embedders whose callers are trusted).
     pub typescript_helper: Option<std::path::PathBuf>,
-    /// The server's egress policy: `None`, every run reaches loopback only (see `network`).
-    pub egress: Option<std::sync::Arc<sandlot_egress::Policy>>,
+    /// The server's egress policy and its tenants' narrowings (none by default: every run reaches loopback only;
+    /// see `network`).
+    pub egress: crate::EgressPolicies,
 }
 
 impl Default for EngineConfig {
@@ -82,7 +83,7 @@ impl EngineConfig {
             sessions,
             typescript: crate::TypeScriptMode::default(),
             typescript_helper: None,
-            egress: None,
+            egress: crate::EgressPolicies::default(),
         }
     }
 }
@@ -349,7 +350,7 @@ impl Engine {
 
     async fn run_for(&self, tenant: Option<&Tenant>, request: RunRequest, sink: &dyn OutputSink) -> Result<RunReport> {
         let (conversation, language, limits, mut request) = self.validate(request)?;
-        let leash = crate::leash_for(self.config.egress.as_ref(), &request.network)?;
+        let leash = self.config.egress.leash_for(tenant.map(Tenant::name), &request.network)?;
         let backend_language = self.backend_language(language);
         if !self.backend.runners().iter().any(|r| r.language == backend_language) {
             return Err(Error::no_runner(language, self.runners().iter().map(|r| r.language)));
@@ -518,7 +519,7 @@ impl Engine {
         // A live sandbox started here has the server's policy as it is, as a run that asks nothing of the network;
         // one already started keeps its own, and the browser uses it.
         let asked = crate::NetworkUse::Server;
-        let leash = crate::leash_for(self.config.egress.as_ref(), &asked)?;
+        let leash = self.config.egress.leash_for(Some(tenant.name()), &asked)?;
         self.workspaces.claim_owner(conversation, tenant)?;
         // Held to the end of the action: the conversation cannot be removed meanwhile.
         let (workspace, _claim) = self.claim(conversation).await?;

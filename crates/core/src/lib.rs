@@ -61,7 +61,7 @@ pub use limits::{Limits, MIN_TIMEOUT, timeout_from_secs};
 pub use live::{LiveBackend, LiveProcess, LiveSandbox, LiveSpec, ProcessHandle, SandboxProcess, SandboxUsage, Spawn};
 pub use log_text::Escaped;
 pub use mount::{MAX_MOUNTS, Mount, hand_over_writable};
-pub use network::{JobNetwork, NetworkUse, leash_for};
+pub use network::{EgressPolicies, JobNetwork, NetworkUse};
 pub use outcome::{RunOutcome, Termination};
 pub use output::{
     CapturedStream, Excerpt, OutputChunk, OutputSink, Stream, cut_marker, head_and_tail, json_len, json_prefix,

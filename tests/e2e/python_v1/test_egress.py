@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from conftest import call
+from conftest import call, start_server
 from internet import servers
 
 POLICY = {"allow": ["allowed.test"]}
@@ -30,6 +30,16 @@ python3 -c "import urllib.request; print(urllib.request.urlopen('http://allowed.
     result = run(egress_server, "bash", code)
     assert result["stdout"] == ("hello from allowed.test path /proxied\nhello from allowed.test path /caught\n"
                                 "hello from allowed.test path /urllib\n"), result
+    # requests (Debian's, in the system Python): through HTTP_PROXY, and caught with the environment ignored.
+    requests = run(egress_server, "bash", """/usr/bin/python3 - <<'PY'
+import requests
+print(requests.get('http://allowed.test/requests', timeout=10).text, end='')
+session = requests.Session()
+session.trust_env = False
+print(session.get('http://allowed.test/direct', timeout=10).text, end='')
+PY""")
+    assert requests["stdout"] == ("hello from allowed.test path /requests\n"
+                                  "hello from allowed.test path /direct\n"), requests
     node = run(egress_server, "javascript",
                "const r = await fetch('http://allowed.test/fetch'); process.stdout.write(await r.text());")
     assert node["stdout"] == "hello from allowed.test path /fetch\n", node
@@ -119,6 +129,32 @@ def test_a_run_narrows_the_policy_and_cannot_widen_it(egress_server):
     widened = run(egress_server, "bash", "curl -sS -o /dev/null -w '%{http_code}' http://denied.test/",
                   network={"allow": ["denied.test"]})
     assert widened["stdout"] == "403", widened
+
+
+NARROW_TOKEN = "narrow-tenant-token-" + "7" * 16
+
+
+@pytest.fixture
+def tenant_server(root, internet):
+    """Two tenants: the default token's, with the server's policy, and `narrow`, whose own allows one host."""
+    yield from start_server(root, {
+        "SANDLOT_EGRESS_POLICY": json.dumps({"allow": ["allowed.test", "other.test"]}),
+        "SANDLOT_EGRESS_TENANT_POLICIES": json.dumps({"narrow": {"allow": ["other.test"]}}),
+        "SANDLOT_EGRESS_NAMESERVERS": f"{servers.DNS}:53",
+        "MCP_API_TOKENS": f"narrow:{NARROW_TOKEN}"})
+
+
+def test_a_tenant_policy_narrows_that_tenants_runs_only(tenant_server):
+    code = "for host in allowed.test other.test denied.test; do " \
+           "curl -sS -o /dev/null -w \"$host %{http_code}\\n\" http://$host/; done"
+    wide = run(tenant_server, "bash", code)
+    assert wide["stdout"] == "allowed.test 200\nother.test 200\ndenied.test 403\n", wide
+    tenant_server.token = NARROW_TOKEN
+    narrow = call(tenant_server, {"conversationId": "narrow-leash", "language": "bash", "code": code})
+    assert narrow["stdout"] == "allowed.test 403\nother.test 200\ndenied.test 403\n", narrow
+    widened = call(tenant_server, {"conversationId": "narrow-leash", "language": "bash", "code": code,
+                                   "network": {"allow": ["allowed.test", "other.test"]}})
+    assert widened["stdout"] == narrow["stdout"], widened
 
 
 def test_without_a_policy_a_run_cannot_ask_for_network(server):

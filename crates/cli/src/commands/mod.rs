@@ -136,7 +136,7 @@ pub async fn app_state(
     let history = sandlot_core::History::open(state.history(), service.store_code)?
         .with_output_budget(service.history_output_mb * 1024 * 1024);
     let mut config = service.apply(sandbox.engine_config());
-    config.egress = egress.as_ref().map(|egress| egress.policy());
+    config.egress = egress::policies(&service.egress, egress.as_deref())?;
     let engine = sandlot_core::Engine::new(backend, workspaces, config).with_history(history);
     let interrupted = engine.recover().await?;
     for run_id in &interrupted {
