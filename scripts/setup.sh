@@ -7,7 +7,8 @@
 #   python3-requests (the egress tests use `requests` in the system Python);
 # - npm: tsx (the TypeScript runner for Node 20), and `npm ci` in tests/e2e/ts (the TypeScript MCP SDK) and
 #   tests/e2e/browser (playwright-core; no browser download, it drives Debian's chromium);
-# - PyPI: the official MCP SDK for the end-to-end tests, mcp 1.x in .venv-e2e and mcp 2.x in .venv-e2e2;
+# - PyPI: the official MCP SDK for the end-to-end tests, mcp 1.x in .venv-e2e and mcp 2.x (with fastmcp 4.x) in
+#   .venv-e2e2;
 # - PyPI: the scientific Python environment the sandboxed Python runs in the plot tests (scripts/python-env.sh, at
 #   $SANDLOT_PYTHON_ENV or /opt/sandlot/python: numpy, pandas, matplotlib);
 # - cargo: cargo-nextest (rustfmt and clippy must come with the toolchain: rustup component add);
@@ -91,16 +92,20 @@ if [[ -z "$python" ]]; then
     apt_install python3-venv
     python=/usr/bin/python3
 fi
-python_env() { # python_env DIR MCP_VERSION HTTP_MODULE
-    if [[ ! -x "$1/bin/python" ]] || ! "$1/bin/python" -c "import mcp, pytest, anyio, $3; import importlib.metadata as m; assert m.version('mcp') == '$2'" 2>/dev/null; then
-        step "making $1 (mcp==$2, pytest, anyio, httpx)"
-        rm -rf "$1"
-        "$python" -m venv "$1"
-        "$1/bin/pip" install --quiet --disable-pip-version-check "mcp==$2" pytest anyio httpx
+python_env() { # python_env DIR MCP_VERSION HTTP_MODULE [NAME==VERSION ...]: more pinned packages
+    local dir="$1" mcp="$2" module="$3" pins="" pin
+    shift 3
+    for pin in "$@"; do pins+="assert m.version('${pin%%==*}') == '${pin##*==}'; "; done
+    if [[ ! -x "$dir/bin/python" ]] || ! "$dir/bin/python" -c "import mcp, pytest, anyio, $module; import importlib.metadata as m; assert m.version('mcp') == '$mcp'; $pins" 2>/dev/null; then
+        step "making $dir (mcp==$mcp, pytest, anyio, httpx $*)"
+        rm -rf "$dir"
+        "$python" -m venv "$dir"
+        "$dir/bin/pip" install --quiet --disable-pip-version-check "mcp==$mcp" pytest anyio httpx "$@"
     fi
 }
 python_env .venv-e2e 1.30.0 httpx
-python_env .venv-e2e2 2.3.0 httpx2
+# fastmcp 4.x: the second 2026-07-28 client of tests/e2e/python_v2 (it runs on the same mcp 2.x).
+python_env .venv-e2e2 2.3.0 httpx2 fastmcp==4.2.3
 # .venv-agents: openai-agents (its own mcp 2.x) for tests/e2e/agents, pinned like the SDKs above.
 .venv-agents/bin/python -c "import importlib.metadata as m; assert m.version('openai-agents') == '0.24.0'; import pytest, anyio, httpx" 2>/dev/null \
     || { rm -rf .venv-agents && "$python" -m venv .venv-agents && .venv-agents/bin/pip install --quiet --disable-pip-version-check openai-agents==0.24.0 pytest anyio httpx; }

@@ -67,6 +67,16 @@ impl RunEvent {
         }
     }
 
+    /// The run the event belongs to.
+    pub fn run_id(&self) -> &str {
+        match self {
+            RunEvent::Started { run_id, .. }
+            | RunEvent::Output { run_id, .. }
+            | RunEvent::Finished { run_id, .. }
+            | RunEvent::Failed { run_id, .. } => run_id,
+        }
+    }
+
     /// The JSON-RPC notification method that carries it.
     pub fn method(&self) -> &'static str {
         match self {

@@ -123,10 +123,14 @@ fn bad_arguments() -> Vec<(Value, &'static str)> {
 async fn under_2025_11_25_a_bad_argument_is_an_error_result_naming_the_field() {
     let (_root, _state, router) = router(ToolNames::default());
     for version in ["2025-11-25", "2026-07-28"] {
-        // 2026-07-28 clients also name the method and the tool in headers (SEP-2243).
-        let header =
-            [("mcp-protocol-version", version), ("mcp-method", "tools/call"), ("mcp-name", "sandbox_run_code")];
+        // 2026-07-28 clients also name the method and the tool in headers (SEP-2243), and mirror the conversation
+        // id, which the tool marks `x-mcp-header`.
         for (arguments, field) in bad_arguments() {
+            let mut header =
+                vec![("mcp-protocol-version", version), ("mcp-method", "tools/call"), ("mcp-name", "sandbox_run_code")];
+            if let Some(conversation) = arguments["conversationId"].as_str() {
+                header.push(("mcp-param-conversation-id", conversation));
+            }
             let (status, _, answer) =
                 post(&router, call_at(version, "sandbox_run_code", arguments.clone()), &header).await;
             let result = &answer["result"];

@@ -2,7 +2,7 @@
 answered (rmcp) and the connection speaks 2026-07-28, where log messages are asked for per request
 (`_meta["io.modelcontextprotocol/logLevel"]`) and a resource that does not exist is -32602 (SEP-2164). Beside it the
 same client pinned to the initialize handshake (2025-11-25: the session's `logging/setLevel`, -32002) and pinned to
-2026-07-28 over Streamable HTTP, whose `server/discover` sandlot answers with -32601 so probing clients fall back."""
+2026-07-28 over Streamable HTTP (the rest of 2026-07-28 over HTTP: test_http_2026.py)."""
 
 import httpx2
 import pytest

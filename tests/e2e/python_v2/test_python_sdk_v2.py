@@ -1,7 +1,7 @@
 """The official Python MCP SDK 2.x (`mcp` 2.3, the high-level `mcp.Client`) against `sandlot serve` over
 Streamable HTTP and the legacy HTTP+SSE transport, and against `sandlot stdio`. Its default mode first probes
-`server/discover` (2026-07-28): over Streamable HTTP sandlot answers at once with -32601, so the client falls back to
-the initialize handshake; over stdio rmcp answers it and the client speaks 2026-07-28 (test_protocol_2026.py)."""
+`server/discover` (2026-07-28): over Streamable HTTP and stdio sandlot answers it and the client speaks 2026-07-28
+(test_http_2026.py, test_protocol_2026.py); over legacy SSE it starts with initialize."""
 
 import time
 

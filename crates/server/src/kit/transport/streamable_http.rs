@@ -4,9 +4,12 @@
 //!
 //! - A POST is read (at most 1 MiB: 413 beyond) and checked before rmcp sees it: malformed JSON gets JSON-RPC
 //!   -32700, something that is not a JSON-RPC message (or a batch) gets -32600, both in a JSON body with HTTP 400.
-//! - The `server/discover` probe of 2026-07-28 clients gets -32601 at once, so they fall back to initialize.
 //! - `initialize`, and anything carrying an `Mcp-Session-Id`, goes to the session-keeping service; any other
 //!   request without a session is served statelessly (so `tools/list` and `tools/call` work without initialize).
+//! - Protocol 2026-07-28 is stateless: its requests (`server/discover` and every request whose `_meta` names the
+//!   version) go to the stateless services, where rmcp checks their `MCP-Protocol-Version`, `Mcp-Method`,
+//!   `Mcp-Name` and `Mcp-Param-*` headers against the body (-32020 HeaderMismatch, HTTP 400) and cancels the
+//!   request when its response stream closes.
 //! - `Accept` is read as a list: a client that accepts either JSON or SSE (or `*/*`) is served; 406 only when it
 //!   accepts neither.
 
@@ -141,9 +144,6 @@ pub async fn endpoint<H: rmcp::ServerHandler + Send + 'static>(
     };
     let id = message.get("id").cloned().unwrap_or(Value::Null);
     let method = message.get("method").and_then(Value::as_str);
-    if method == Some("server/discover") {
-        return error_response(StatusCode::OK, id, -32601, "method not found: server/discover");
-    }
     parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     let stateful = parts.headers.contains_key("mcp-session-id") || method == Some("initialize");
     if method == Some("initialize") && services.session_manager.sessions.read().await.len() >= services.max_sessions {

@@ -26,7 +26,7 @@ pub async fn stream(
 ) -> Response {
     let conversation = query.get("conversationId").cloned();
     let open = crate::kit::telemetry::event_stream_opened(); // counted until the stream is dropped
-    let visible = Arc::new(Visible { tenant: caller.tenant(), engine: state.engine.clone(), known: Mutex::default() });
+    let visible = Arc::new(Visible::new(caller.tenant(), state.engine.clone()));
     let events = BroadcastStream::new(state.engine.subscribe()).filter_map(move |event| {
         let _open = &open;
         let conversation = conversation.clone();
@@ -49,14 +49,18 @@ pub async fn stream(
 
 /// Which conversations' events a tenant sees: those it owns (an administrator: all). A conversation's owner is read
 /// once per stream; it is set at the conversation's first use, before any of its runs starts.
-struct Visible {
+pub(super) struct Visible {
     tenant: Tenant,
     engine: Arc<Engine>,
     known: Mutex<HashMap<String, bool>>,
 }
 
 impl Visible {
-    fn allows(&self, conversation: &str) -> bool {
+    pub(super) fn new(tenant: Tenant, engine: Arc<Engine>) -> Self {
+        Self { tenant, engine, known: Mutex::default() }
+    }
+
+    pub(super) fn allows(&self, conversation: &str) -> bool {
         if self.tenant.is_admin() {
             return true;
         }

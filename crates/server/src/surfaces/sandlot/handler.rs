@@ -1,5 +1,5 @@
 //! The rmcp handler: server info and instructions, `tools/list` and `tools/call` (with live output), the run
-//! history and conversations' files as resources, and `logging/setLevel`.
+//! history and conversations' files as resources, `subscriptions/listen` (2026-07-28) and `logging/setLevel`.
 #![allow(deprecated)] // MCP logging is deprecated by SEP-2577, but clients of earlier protocol versions use it
 
 use std::sync::{Arc, Mutex};
@@ -7,15 +7,16 @@ use std::sync::{Arc, Mutex};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, InitializeResult, ListResourceTemplatesResult,
     ListResourcesResult, ListToolsResult, LoggingLevel, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ServerCapabilities, SetLevelRequestParams, Tool,
+    ReadResourceResponse, ServerCapabilities, SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter, Tool,
+    UnsubscribeRequestParams,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use sandlot_core::Escaped;
 use tokio_util::sync::CancellationToken;
 
 use super::live_output::{self, Listeners};
-use super::{file_resources, history_resources as history, tools};
+use super::{file_resources, history_resources as history, subscriptions, tools};
 use crate::AppState;
 use crate::kit::rpc_errors as errors;
 use crate::kit::telemetry::GaugeGuard;
@@ -58,6 +59,8 @@ pub struct SandlotMcp {
     /// The calls in flight of every Streamable HTTP session, shared by all handlers, so `DELETE /mcp` can cancel a
     /// session's runs.
     session_runs: Arc<SessionRuns>,
+    /// This session's `resources/subscribe` URIs.
+    subscriptions: subscriptions::LegacySubscriptions,
     /// Counts the session in `sandlot_mcp_sessions_open` until its handler (every clone) is dropped.
     _open: Option<Arc<GaugeGuard>>,
 }
@@ -71,6 +74,7 @@ impl SandlotMcp {
             log_level: Arc::default(),
             session_end: CancellationToken::new(),
             session_runs: Arc::default(),
+            subscriptions: Default::default(),
             _open: None,
         }
     }
@@ -173,7 +177,13 @@ fn session_id(context: &RequestContext<RoleServer>) -> Option<&str> {
 
 impl ServerHandler for SandlotMcp {
     fn get_info(&self) -> InitializeResult {
-        let capabilities = ServerCapabilities::builder().enable_tools().enable_resources().enable_logging().build();
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_resources()
+            .enable_resources_subscribe()
+            .enable_resources_list_changed()
+            .enable_logging()
+            .build();
         InitializeResult::new(capabilities)
             .with_server_info(Implementation::new("sandlot", env!("CARGO_PKG_VERSION")))
             .with_instructions(instructions(self.state.tool_names))
@@ -205,6 +215,39 @@ impl ServerHandler for SandlotMcp {
             .and_then(|parts| parts.extensions.get::<RequestSpan>())
             .map_or_else(tracing::Span::none, |span| span.0.clone());
         self.call(request, context).instrument(span).await
+    }
+
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        subscriptions::accepted(requested)
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let caller = self.caller_of(context.request_context());
+        subscriptions::listen(&self.state, caller, context).await;
+        Ok(())
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        if subscriptions::sessionless(&context) {
+            let message = "resources/subscribe needs a session (initialize first), or use subscriptions/listen \
+                           (protocol 2026-07-28)";
+            return Err(McpError::invalid_request(message, None));
+        }
+        let caller = self.caller_of(&context);
+        self.subscriptions.subscribe(&self.state, caller, request.uri, context.peer.clone(), &self.session_end)
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.subscriptions.unsubscribe(&request.uri);
+        Ok(())
     }
 
     async fn set_level(

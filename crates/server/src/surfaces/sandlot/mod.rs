@@ -10,6 +10,7 @@ mod live_output;
 mod live_view;
 pub mod playground;
 mod rest;
+mod subscriptions;
 mod tools;
 
 use std::sync::Arc;

@@ -25,13 +25,16 @@ pub use crate::state::ToolNames;
 pub fn catalogue(names: ToolNames) -> &'static [Tool] {
     static CATALOGUES: std::sync::OnceLock<[Vec<Tool>; 2]> = std::sync::OnceLock::new();
     let [underscore, dotted] = CATALOGUES.get_or_init(|| {
-        let dotted = vec![
+        let dotted: Vec<Tool> = [
             run_code::definition(),
             list_runners::definition(),
             upload_file::definition(),
             session::definition(),
             browser::definition(),
-        ];
+        ]
+        .into_iter()
+        .map(mirrored_conversation)
+        .collect();
         let underscore = dotted
             .iter()
             .map(|tool| {
@@ -55,6 +58,26 @@ pub fn catalogue(names: ToolNames) -> &'static [Tool] {
         ToolNames::Underscore => underscore,
         ToolNames::Dotted => dotted,
     }
+}
+
+/// The header a 2026-07-28 client mirrors `conversationId` into (`Mcp-Param-Conversation-Id`), so a plain load
+/// balancer can route a conversation's calls to one machine. An id is plain ASCII by its pattern, so the header
+/// never needs the Base64 form; rmcp refuses a call whose header and argument differ.
+pub const CONVERSATION_HEADER: &str = "Conversation-Id";
+
+/// `tool` with its `conversationId` parameter (a top-level string, when it has one) marked `x-mcp-header`.
+fn mirrored_conversation(mut tool: Tool) -> Tool {
+    let mut schema = (*tool.input_schema).clone();
+    let property = schema
+        .get_mut("properties")
+        .and_then(serde_json::Value::as_object_mut)
+        .and_then(|properties| properties.get_mut("conversationId"))
+        .and_then(serde_json::Value::as_object_mut);
+    if let Some(property) = property {
+        property.insert("x-mcp-header".to_owned(), CONVERSATION_HEADER.into());
+        tool.input_schema = std::sync::Arc::new(schema);
+    }
+    tool
 }
 
 /// The tool called `name` in either form, under that name.
