@@ -7,10 +7,14 @@
 - The revision's header rules, with raw HTTP: `Mcp-Method` and `Mcp-Name` must match the body (-32020 HeaderMismatch,
   HTTP 400, when missing or different); `conversationId` is marked `x-mcp-header`, so its `Mcp-Param-Conversation-Id`
   must be sent and match; an unknown method is HTTP 404 -32601.
+- Tasks (the Python SDK has no client for them yet, so raw HTTP): a client that declares the extension gets a task
+  for `sandbox_run_code`, polls it to its result after the request that made it is gone, and cancels one (its run
+  is killed); another tenant's task is unknown to a tenant; without the extension the result comes on the request.
 """
 
 import json
 import threading
+import time
 
 import anyio
 import httpx
@@ -216,3 +220,82 @@ async def test_fastmcp_4_runs_code_at_its_default_protocol(server):
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
+
+
+TASKS = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+
+
+def task_post(server, method, params, token=None, capabilities=TASKS, name=None):
+    """A raw 2026-07-28 request of a client that declares the Tasks extension (or `capabilities`)."""
+    meta = {**META, "io.modelcontextprotocol/clientCapabilities": capabilities}
+    headers = {"Authorization": f"Bearer {token or server.token}", "Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": VERSION, "Mcp-Method": method}
+    if name is not None:
+        headers["Mcp-Name"] = name
+    if "arguments" in params:
+        headers["Mcp-Param-Conversation-Id"] = params["arguments"]["conversationId"]
+    body = {"jsonrpc": "2.0", "id": 5, "method": method, "params": {**params, "_meta": meta}}
+    response = httpx.post(server.mcp_url, json=body, headers=headers, timeout=60)
+    text = response.text
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        text = [line[6:] for line in text.splitlines() if line.startswith("data: ")][-1]
+    return response.status_code, json.loads(text)
+
+
+def run_as_task(server, conversation, code, token=None):
+    status, body = task_post(server, "tools/call", {"name": "sandbox_run_code", "arguments": {
+        "conversationId": conversation, "language": "bash", "code": code}}, token=token, name="sandbox_run_code")
+    assert status == 200 and body["result"]["resultType"] == "task", body
+    return body["result"]
+
+
+def poll(server, task_id, token=None, until=("completed", "failed", "cancelled")):
+    deadline = time.monotonic() + 60
+    while True:
+        status, body = task_post(server, "tasks/get", {"taskId": task_id}, token=token, name=task_id)
+        assert status == 200, body
+        if body["result"]["status"] in until:
+            return body["result"]
+        assert time.monotonic() < deadline, body
+        time.sleep(body["result"].get("pollIntervalMs", 500) / 1000)
+
+
+def test_a_task_runs_code_after_its_request_is_gone_and_gives_its_result(two_tenants):
+    server = two_tenants
+    task = run_as_task(server, "h2026-task", "sleep 1; echo done > /data/task.txt; echo finished")
+    assert task["status"] == "working" and task["ttlMs"] > 0 and task["pollIntervalMs"] > 0, task
+    # The request that made it has been answered (its connection is gone); the run goes on.
+    done = poll(server, task["taskId"])
+    assert done["status"] == "completed" and done["resultType"] == "complete", done
+    assert done["result"]["structuredContent"]["stdout"] == "finished\n", done
+    assert next((server.root / "h2026-task").rglob("task.txt")).read_text() == "done\n"
+    # Another tenant cannot see it, nor cancel it: the same answer as an unknown id.
+    for method in ["tasks/get", "tasks/cancel"]:
+        status, body = task_post(server, method, {"taskId": task["taskId"]}, token=OTHER_TOKEN, name=task["taskId"])
+        assert body["error"]["code"] == -32602 and "task not found" in body["error"]["message"], (method, body)
+    status, body = task_post(server, "tasks/get", {"taskId": "no-such-task"}, name="no-such-task")
+    assert body["error"]["code"] == -32602, body
+
+
+def test_a_cancelled_task_kills_its_run(server):
+    task = run_as_task(server, "h2026-task-cancel", "echo started; sleep 120")
+    wait_until(lambda: runs_of(server, "h2026-task-cancel"), 30)
+    status, body = task_post(server, "tasks/cancel", {"taskId": task["taskId"]}, name=task["taskId"])
+    assert status == 200 and "error" not in body, body
+    assert poll(server, task["taskId"])["status"] == "cancelled"
+    wait_until(lambda: [r for r in runs_of(server, "h2026-task-cancel") if r.get("finishedAt")], 30)
+    [run] = runs_of(server, "h2026-task-cancel")
+    assert run["outcome"] == "cancelled" and run["durationMs"] < 60_000, run
+
+
+def test_without_the_extension_a_call_is_answered_on_its_request(server):
+    status, body = task_post(server, "tools/call", {"name": "sandbox_run_code", "arguments": {
+        "conversationId": "h2026-notask", "language": "bash", "code": "echo direct"}},
+        capabilities={}, name="sandbox_run_code")
+    assert body["result"]["resultType"] == "complete", body
+    assert body["result"]["structuredContent"]["stdout"] == "direct\n", body
+    # Listing runners answers at once: never a task, even for a client that takes them.
+    status, body = task_post(server, "tools/call", {"name": "sandbox_list_runners"}, name="sandbox_list_runners")
+    assert body["result"]["resultType"] == "complete", body
+    status, body = task_post(server, "tasks/get", {"taskId": "x"}, capabilities={}, name="x")
+    assert body["error"]["code"] == -32021, body

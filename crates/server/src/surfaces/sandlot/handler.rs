@@ -5,10 +5,10 @@
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, InitializeResult, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, LoggingLevel, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ServerCapabilities, SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter, Tool,
-    UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, CreateTaskResult, GetTaskParams, GetTaskResult,
+    Implementation, InitializeResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, LoggingLevel,
+    PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -16,7 +16,7 @@ use sandlot_core::Escaped;
 use tokio_util::sync::CancellationToken;
 
 use super::live_output::{self, Listeners};
-use super::{file_resources, history_resources as history, subscriptions, tools};
+use super::{file_resources, history_resources as history, subscriptions, tasks, tools};
 use crate::AppState;
 use crate::kit::rpc_errors as errors;
 use crate::kit::telemetry::GaugeGuard;
@@ -59,6 +59,8 @@ pub struct SandlotMcp {
     /// The calls in flight of every Streamable HTTP session, shared by all handlers, so `DELETE /mcp` can cancel a
     /// session's runs.
     session_runs: Arc<SessionRuns>,
+    /// The server's tasks (2026-07-28), shared by every handler.
+    tasks: Arc<tasks::Tasks>,
     /// This session's `resources/subscribe` URIs.
     subscriptions: subscriptions::LegacySubscriptions,
     /// Counts the session in `sandlot_mcp_sessions_open` until its handler (every clone) is dropped.
@@ -75,6 +77,7 @@ impl SandlotMcp {
             session_end: CancellationToken::new(),
             session_runs: Arc::default(),
             subscriptions: Default::default(),
+            tasks: Arc::default(),
             _open: None,
         }
     }
@@ -92,7 +95,11 @@ impl SandlotMcp {
 
     /// A handler for a new session: the same server, no logging level yet.
     pub fn for_session(&self) -> Self {
-        Self { session_runs: self.session_runs.clone(), ..Self::new(self.state.clone(), self.caller.clone()) }
+        Self {
+            session_runs: self.session_runs.clone(),
+            tasks: self.tasks.clone(),
+            ..Self::new(self.state.clone(), self.caller.clone())
+        }
     }
 
     /// The same handler, whose runs are cancelled when `session_end` is.
@@ -118,12 +125,41 @@ impl SandlotMcp {
         *self.log_level.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// `tools/call` as a task, when the request may have one (2026-07-28, the client declares the Tasks extension,
+    /// a tool that runs code or drives a browser) and its tenant has room: the handle, or `None` to answer it on
+    /// its request.
+    fn as_task(
+        &self,
+        request: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Option<CallToolResponse> {
+        let modern = context.protocol_version().is_some_and(|version| !version.has_initialize());
+        let declared = context.client_capabilities().is_some_and(|capabilities| capabilities.supports_tasks());
+        if !(modern && declared && tools::runs_as_task(&request.name)) {
+            return None;
+        }
+        let caller = self.caller_of(context);
+        let (state, name) = (self.state.clone(), request.name.clone());
+        let arguments = request.arguments.clone().unwrap_or_default();
+        let tenant = caller.name.clone();
+        let started = self.tasks.start(&tenant, &self.state.shutdown, move |cancel| async move {
+            let result = tools::call(&state, &name, arguments, caller, &(), cancel).await;
+            errors::arguments_errors_as_results(result, Some(&ProtocolVersion::V_2026_07_28))
+        });
+        let task = started?;
+        tracing::info!(tool = %Escaped(&request.name), task = %task.task_id, "tool call as a task");
+        Some(CallToolResponse::Task(CreateTaskResult::new(task)))
+    }
+
     /// `tools/call`: runs the tool with live output and logs the call.
     async fn call(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        if let Some(task) = self.as_task(&request, &context) {
+            return Ok(task);
+        }
         let arguments = request.arguments.unwrap_or_default();
         let started = std::time::Instant::now();
         let caller = self.caller_of(&context);
@@ -183,6 +219,7 @@ impl ServerHandler for SandlotMcp {
             .enable_resources_subscribe()
             .enable_resources_list_changed()
             .enable_logging()
+            .enable_tasks()
             .build();
         InitializeResult::new(capabilities)
             .with_server_info(Implementation::new("sandlot", env!("CARGO_PKG_VERSION")))
@@ -248,6 +285,24 @@ impl ServerHandler for SandlotMcp {
     ) -> Result<(), McpError> {
         self.subscriptions.unsubscribe(&request.uri);
         Ok(())
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        let owner = self.caller_of(&context).name;
+        self.tasks.get(&owner, &request.task_id).map(GetTaskResult::new)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let owner = self.caller_of(&context).name;
+        self.tasks.cancel(&owner, &request.task_id)
     }
 
     async fn set_level(

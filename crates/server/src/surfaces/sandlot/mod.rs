@@ -11,6 +11,7 @@ mod live_view;
 pub mod playground;
 mod rest;
 mod subscriptions;
+mod tasks;
 mod tools;
 
 use std::sync::Arc;

@@ -80,6 +80,12 @@ fn mirrored_conversation(mut tool: Tool) -> Tool {
     tool
 }
 
+/// Whether a call of the tool called `name` (either form) may become a task: those that run code or drive a
+/// browser, which can take minutes. Listing runners and uploading a file answer at once.
+pub fn runs_as_task(name: &str) -> bool {
+    [RUN_CODE, SESSION, BROWSER].iter().any(|dotted| name == *dotted || name == underscore_name(dotted))
+}
+
 /// The tool called `name` in either form, under that name.
 pub fn find(name: &str) -> Option<Tool> {
     [ToolNames::Underscore, ToolNames::Dotted].into_iter().flat_map(catalogue).find(|t| t.name == name).cloned()
