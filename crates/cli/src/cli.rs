@@ -113,6 +113,18 @@ pub struct ServeArgs {
     /// Required `iss` of the JWTs.
     #[arg(long, env = "MCP_AUTH_ISSUER")]
     pub jwt_issuer: Option<String>,
+    /// Accept OAuth 2.1 access tokens of this authorization server (its issuer URL: https, or http to a loopback
+    /// host): sandlot serves its Protected Resource Metadata and checks each token's signature (the server's JWKS),
+    /// issuer, audience (SANDLOT_OAUTH_RESOURCE), expiry and scopes; the tenant is the token's `sub`.
+    #[arg(long, env = "SANDLOT_OAUTH_ISSUER")]
+    pub oauth_issuer: Option<String>,
+    /// The authorization server's JWKS URL (default: its metadata's `jwks_uri`).
+    #[arg(long, env = "SANDLOT_OAUTH_JWKS_URL")]
+    pub oauth_jwks_url: Option<String>,
+    /// This server's MCP endpoint as clients reach it, which access tokens must name as their audience (default:
+    /// PUBLIC_BASE_URL, else http://<listen address>, with /mcp).
+    #[arg(long, env = "SANDLOT_OAUTH_RESOURCE")]
+    pub oauth_resource: Option<String>,
     /// Wrong bearer credentials one client address may send per minute (a burst, refilled evenly over the minute);
     /// past it a wrong credential gets 429. A valid credential is never refused, and a request without one never
     /// counts. 0 turns the limit off.

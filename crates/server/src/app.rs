@@ -55,7 +55,7 @@ impl HttpOptions {
 
 /// The whole HTTP app. The MCP endpoints and the REST routes need a credential, checked by the kit's gate before
 /// their body is read; the playground page, `/files` (signed URLs), `/healthz`, `/readyz` and the OAuth discovery
-/// probes (answered 404 at once: sandlot does not do OAuth) do not; any other path is 404 without asking for a
+/// paths (the Protected Resource Metadata with an authorization server configured, else 404 at once) do not; any other path is 404 without asking for a
 /// credential. Every route checks `Host` and
 /// `Origin`; CORS lets browser clients on allowed origins call the MCP endpoints.
 pub fn app(state: AppState, auth: Authenticator, options: HttpOptions) -> Router {
@@ -69,6 +69,7 @@ pub fn app(state: AppState, auth: Authenticator, options: HttpOptions) -> Router
         body_limits,
         max_streams_per_caller,
     } = options;
+    let oauth = auth.oauth().cloned();
     // One gate, one count of streams per caller, for every surface.
     let gate = Gate::new(auth, StreamCap::new(max_streams_per_caller));
     let sessions = sandlot::Sessions { allowed_hosts: allowed_hosts.clone(), idle: session_idle, max: max_sessions };
@@ -84,12 +85,20 @@ pub fn app(state: AppState, auth: Authenticator, options: HttpOptions) -> Router
     // sandlot's own surface: at the root unless a profile has it, and always under /p/sandlot.
     let own_at_root = if root_profile.is_none() { own.clone() } else { Router::new() };
     // The kit's own routes, which belong to no surface.
-    let kit_routes = Router::new()
+    let mut kit_routes = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/files/{conversation_id}/{*path}", get(crate::kit::download).put(crate::kit::upload))
         .route("/.well-known/{*probe}", any(not_found))
         .with_state(state.clone());
+    if let Some(oauth) = oauth {
+        // RFC 9728: at the well-known path, and with the resource's path (`/mcp`) appended.
+        let metadata = axum::Json(oauth.metadata());
+        let serve = get(move || std::future::ready(metadata.clone()));
+        kit_routes = kit_routes
+            .route("/.well-known/oauth-protected-resource", serve.clone())
+            .route("/.well-known/oauth-protected-resource/{*resource}", serve);
+    }
     let mut router = Router::new()
         .merge(own_at_root)
         .nest(SANDLOT_PREFIX, own)

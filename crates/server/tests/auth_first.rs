@@ -45,6 +45,9 @@ const ROUTES: &[(&str, &str, Access, &[&str])] = &[
     ("app.rs", "/readyz", Access::Public, &[]),
     ("app.rs", "/files/{conversation_id}/{*path}", Access::Signed, &["GET", "PUT"]),
     ("app.rs", "/.well-known/{*probe}", Access::Public, &[]),
+    // With SANDLOT_OAUTH_ISSUER only: the Protected Resource Metadata (tests/e2e/python_v2/test_oauth.py).
+    ("app.rs", "/.well-known/oauth-protected-resource", Access::Public, &[]),
+    ("app.rs", "/.well-known/oauth-protected-resource/{*resource}", Access::Public, &[]),
     // The metrics listener's own app (`SANDLOT_METRICS_ADDR`), apart from the main one.
     ("kit/ops.rs", "/metrics", Access::Public, &[]),
     ("kit/ops.rs", "/healthz", Access::Public, &[]),

@@ -4,8 +4,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use sandlot_server::kit::{
-    AllowedHosts, AuthLimits, Authenticator, ConnectionLimits, Credentials, DEFAULT_TOKEN_TENANT, JwtSettings, ops_app,
-    parse_named_tokens, raise_nofile_limit, serve as serve_http,
+    AllowedHosts, AuthLimits, Authenticator, ConnectionLimits, Credentials, DEFAULT_TOKEN_TENANT, JwtSettings,
+    OAuthSettings, ResourceServer, ops_app, parse_named_tokens, raise_nofile_limit, serve as serve_http,
 };
 use sandlot_server::{HttpOptions, app};
 
@@ -196,15 +196,20 @@ fn credentials(args: &ServeArgs) -> Result<(Authenticator, Option<String>), Stri
             (Some(token), _) if token.is_empty() => return Err("MCP_API_TOKEN must not be empty".into()),
             (Some(token), _) => (Credentials::token(token.clone()), None),
             (None, Some(_)) => (Credentials::default(), None),
+            (None, None) if args.oauth_issuer.is_some() => (Credentials::default(), None),
             (None, None) => {
                 let token = super::random_token();
                 (Credentials::token(token.clone()), Some(token))
             }
         }
     };
+    let credentials = match &args.oauth_issuer {
+        Some(issuer) => credentials.with_oauth(std::sync::Arc::new(resource_server(args, issuer)?)),
+        None => credentials,
+    };
     // One token and nothing else (the default) is one user, the operator: it sees everything, as before tenants
     // (the runs of `sandlot stdio` on the same root included).
-    let single_token = !args.auth_enabled && named.is_none();
+    let single_token = !args.auth_enabled && named.is_none() && args.oauth_issuer.is_none();
     let credentials = match named {
         Some(named) => credentials.with_tokens(named).map_err(|e| format!("MCP_API_TOKENS: {e}"))?,
         None => credentials,
@@ -214,6 +219,18 @@ fn credentials(args: &ServeArgs) -> Result<(Authenticator, Option<String>), Stri
         admins.push(DEFAULT_TOKEN_TENANT.to_owned());
     }
     Ok((Authenticator::new(credentials).with_admins(admins), generated))
+}
+
+/// The check of SANDLOT_OAUTH_ISSUER's access tokens: this server's MCP endpoint is the resource they must name.
+fn resource_server(args: &ServeArgs, issuer: &str) -> Result<ResourceServer, String> {
+    let resource = match &args.oauth_resource {
+        Some(resource) => resource.clone(),
+        None => {
+            let base = args.files.public_base_url.clone().unwrap_or_else(|| format!("http://{}", args.addr));
+            format!("{}/mcp", base.trim_end_matches('/'))
+        }
+    };
+    ResourceServer::new(OAuthSettings { issuer: issuer.to_owned(), jwks_url: args.oauth_jwks_url.clone(), resource })
 }
 
 /// Keeps a generated token in `<root>/.sandlot/api-token` (mode 0600, replaced at each start) and returns its path,

@@ -35,23 +35,30 @@ pub struct Caller {
     pub name: String,
     pub admin: bool,
     pub expires_at: Option<std::time::SystemTime>,
+    /// An OAuth access token's scopes; `None`: a credential without scopes, which may do all its tenant may.
+    pub scopes: Option<Arc<[String]>>,
 }
 
 impl Caller {
     /// The process's own operator (`sandlot stdio`): whoever started it can read the data root anyway, so it sees
     /// every tenant's conversations, as an administrator.
     pub fn local(name: &str) -> Self {
-        Self { name: name.to_owned(), admin: true, expires_at: None }
+        Self { name: name.to_owned(), admin: true, expires_at: None, scopes: None }
     }
 
     /// No credential was checked: a tenant of its own, `anonymous`, that owns only what it makes.
     pub fn anonymous() -> Self {
-        Self { name: "anonymous".to_owned(), admin: false, expires_at: None }
+        Self { name: "anonymous".to_owned(), admin: false, expires_at: None, scopes: None }
     }
 
     /// The caller a request was authenticated as (its extensions), [`Caller::anonymous`] when none was checked.
     pub fn of(extensions: &axum::http::Extensions) -> Self {
         extensions.get::<Caller>().cloned().unwrap_or_else(Caller::anonymous)
+    }
+
+    /// Whether the caller's credential grants `scope` (one without scopes grants everything).
+    pub fn allows(&self, scope: crate::kit::oauth::scopes::Scope) -> bool {
+        self.scopes.as_ref().is_none_or(|granted| scope.granted_by(granted.iter().map(String::as_str)))
     }
 
     /// The tenant the engine checks conversations and runs against.
@@ -162,6 +169,24 @@ impl Authenticator {
         .with_limits(AuthLimits::default())
     }
 
+    /// The authorization server whose access tokens are accepted, if any.
+    pub fn oauth(&self) -> Option<&Arc<crate::kit::ResourceServer>> {
+        self.credentials.oauth()
+    }
+
+    /// Before [`Authenticator::authenticate`], which does not wait: makes sure the key an access token names is
+    /// known (fetching the authorization server's keys when it rotated them).
+    pub async fn prepare(&self, headers: &axum::http::HeaderMap) {
+        let Some(oauth) = self.oauth() else { return };
+        let token = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| {
+            let (scheme, token) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+        });
+        if let Some(token) = token {
+            oauth.prepare(token).await;
+        }
+    }
+
     /// The same check, with these tenants as administrators.
     pub fn with_admins(self, admins: impl IntoIterator<Item = String>) -> Self {
         Self { admins: Arc::new(admins.into_iter().collect()), ..self }
@@ -218,8 +243,12 @@ impl Authenticator {
         };
         let failure = match self.credentials.verify(&presented) {
             Ok(verified) => {
-                let admin = self.admins.contains(&verified.tenant);
-                return Ok(Caller { name: verified.tenant, admin, expires_at: verified.expires_at });
+                let scopes: Option<Arc<[String]>> = verified.scopes.map(Into::into);
+                let admin_scope = scopes.as_ref().is_some_and(|granted| {
+                    crate::kit::oauth::scopes::Scope::Admin.granted_by(granted.iter().map(String::as_str))
+                });
+                let admin = admin_scope || self.admins.contains(&verified.tenant);
+                return Ok(Caller { name: verified.tenant, admin, expires_at: verified.expires_at, scopes });
             }
             Err(why) => why,
         };

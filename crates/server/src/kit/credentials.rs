@@ -2,9 +2,12 @@
 //! tenant is `api-token`, and the named tokens of `MCP_API_TOKENS=name:token,...`, whose tenant is their name), and,
 //! in JWT mode (`MCP_AUTH_ENABLED`), JSON Web Tokens signed with `MCP_AUTH_JWT_SECRET` (HS256) or by the private half
 //! of `MCP_AUTH_JWT_PUBLIC_KEY` (RS256 or ES256, PEM), with `exp` required and `aud`/`iss` checked when configured;
-//! a JWT's tenant is its `sub`. Every static token is compared in constant time, all of them on every check, and a
-//! JWT whose subject is a static token's tenant is refused, so no issuer can mint a token's tenant.
+//! a JWT's tenant is its `sub`; and OAuth access tokens of an authorization server ([`crate::kit::oauth`]), whose
+//! tenant is their `sub` too and whose scopes bound what they may do. Every static token is compared in constant
+//! time, all of them on every check, and a JWT or access token whose subject is a static token's tenant is refused,
+//! so no issuer can mint a token's tenant.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
@@ -31,6 +34,9 @@ pub struct Verified {
     pub tenant: String,
     /// When the credential stops being valid (a JWT's `exp`); static tokens do not expire.
     pub expires_at: Option<SystemTime>,
+    /// What an OAuth access token grants (its `scope`); `None`: a static token or a self-issued JWT, which may do
+    /// everything its tenant may.
+    pub scopes: Option<Vec<String>>,
 }
 
 /// The credential checks of a server: static tokens, JWTs, or both.
@@ -39,13 +45,19 @@ pub struct Credentials {
     /// Each static token with its tenant.
     tokens: Vec<(String, String)>,
     jwt: Option<(DecodingKey, Box<Validation>)>,
+    oauth: Option<Arc<crate::kit::ResourceServer>>,
 }
 
 impl std::fmt::Debug for Credentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let tenants: Vec<&str> = self.tokens.iter().map(|(tenant, _)| tenant.as_str()).collect();
         let algorithms = self.jwt.as_ref().map(|(_, validation)| &validation.algorithms);
-        f.debug_struct("Credentials").field("tokens", &tenants).field("jwt", &algorithms).finish()
+        let oauth = self.oauth.as_ref().map(|oauth| oauth.metadata());
+        f.debug_struct("Credentials")
+            .field("tokens", &tenants)
+            .field("jwt", &algorithms)
+            .field("oauth", &oauth)
+            .finish()
     }
 }
 
@@ -86,7 +98,7 @@ pub fn parse_named_tokens(text: &str) -> Result<Vec<(String, String)>, String> {
 impl Credentials {
     /// One static token, of tenant [`DEFAULT_TOKEN_TENANT`].
     pub fn token(token: impl Into<String>) -> Self {
-        Self { tokens: vec![(DEFAULT_TOKEN_TENANT.to_owned(), token.into())], jwt: None }
+        Self { tokens: vec![(DEFAULT_TOKEN_TENANT.to_owned(), token.into())], jwt: None, oauth: None }
     }
 
     /// These static tokens too (`(tenant, token)`); an error when a tenant or a token is already taken.
@@ -142,7 +154,17 @@ impl Credentials {
         validation.set_required_spec_claims(&required);
         validation.leeway = 30;
         validation.validate_nbf = true;
-        Ok(Self { tokens: Vec::new(), jwt: Some((key, Box::new(validation))) })
+        Ok(Self { tokens: Vec::new(), jwt: Some((key, Box::new(validation))), oauth: None })
+    }
+
+    /// These credentials, and the access tokens of an authorization server too.
+    pub fn with_oauth(self, oauth: Arc<crate::kit::ResourceServer>) -> Self {
+        Self { oauth: Some(oauth), ..self }
+    }
+
+    /// The authorization server's check, when there is one.
+    pub fn oauth(&self) -> Option<&Arc<crate::kit::ResourceServer>> {
+        self.oauth.as_ref()
     }
 
     /// Checks a presented bearer credential and returns who presented it. The error says why it was refused.
@@ -155,24 +177,36 @@ impl Credentials {
             }
         }
         if let Some(tenant) = matched {
-            return Ok(Verified { tenant: tenant.to_owned(), expires_at: None });
+            return Ok(Verified { tenant: tenant.to_owned(), expires_at: None, scopes: None });
         }
-        let Some((key, validation)) = &self.jwt else {
-            return Err("invalid bearer token".into());
+        let verified = match (&self.jwt, &self.oauth) {
+            (None, None) => return Err("invalid bearer token".into()),
+            (Some(jwt), None) => verify_jwt(jwt, presented)?,
+            (None, Some(oauth)) => oauth.verify(presented)?,
+            // Both: the self-issued JWT first; when neither takes it, the access token's reason.
+            (Some(jwt), Some(oauth)) => match verify_jwt(jwt, presented) {
+                Ok(verified) => verified,
+                Err(_) => oauth.verify(presented)?,
+            },
         };
-        let data = jsonwebtoken::decode::<serde_json::Value>(presented, key, validation)
-            .map_err(|e| format!("invalid token: {e}"))?;
-        let tenant = match data.claims.get("sub") {
-            Some(serde_json::Value::String(subject)) if !subject.is_empty() => subject.clone(),
-            _ => "jwt".to_owned(),
-        };
-        if self.tokens.iter().any(|(name, _)| *name == tenant) {
-            return Err(format!("invalid token: the subject {tenant:?} is a static token's tenant"));
+        if self.tokens.iter().any(|(name, _)| *name == verified.tenant) {
+            return Err(format!("invalid token: the subject {:?} is a static token's tenant", verified.tenant));
         }
-        let expires_at =
-            data.claims.get("exp").and_then(serde_json::Value::as_u64).map(|exp| UNIX_EPOCH + Duration::from_secs(exp));
-        Ok(Verified { tenant, expires_at })
+        Ok(verified)
     }
+}
+
+/// A self-issued JWT's check.
+fn verify_jwt((key, validation): &(DecodingKey, Box<Validation>), presented: &str) -> Result<Verified, String> {
+    let data = jsonwebtoken::decode::<serde_json::Value>(presented, key, validation)
+        .map_err(|e| format!("invalid token: {e}"))?;
+    let tenant = match data.claims.get("sub") {
+        Some(serde_json::Value::String(subject)) if !subject.is_empty() => subject.clone(),
+        _ => "jwt".to_owned(),
+    };
+    let expires_at =
+        data.claims.get("exp").and_then(serde_json::Value::as_u64).map(|exp| UNIX_EPOCH + Duration::from_secs(exp));
+    Ok(Verified { tenant, expires_at, scopes: None })
 }
 
 #[cfg(test)]
@@ -231,7 +265,11 @@ mod tests {
         };
         assert_eq!(
             credentials.verify(&mint("alice")),
-            Ok(Verified { tenant: "alice".into(), expires_at: Some(UNIX_EPOCH + Duration::from_secs(exp)) })
+            Ok(Verified {
+                tenant: "alice".into(),
+                expires_at: Some(UNIX_EPOCH + Duration::from_secs(exp)),
+                scopes: None
+            })
         );
         assert_eq!(
             credentials.verify(&mint("ci")),

@@ -11,7 +11,13 @@
 //!   response is a [`Lease`], counted while it lives and ended when the credential expires. A stream whose body is
 //!   itself a stream of requests is exempt from the body pace ([`BodyPace::exempt`]).
 //!
-//! The accepted request carries its [`Caller`] in its extensions.
+//! - With an authorization server ([`crate::kit::oauth`]), a refusal for the credential carries its
+//!   `WWW-Authenticate` challenge, and an access token without the scope the route needs ([`scopes::for_route`]) gets
+//!   403 `insufficient_scope` before the handler runs; an MCP endpoint that checks each message's scope itself
+//!   ([`Gate::checking_messages`]) is left to do so.
+//!
+//! The accepted request carries its [`Caller`] in its extensions (and the authorization server's check, when there
+//! is one).
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
@@ -22,6 +28,7 @@ use sandlot_core::Escaped;
 use super::auth::{Authenticator, Caller, FailureRendering, Refusal};
 use super::body_pace::BodyPace;
 use super::connections::InFlightSlot;
+use super::oauth::scopes;
 use super::stream_cap::StreamCap;
 use super::stream_lease::{Lease, expiry_of};
 
@@ -71,13 +78,16 @@ pub struct Gate {
     streams: StreamCap,
     classify: Classify,
     render: RenderDenial,
+    /// The surface's MCP endpoint checks each JSON-RPC message's scope (sandlot's); else a POST there needs
+    /// `sandlot:run`.
+    messages_checked: bool,
 }
 
 impl Gate {
     /// Checks credentials with `auth` and caps streams with `streams` (shared by every surface: the cap is per
     /// caller, whichever surface its streams are on); every request an exchange, refusals in the kit's shape.
     pub fn new(auth: Authenticator, streams: StreamCap) -> Self {
-        Self { auth, streams, classify: |_| Opens::Exchange, render: render_denial }
+        Self { auth, streams, classify: |_| Opens::Exchange, render: render_denial, messages_checked: false }
     }
 
     /// The same gate with a profile's failure message and its own count of wrong credentials
@@ -89,6 +99,12 @@ impl Gate {
     /// The same gate, refusing in a surface's own shape.
     pub fn rendering(&self, render: RenderDenial) -> Self {
         Self { render, ..self.clone() }
+    }
+
+    /// The same gate, leaving the scope of each JSON-RPC message to the surface's MCP endpoint
+    /// ([`crate::kit::oauth::refuse_message`]).
+    pub fn checking_messages(&self) -> Self {
+        Self { messages_checked: true, ..self.clone() }
     }
 
     /// The same gate, telling streams with `classify`.
@@ -132,10 +148,30 @@ pub fn render_denial(denial: &Denial, _request: &Request) -> Response {
 /// Lets the request through only with a valid bearer credential (wrong ones counted per client address), and a
 /// stream only within its caller's cap; see the module's invariants.
 pub async fn require_bearer(State(gate): State<Gate>, mut request: Request, next: Next) -> Response {
+    gate.auth.prepare(request.headers()).await;
     let caller: Caller = match gate.auth.authenticate(request.headers(), request.extensions()) {
         Ok(caller) => caller,
-        Err(refusal) => return closing((gate.render)(&Denial::Credential(refusal), &request)),
+        Err(refusal) => {
+            let unauthorized = matches!(refusal, Refusal::Unauthorized(_));
+            let mut response = (gate.render)(&Denial::Credential(refusal), &request);
+            if let (true, Some(oauth)) = (unauthorized, gate.auth.oauth())
+                && let Ok(challenge) = HeaderValue::from_str(&oauth.challenge(None))
+            {
+                response.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
+            }
+            return closing(response);
+        }
     };
+    if let Some(oauth) = gate.auth.oauth() {
+        let checked_later =
+            gate.messages_checked && scopes::for_route(request.method(), request.uri().path()).is_none();
+        let needed = scopes::for_route(request.method(), request.uri().path())
+            .or((!checked_later && request.method() == Method::POST).then_some(scopes::Scope::Run));
+        if let Some(scope) = needed.filter(|scope| !caller.allows(*scope)) {
+            return closing(crate::kit::oauth::insufficient(oauth, scope, None));
+        }
+        request.extensions_mut().insert(oauth.clone());
+    }
     InFlightSlot::of(request.extensions()).admit();
     let opens = (gate.classify)(&request);
     let permit = match opens {

@@ -118,6 +118,7 @@ mod tests {
                 name: "alice".into(),
                 admin: false,
                 expires_at: Some(SystemTime::now() - Duration::from_secs(10)),
+                scopes: None,
             };
             let at = expiry_of(&caller).unwrap();
             assert!(at <= Instant::now());

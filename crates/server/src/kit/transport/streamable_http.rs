@@ -144,6 +144,9 @@ pub async fn endpoint<H: rmcp::ServerHandler + Send + 'static>(
     };
     let id = message.get("id").cloned().unwrap_or(Value::Null);
     let method = message.get("method").and_then(Value::as_str);
+    if let Some(refused) = crate::kit::oauth::refuse_message(&parts.extensions, method, &id) {
+        return refused;
+    }
     parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     let stateful = parts.headers.contains_key("mcp-session-id") || method == Some("initialize");
     if method == Some("initialize") && services.session_manager.sessions.read().await.len() >= services.max_sessions {

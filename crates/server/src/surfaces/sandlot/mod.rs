@@ -104,10 +104,10 @@ pub fn router(state: AppState, gate: &Gate, sessions: &Sessions) -> Router {
         .with_state(state);
     // Route layers: only the routes above need the credential; an unknown path falls through to the app's 404,
     // with or without a credential, and is never counted as a failed authentication.
-    let mcp = streamable
-        .merge(legacy)
-        .merge(run_events)
-        .route_layer(axum::middleware::from_fn_with_state(gate.opening(Opens::stream_on_get), require_bearer));
+    let mcp = streamable.merge(legacy).merge(run_events).route_layer(axum::middleware::from_fn_with_state(
+        gate.opening(Opens::stream_on_get).checking_messages(),
+        require_bearer,
+    ));
     mcp.merge(rest.route_layer(axum::middleware::from_fn_with_state(gate.clone(), require_bearer)))
 }
 

@@ -1,0 +1,1 @@
+"""The test suite's own OAuth authorization server (authorization_server.py)."""
