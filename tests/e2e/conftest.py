@@ -186,7 +186,9 @@ def egress_server(root, internet):
                                    "SANDLOT_EGRESS_NAMESERVERS": f"{servers.DNS}:53"})
 
 
-def start_server(root, extra_env):
+def start_server(root, extra_env, prefix=()):
+    """`sandlot serve` on `root` with the test's settings and `extra_env`, started through `prefix` (a command such as
+    `unshare --mount`) when given."""
     port = free_port()
     token, secret = "test-token-" + os.urandom(8).hex(), "test-secret-" + os.urandom(8).hex()
     env = dict(os.environ, MCP_API_TOKEN=token, FILE_SECRET=secret, SANDBOX_ROOT=str(root),
@@ -194,7 +196,7 @@ def start_server(root, extra_env):
     env.update(extra_env)
     # A variable given as None is unset (e.g. MCP_API_TOKEN, for a server that takes JWTs only).
     env = {name: value for name, value in env.items() if value is not None}
-    process = subprocess.Popen([sandlot_binary(), "serve"], env=env, stdout=subprocess.DEVNULL,
+    process = subprocess.Popen([*prefix, sandlot_binary(), "serve"], env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30

@@ -456,6 +456,11 @@ pub struct SandboxArgs {
     /// Files, directories and symlinks a conversation's /data may hold.
     #[arg(long, env = "SANDLOT_DISK_INODES", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub disk_inodes: u64,
+    /// This node's name on a root several machines share (docs/scaling.md): a conversation's disk image is mounted
+    /// by one node at a time, and another node's calls for it are refused as busy, naming it. Default: the host's
+    /// name (a pod's on Kubernetes).
+    #[arg(long, env = "SANDLOT_NODE_NAME")]
+    pub node_name: Option<String>,
     /// Host uids (and gids) sandboxes run as when sandlot runs as root, FIRST-LAST: FIRST owns the conversation
     /// directories on disk, each run at the same time gets one of the others. Neither 0 nor a host account.
     #[arg(long, env = "SANDLOT_SANDBOX_UIDS", default_value = "900000-900999", value_parser = parse_uid_range)]

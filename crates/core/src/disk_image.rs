@@ -13,6 +13,9 @@
 //! image is made, grown, mounted and named by one thread or process at a time (an exclusive `flock` of
 //! `files.img.lock` beside it): a mounted image not yet named is a crashed server's only when nobody holds that lock.
 //!
+//! On a root several machines share, a node mounts an image only while it holds it (`image_holds`): two kernels
+//! must never mount one image read-write.
+//!
 //! The tools are e2fsprogs' `mkfs.ext4`, `e2fsck`, `resize2fs` and util-linux's `mount` (whose `-o loop` reuses a
 //! loop device already set up for the same file, so a filesystem is never mounted through two devices at once).
 
@@ -55,6 +58,8 @@ pub struct DiskImages {
     e2fsck: PathBuf,
     resize2fs: PathBuf,
     mount: PathBuf,
+    /// This process's holds of the images it mounted, as the node it is.
+    holds: std::sync::Arc<crate::image_holds::ImageHolds>,
 }
 
 impl DiskImages {
@@ -82,8 +87,19 @@ impl DiskImages {
             e2fsck: find_tool("e2fsck")?,
             resize2fs: find_tool("resize2fs")?,
             mount: find_tool("mount")?,
+            holds: std::sync::Arc::new(crate::image_holds::ImageHolds::new(host_name())),
         };
         Ok(images)
+    }
+
+    /// The same images, held as the node `node` (default: the host's name) on a root several machines share.
+    pub fn on_node(self, node: &str) -> Self {
+        Self { holds: std::sync::Arc::new(crate::image_holds::ImageHolds::new(node)), ..self }
+    }
+
+    /// Lets this process's hold of the conversation's image go, once it is unmounted (see `image_holds`).
+    pub fn release(&self, conversation: &Path) {
+        self.holds.release(conversation);
     }
 
     /// Makes, mounts and removes a small image in a temporary directory: loop devices may be listed and still
@@ -106,6 +122,9 @@ impl DiskImages {
         let conversation = files.parent().unwrap_or(files);
         let image = conversation.join(IMAGE_NAME);
         if is_mounted(files)? && image.exists() {
+            // Mounted here, by this process or another of this node (one kernel): held by this node, unless another
+            // node took it while this one's mount was left from a server that died.
+            self.holds.take(conversation)?;
             return Ok(true);
         }
         // One at a time makes, grows, mounts or renames it (threads, or a server and a `sandlot run` on the same
@@ -118,6 +137,7 @@ impl DiskImages {
             rustix::fs::Mode::from_raw_mode(0o600),
         )?;
         rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)?;
+        self.holds.take(conversation)?;
         if is_mounted(files)? {
             // A server that crashed between mounting a new image and naming it: the mounted one is it.
             let building = image.with_extension("img.new");
@@ -233,6 +253,11 @@ impl DiskImages {
     fn mount(&self, image: &Path, files: &Path) -> std::io::Result<()> {
         run(Command::new(&self.mount).args(["-t", "ext4", "-o", MOUNT_OPTIONS]).arg(image).arg(files), "mount")
     }
+}
+
+/// This host's name: the node a process is, by default, on a shared root.
+fn host_name() -> String {
+    rustix::system::uname().nodename().to_string_lossy().into_owned()
 }
 
 /// The size to try first: the quota and its room, ext4's inode tables, journal (4 MiB) and reserve (2 %), and a

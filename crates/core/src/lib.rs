@@ -15,6 +15,7 @@ mod engine;
 mod error;
 mod events;
 mod history;
+mod image_holds;
 mod language;
 mod layout;
 mod ledger;

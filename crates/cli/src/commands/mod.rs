@@ -161,7 +161,7 @@ pub async fn app_state(
 /// `workspaces` with each conversation on a disk image of its own where the host allows (the kernel's bound on
 /// `/data`; see `sandlot_core::DiskImages`), else plain directories the quota's watchdog walks.
 pub fn with_disk_images(workspaces: sandlot_core::Workspaces, sandbox: &SandboxArgs) -> sandlot_core::Workspaces {
-    images_or_not(workspaces, sandlot_core::DiskImages::detect(sandbox.disk_mb, sandbox.disk_inodes))
+    images_or_not(workspaces, sandlot_core::DiskImages::detect(sandbox.disk_mb, sandbox.disk_inodes), sandbox)
 }
 
 /// [`with_disk_images`] for one run into `conversation`: when its image is mounted already, loop mounts work here
@@ -177,15 +177,19 @@ pub fn with_disk_images_for(
         true => sandlot_core::DiskImages::find(sandbox.disk_mb, sandbox.disk_inodes),
         false => sandlot_core::DiskImages::detect(sandbox.disk_mb, sandbox.disk_inodes),
     };
-    images_or_not(workspaces, images)
+    images_or_not(workspaces, images, sandbox)
 }
 
 fn images_or_not(
     workspaces: sandlot_core::Workspaces,
     images: Result<sandlot_core::DiskImages, String>,
+    sandbox: &SandboxArgs,
 ) -> sandlot_core::Workspaces {
     match images {
-        Ok(images) => workspaces.with_images(images),
+        Ok(images) => match &sandbox.node_name {
+            Some(node) => workspaces.with_images(images.on_node(node)),
+            None => workspaces.with_images(images),
+        },
         Err(why) => {
             tracing::info!("no disk images for conversations ({why}): the quota's watchdog walks /data");
             workspaces

@@ -103,7 +103,12 @@ impl Workspaces {
             return false;
         }
         match crate::disk_image::unmount(&files) {
-            Ok(()) => true,
+            Ok(()) => {
+                if let Some(images) = &self.images {
+                    images.release(&conversation);
+                }
+                true
+            }
             Err(error) => {
                 tracing::warn!(%error, files = %files.display(), "cannot unmount a conversation's image");
                 false
@@ -135,7 +140,15 @@ impl Workspaces {
             .or_else(|e| if e.kind() == std::io::ErrorKind::AlreadyExists { Ok(()) } else { Err(e) })
             .map_err(|e| Error::io("create conversation directory", &dir, e))?;
         if let Some(images) = &self.images {
-            images.ensure_mounted(&dir).map_err(|e| Error::io("mount conversation image", &dir, e))?;
+            images.ensure_mounted(&dir).map_err(|e| match e.kind() {
+                // Another node sharing this root has it mounted: the call belongs there (or comes back once that
+                // node is gone).
+                std::io::ErrorKind::ResourceBusy => Error::Busy {
+                    reason: format!("conversation {id}: {e}"),
+                    retry_after: std::time::Duration::from_secs(5),
+                },
+                _ => Error::io("mount conversation image", &dir, e),
+            })?;
         }
         Ok(dir)
     }
@@ -198,6 +211,9 @@ impl Workspaces {
         // then).
         crate::disk_image::unmount(&conversation.join("files"))
             .map_err(|e| Error::io("unmount conversation image", &conversation, e))?;
+        if let Some(images) = &self.images {
+            images.release(&conversation);
+        }
         // A run of another process may make `files` again while this empties the directory (it then waits for
         // the lock, and tries again once the directory is gone): empty it until it can be removed.
         let mut attempts = 0;
