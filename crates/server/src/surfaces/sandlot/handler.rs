@@ -142,10 +142,17 @@ impl SandlotMcp {
         let (state, name) = (self.state.clone(), request.name.clone());
         let arguments = request.arguments.clone().unwrap_or_default();
         let tenant = caller.name.clone();
-        let started = self.tasks.start(&tenant, &self.state.shutdown, move |cancel| async move {
-            let result = tools::call(&state, &name, arguments, caller, &(), cancel).await;
-            errors::arguments_errors_as_results(result, Some(&ProtocolVersion::V_2026_07_28))
-        });
+        // A conversation id that would not be one is left out: the call fails on it all the same.
+        let conversation = arguments
+            .get("conversationId")
+            .and_then(serde_json::Value::as_str)
+            .filter(|id| sandlot_core::ConversationId::parse(id).is_ok())
+            .map(str::to_owned);
+        let started =
+            self.tasks.start(&tenant, conversation.as_deref(), &self.state.shutdown, move |cancel| async move {
+                let result = tools::call(&state, &name, arguments, caller, &(), cancel).await;
+                errors::arguments_errors_as_results(result, Some(&ProtocolVersion::V_2026_07_28))
+            });
         let task = started?;
         tracing::info!(tool = %Escaped(&request.name), task = %task.task_id, "tool call as a task");
         Some(CallToolResponse::Task(CreateTaskResult::new(task)))

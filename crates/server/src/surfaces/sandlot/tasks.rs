@@ -10,6 +10,9 @@
 //!   all are still working the call is answered without a task (the client gets the result on the request, which
 //!   the revision lets the server choose), so a tenant's tasks never hold more than that many runs.
 //! - A finished task is kept [`TASK_TTL`] from its creation, then dropped (its `tasks/get` is -32602).
+//! - A task's id starts with its conversation's id and `~` (`<conversationId>~<uuid>`): a load balancer that sends
+//!   a conversation's calls to one node by its id sends `tasks/*` (whose `Mcp-Name` is the task id) to the node that
+//!   holds the task by the part before `~` (docs/scaling.md). The UUID keeps it unguessable.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -50,12 +53,22 @@ impl Tasks {
     /// Starts `work` as a task of `owner` and returns its handle, or `None` when `owner` has
     /// [`MAX_TASKS_PER_TENANT`] tasks still working (the caller then runs the call itself). `work` gets the token
     /// that cancels it; it ends when `shutdown` does too.
-    pub fn start<W, F>(self: &Arc<Self>, owner: &str, shutdown: &CancellationToken, work: W) -> Option<Task>
+    pub fn start<W, F>(
+        self: &Arc<Self>,
+        owner: &str,
+        conversation: Option<&str>,
+        shutdown: &CancellationToken,
+        work: W,
+    ) -> Option<Task>
     where
         W: FnOnce(CancellationToken) -> F,
         F: Future<Output = Result<CallToolResult, McpError>> + Send + 'static,
     {
-        let id = uuid::Uuid::new_v4().to_string();
+        let uuid = uuid::Uuid::new_v4();
+        let id = match conversation {
+            Some(conversation) => format!("{conversation}~{uuid}"),
+            None => uuid.to_string(),
+        };
         let now = timestamp();
         let task = Task::new(id.clone(), TaskStatus::Working, now.clone(), now)
             .with_ttl_ms(u64::try_from(TASK_TTL.as_millis()).unwrap_or(u64::MAX))
@@ -159,7 +172,7 @@ mod tests {
 
     fn start(tasks: &Arc<Tasks>, owner: &str, done: &CancellationToken) -> Option<Task> {
         let done = done.clone();
-        tasks.start(owner, &CancellationToken::new(), move |cancel| async move {
+        tasks.start(owner, Some("conv"), &CancellationToken::new(), move |cancel| async move {
             tokio::select! {
                 () = done.cancelled() => Ok(CallToolResult::success(Vec::new())),
                 () = cancel.cancelled() => Ok(CallToolResult::error(Vec::new())),
@@ -183,6 +196,7 @@ mod tests {
         let tasks = Arc::new(Tasks::default());
         let done = CancellationToken::new();
         let task = start(&tasks, "alice", &done).expect("room");
+        assert!(task.task_id.starts_with("conv~"), "{}", task.task_id);
         assert_eq!(tasks.get("alice", &task.task_id).expect("hers").status(), TaskStatus::Working);
         assert!(tasks.get("bob", &task.task_id).is_err(), "another tenant's task is unknown to him");
         assert!(tasks.cancel("bob", &task.task_id).is_err());
