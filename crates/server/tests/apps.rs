@@ -1,8 +1,8 @@
-//! MCP Apps (the `io.modelcontextprotocol/ui` extension): the `ui://` views are listed and read with the Apps MIME
-//! type (`text/html;profile=mcp-app`) and a CSP that declares no domain, the HTML is a self-contained document that
-//! enforces its own strict policy, and the tools link a listed view in `_meta.ui.resourceUri` (under either tool
-//! name form) while their results stay as they were. Through the HTTP app without a network, statelessly, at an
-//! older protocol version and at 2026-07-28; the view rendered in a browser by a host is tests/e2e/browser/apps.test.js.
+//! MCP Apps (the `io.modelcontextprotocol/ui` extension): the `ui://` views (run, conversation) are listed and read
+//! with the Apps MIME type (`text/html;profile=mcp-app`) and a CSP that declares no domain, each HTML is a
+//! self-contained document that enforces its own strict policy, and the tools link a listed view in
+//! `_meta.ui.resourceUri` (under either tool name form). Through the HTTP app without a network, statelessly and at
+//! 2026-07-28; the run view rendered in a browser by a host is tests/e2e/browser/apps.test.js.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 const MIME: &str = "text/html;profile=mcp-app";
 const RUN_VIEW: &str = "ui://sandlot/run";
+const CONVERSATION_VIEW: &str = "ui://sandlot/conversation";
 
 fn router(state: &AppState) -> axum::Router {
     app(state.clone(), Authenticator::token("tok"), HttpOptions::new(AllowedHosts::new(vec!["localhost".into()])))
@@ -31,39 +32,43 @@ async fn views(router: &axum::Router) -> Vec<Value> {
 }
 
 #[tokio::test]
-async fn the_run_view_is_listed_and_read_with_the_apps_mime_type_and_its_csp() {
+async fn the_views_are_listed_and_read_with_the_apps_mime_type_and_their_csp() {
     let (_root, state) = common::state("secret", None);
     let router = router(&state);
 
     let views = views(&router).await;
-    assert_eq!(views.len(), 1, "{views:?}");
-    let listed = &views[0];
-    assert_eq!(listed["uri"], RUN_VIEW);
-    assert_eq!(listed["mimeType"], MIME);
-    assert_eq!(listed["_meta"], view_meta());
+    let uris: Vec<&str> = views.iter().map(|v| v["uri"].as_str().unwrap()).collect();
+    assert_eq!(uris, [RUN_VIEW, CONVERSATION_VIEW]);
+    for listed in &views {
+        let uri = listed["uri"].as_str().unwrap();
+        assert_eq!((&listed["mimeType"], &listed["_meta"]), (&json!(MIME), &view_meta()), "{uri}");
 
-    let read = common::mcp_result(&router, "resources/read", json!({ "uri": RUN_VIEW })).await;
-    let contents = read["contents"].as_array().unwrap();
-    assert_eq!(contents.len(), 1);
-    let view = &contents[0];
-    assert_eq!((&view["uri"], &view["mimeType"], &view["_meta"]), (&json!(RUN_VIEW), &json!(MIME), &view_meta()));
-    let html = view["text"].as_str().unwrap();
-    assert!(html.starts_with("<!DOCTYPE html>"), "{html:.80}");
-    assert_eq!(listed["size"], html.len(), "the listing's size is the document's");
-    // The view enforces the strictest policy itself, whatever the host adds: nothing but inline script and style,
-    // and images from data: URLs (the run's images come inside the result).
-    assert!(html.contains(
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; script-src 'unsafe-inline'; \
-         style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'\">"
-    ));
-    // It speaks the Apps protocol to its host, and loads nothing from elsewhere.
-    for needle in
-        ["ui/initialize", "ui/notifications/initialized", "ui/notifications/tool-input", "ui/notifications/tool-result"]
-    {
-        assert!(html.contains(needle), "{needle}");
-    }
-    for needle in ["src=\"http", "href=\"http", "fetch(", "XMLHttpRequest", "WebSocket"] {
-        assert!(!html.contains(needle), "{needle}");
+        let read = common::mcp_result(&router, "resources/read", json!({ "uri": uri })).await;
+        let contents = read["contents"].as_array().unwrap();
+        assert_eq!(contents.len(), 1);
+        let view = &contents[0];
+        assert_eq!((&view["uri"], &view["mimeType"], &view["_meta"]), (&json!(uri), &json!(MIME), &view_meta()));
+        let html = view["text"].as_str().unwrap();
+        assert!(html.starts_with("<!DOCTYPE html>"), "{uri}: {html:.80}");
+        assert_eq!(listed["size"], html.len(), "{uri}: the listing's size is the document's");
+        // The view enforces the strictest policy itself, whatever the host adds: nothing but inline script and
+        // style, and images from data: URLs (the run's images come inside the result).
+        assert!(html.contains(
+            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; script-src 'unsafe-inline'; \
+             style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'\">"
+        ));
+        // It speaks the Apps protocol to its host, and loads nothing from elsewhere.
+        for needle in [
+            "ui/initialize",
+            "ui/notifications/initialized",
+            "ui/notifications/tool-input",
+            "ui/notifications/tool-result",
+        ] {
+            assert!(html.contains(needle), "{uri}: {needle}");
+        }
+        for needle in ["src=\"http", "href=\"http", "fetch(", "XMLHttpRequest", "WebSocket"] {
+            assert!(!html.contains(needle), "{uri}: {needle}");
+        }
     }
 
     // A ui:// URI that is no view is not found, as any unknown resource.
@@ -89,13 +94,16 @@ async fn tools_link_a_listed_view_under_either_name_form() {
             .filter(|t| t["_meta"]["ui"].is_object())
             .map(|t| (t["name"].as_str().unwrap(), &t["_meta"]))
             .collect();
-        let run_code = if names == ToolNames::Underscore { "sandbox_run_code" } else { "sandbox.run_code" };
-        assert_eq!(
-            linked,
-            [(run_code, &json!({ "ui": { "resourceUri": RUN_VIEW, "visibility": ["model", "app"] } }))],
-            "{names:?}"
-        );
-        assert!(listed.contains(&RUN_VIEW.to_owned()), "{listed:?}");
+        let (run_code, session) = match names {
+            ToolNames::Underscore => ("sandbox_run_code", "sandbox_session"),
+            ToolNames::Dotted => ("sandbox.run_code", "sandbox.session"),
+        };
+        let link = |uri| json!({ "ui": { "resourceUri": uri, "visibility": ["model", "app"] } });
+        assert_eq!(linked, [(run_code, &link(RUN_VIEW)), (session, &link(CONVERSATION_VIEW))], "{names:?}");
+        // Each linked view exists: it is listed.
+        for (_, meta) in linked {
+            assert!(listed.iter().any(|uri| meta["ui"]["resourceUri"] == *uri), "{listed:?}");
+        }
     }
 }
 

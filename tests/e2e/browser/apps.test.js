@@ -1,10 +1,11 @@
-// MCP Apps in a real browser: the run view (ui://sandlot/run) that sandbox_run_code links, rendered by a minimal
+// MCP Apps in a real browser: the run view (ui://sandlot/run) that sandbox_run_code links, and the conversation view
+// (ui://sandlot/conversation) that sandbox_session links, each rendered by a minimal
 // host page (apps-host.html, served by this test with a /mcp proxy that holds the token, as a host's backend would)
 // in <iframe sandbox="allow-scripts">, speaking the Apps postMessage protocol: ui/initialize, tool-input,
 // tool-result, and the view's resources/read proxied by the host to a real `sandlot serve` (started here on a free
 // port). Debian's Chromium through playwright-core, never a downloaded browser. Needs root (sandboxes) and Chromium.
 //
-// The screenshot is kept in artifacts/apps-run.png.
+// The screenshots are kept in artifacts/apps-run.png and artifacts/apps-conversation.png.
 
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
@@ -40,7 +41,7 @@ for i in range(1, 5):
     time.sleep(1.5)
 print("a note on stderr", file=sys.stderr, flush=True)
 with open("out.png", "wb") as f:
-    f.write(png(6, 4, (220, 60, 40)))
+    f.write(png(60, 40, (220, 60, 40)))
 with open("out.csv", "w") as f:
     f.write("x,y\\n1,2\\n3,4\\n")
 `;
@@ -119,7 +120,7 @@ test("the run view shows a call's live output, then its result, image and CSV pr
   // The view runs in an opaque origin: the host page cannot reach into its document.
   assert.equal(await page.evaluate(() => document.querySelector("iframe#view").contentDocument), null);
   await view.locator("#images img").evaluate((img) => img.decode());
-  assert.equal(await image.evaluate((img) => img.naturalWidth), 6);
+  assert.equal(await image.evaluate((img) => img.naturalWidth), 60);
   assert.match(await image.getAttribute("src"), /^data:image\/png;base64,iVBORw0KGgo/);
 
   // The files, the CSV the run made previewed as a table read through the host's resources/read.
@@ -146,4 +147,50 @@ test("the run view shows a call's live output, then its result, image and CSV pr
   assert.deepEqual(errors, []);
 
   await page.screenshot({ path: join(artifacts, "apps-run.png"), fullPage: true });
+});
+
+/** A tools/call straight to sandlot (as the model's side of the host would make it): the result. */
+async function callTool(name, args) {
+  const response = await fetch(`${sandlot.base}/mcp`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${token}`, "content-type": "application/json",
+               accept: "application/json, text/event-stream" },
+    body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name, arguments: args } }),
+  });
+  const text = await response.text();
+  const data = text.split("\n").filter((line) => line.startsWith("data:")).map((line) => line.slice(5).trim());
+  return JSON.parse(data.length ? data[data.length - 1] : text).result;
+}
+
+test("the conversation view shows the live sandbox and the conversation's runs, each output read on demand", async () => {
+  // A session run leaves the conversation a live sandbox with a Python interpreter.
+  const session = await callTool("sandbox_run_code",
+    { conversationId: "apps", language: "python", code: "x = 41\nprint('kept', x + 1)", session: true });
+  assert.equal(session.structuredContent.stdout, "kept 42\n", JSON.stringify(session));
+
+  await page.evaluate((args) => window.runInView("sandbox_session", args), { conversationId: "apps", action: "status" });
+  const view = page.frameLocator("iframe#view");
+  await view.locator("#status.live").waitFor();
+  assert.equal(await view.locator("#title").innerText(), "conversation apps");
+  assert.match(await view.locator("#usage").innerText(), /interpreters: python \(pid \d+\)/);
+  assert.ok((await view.locator("#processes tbody tr").count()) >= 1, "the interpreter's process is listed");
+
+  // The runs, newest first: the session run, then the first test's run; opening one reads its output.
+  const rows = view.locator("#runs tr.run");
+  await rows.first().waitFor();
+  assert.equal(await rows.count(), 2);
+  assert.deepEqual(await view.locator("#runs tr.run .badge").allInnerTexts(), ["ok", "ok"]);
+  await rows.nth(1).locator("button").click();
+  await view.locator("#runs pre.output").waitFor();
+  assert.equal(await view.locator("#runs pre.output .stdout").innerText(), "line 1\nline 2\nline 3\nline 4\n");
+  assert.equal(await view.locator("#runs pre.output .stderr").innerText(), "a note on stderr\n");
+
+  const asked = await page.evaluate(() => window.host.viewRequests.map((r) => `${r.method} ${r.params.uri}`));
+  assert.deepEqual(asked.map((a) => a.replace(/runs\/[0-9a-f]{32}\//, "runs/{id}/")), [
+    "resources/read sandlot://conversations/apps/runs",
+    "resources/read sandlot://runs/{id}/output",
+  ]);
+  assert.deepEqual(foreignRequests, []);
+  assert.deepEqual(errors, []);
+  await page.screenshot({ path: join(artifacts, "apps-conversation.png"), fullPage: true });
 });

@@ -1,7 +1,8 @@
 //! MCP Apps (the `io.modelcontextprotocol/ui` extension): sandlot's views as `ui://` resources, which a host that
 //! renders MCP Apps shows in a sandboxed iframe beside the result of the tool that links them (`_meta.ui.resourceUri`
-//! on the tool, [`tool_meta`]). One view so far: [`RUN_VIEW`], a `sandbox_run_code` call (its live output, then the
-//! result: output, exit status, images, the files with image and CSV previews).
+//! on the tool, [`tool_meta`]): [`RUN_VIEW`], a `sandbox_run_code` call (its live output, then the result: output,
+//! exit status, images, the files with image and CSV previews), and [`CONVERSATION_VIEW`], a `sandbox_session` call
+//! (the live sandbox, and the conversation's runs with their code and output).
 //!
 //! - Invariants: every view is one self-contained HTML document embedded in the binary (`assets/apps/`), with its
 //!   script and style inline; it loads nothing from anywhere, and its `_meta.ui.csp` declares no domain (so the
@@ -17,6 +18,8 @@ use serde_json::json;
 pub const MIME_TYPE: &str = "text/html;profile=mcp-app";
 /// The view of a `sandbox_run_code` call.
 pub const RUN_VIEW: &str = "ui://sandlot/run";
+/// The view of a `sandbox_session` call: the conversation's live sandbox and history.
+pub const CONVERSATION_VIEW: &str = "ui://sandlot/conversation";
 
 /// One view: its URI, name, title, description and HTML.
 struct View {
@@ -27,14 +30,24 @@ struct View {
     html: &'static str,
 }
 
-const VIEWS: [View; 1] = [View {
-    uri: RUN_VIEW,
-    name: "run-view",
-    title: "A run of sandbox_run_code",
-    description: "MCP Apps view of a sandbox_run_code call: its live output while it runs, then the output, exit \
-                  status, images and the files of /data with image and CSV previews",
-    html: include_str!("../../../assets/apps/run.html"),
-}];
+const VIEWS: [View; 2] = [
+    View {
+        uri: RUN_VIEW,
+        name: "run-view",
+        title: "A run of sandbox_run_code",
+        description: "MCP Apps view of a sandbox_run_code call: its live output while it runs, then the output, exit \
+                      status, images and the files of /data with image and CSV previews",
+        html: include_str!("../../../assets/apps/run.html"),
+    },
+    View {
+        uri: CONVERSATION_VIEW,
+        name: "conversation-view",
+        title: "A conversation's live sandbox and runs",
+        description: "MCP Apps view of a sandbox_session call: the conversation's live sandbox (interpreters, \
+                      processes, usage) and its runs, each with its code and output",
+        html: include_str!("../../../assets/apps/conversation.html"),
+    },
+];
 
 /// `_meta.ui` of a view's listing and content: a CSP that declares no domain (nothing loaded from anywhere, no
 /// connection), and a border requested.
