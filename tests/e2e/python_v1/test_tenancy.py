@@ -501,6 +501,7 @@ def resource_probes():
         "thread-file": lambda made: ("sandlot://conversations/{}/files/secret.txt", made.thread, made_up()),
         "run": lambda made: ("sandlot://runs/{}", made.run_id, os.urandom(16).hex()),
         "run-output": lambda made: ("sandlot://runs/{}/output", made.run_id, os.urandom(16).hex()),
+        "run-live": lambda made: ("sandlot://runs/{}/live", made.run_id, os.urandom(16).hex()),
         "baponi-run": lambda made: ("sandlot://runs/{}", made.thread_run_ids[0], os.urandom(16).hex()),
         "baponi-run-output": lambda made: ("sandlot://runs/{}/output", made.thread_run_ids[0], os.urandom(16).hex()),
     }
