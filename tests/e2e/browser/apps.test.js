@@ -26,7 +26,8 @@ let page;
 const foreignRequests = []; // anything requested from another origin than the host page's (nothing may be)
 const errors = [];
 
-// Prints four lines 1.5 s apart (one more on stderr), then writes a tiny valid PNG (zlib + struct) and a CSV.
+// Prints four lines 1.5 s apart (one more on stderr), then writes a small valid PNG (zlib + struct) and a CSV with
+// markup in a cell.
 const SLOW_CODE = `import struct, sys, time, zlib
 
 def png(width, height, rgb):
@@ -43,7 +44,7 @@ print("a note on stderr", file=sys.stderr, flush=True)
 with open("out.png", "wb") as f:
     f.write(png(60, 40, (220, 60, 40)))
 with open("out.csv", "w") as f:
-    f.write("x,y\\n1,2\\n3,4\\n")
+    f.write("x,y\\n1,2\\n3,<b>4</b>\\n")
 `;
 
 /** The host's backend: its page, and /mcp forwarded to sandlot with the token. */
@@ -128,7 +129,9 @@ test("the run view shows a call's live output, then its result, image and CSV pr
   assert.deepEqual(names, ["out.csv", "out.png"]);
   await view.locator("#files table").waitFor();
   assert.deepEqual(await view.locator("#files th").allInnerTexts(), ["x", "y"]);
-  assert.deepEqual(await view.locator("#files td").allInnerTexts(), ["1", "2", "3", "4"]);
+  // A cell's markup stays text.
+  assert.deepEqual(await view.locator("#files td").allInnerTexts(), ["1", "2", "3", "<b>4</b>"]);
+  assert.equal(await view.locator("#files b").count(), 0);
 
   // What the view asked its host for: the conversation's runs and the run's live output while it ran, then the
   // CSV; nothing else, and the page (view included) fetched nothing from anywhere but the host.

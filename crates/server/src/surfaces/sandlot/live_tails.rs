@@ -132,8 +132,9 @@ impl LiveTails {
                     tail.chunks.iter().map(|(stream, text)| json!({ "stream": stream, "text": text })).collect();
                 json!({ "runId": run_id, "state": "running", "chunks": chunks, "droppedBytes": tail.dropped })
             }
-            None if record.state.as_str() == "queued" => {
-                json!({ "runId": run_id, "state": "queued", "chunks": [], "droppedBytes": 0 })
+            // Queued, or just started (its first event not seen yet): nothing printed so far.
+            None if matches!(record.state.as_str(), "queued" | "running") => {
+                json!({ "runId": run_id, "state": record.state.as_str(), "chunks": [], "droppedBytes": 0 })
             }
             None => {
                 return Err(not_found(format!(
