@@ -196,4 +196,8 @@ test("the conversation view shows the live sandbox and the conversation's runs, 
   assert.deepEqual(foreignRequests, []);
   assert.deepEqual(errors, []);
   await page.screenshot({ path: join(artifacts, "apps-conversation.png"), fullPage: true });
+
+  // The host tears the view down; it answers.
+  const answer = await page.evaluate(() => window.teardown());
+  assert.deepEqual([answer.result, answer.error], [{}, undefined]);
 });
