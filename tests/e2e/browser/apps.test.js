@@ -5,7 +5,8 @@
 // tool-result, and the view's resources/read proxied by the host to a real `sandlot serve` (started here on a free
 // port). Debian's Chromium through playwright-core, never a downloaded browser. Needs root (sandboxes) and Chromium.
 //
-// The screenshots are kept in artifacts/apps-run.png and artifacts/apps-conversation.png.
+// The screenshots are kept in artifacts/: apps-run.png (and apps-run-dark.png, the host's dark theme) and
+// apps-conversation.png.
 
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
@@ -150,6 +151,11 @@ test("the run view shows a call's live output, then its result, image and CSV pr
   assert.deepEqual(errors, []);
 
   await page.screenshot({ path: join(artifacts, "apps-run.png"), fullPage: true });
+
+  // The host's theme reaches the view (host-context-changed).
+  await page.evaluate(() => window.setTheme("dark"));
+  await view.locator("html.dark").waitFor({ state: "attached" });
+  await page.screenshot({ path: join(artifacts, "apps-run-dark.png"), fullPage: true });
 });
 
 /** A tools/call straight to sandlot (as the model's side of the host would make it): the result. */
