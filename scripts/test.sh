@@ -77,7 +77,7 @@ check "end-to-end: Python MCP SDK 2.x (tests/e2e/python_v2)" with_binary .venv-e
 check "end-to-end: openai-agents' MCP client (tests/e2e/agents)" with_binary .venv-agents/bin/python -m pytest -q tests/e2e/agents
 check "end-to-end: the official Baponi SDK on /p/baponi (tests/e2e/baponi)" with_binary .venv-baponi/bin/python -m pytest -q tests/e2e/baponi
 check "end-to-end: TypeScript MCP SDK (tests/e2e/ts)" with_binary in_dir tests/e2e/ts node --test
-check "end-to-end: the playground in headless Chromium (screenshots: tests/e2e/browser/artifacts/)" \
+check "end-to-end: the playground and the MCP Apps views in headless Chromium (screenshots: tests/e2e/browser/artifacts/)" \
     with_binary in_dir tests/e2e/browser node --test
 
 # Last: it makes a second (static musl) build, the suite's biggest use of disk after the first.

@@ -130,7 +130,7 @@ async def test_runs_are_mcp_resources_and_code_is_kept_when_asked(server_storing
             assert sorted(t.uriTemplate for t in templates.resourceTemplates) == [
                 "sandlot://conversations/{conversationId}/files/{path}",
                 "sandlot://conversations/{conversationId}/runs", "sandlot://runs/{runId}",
-                "sandlot://runs/{runId}/output"]
+                "sandlot://runs/{runId}/live", "sandlot://runs/{runId}/output"]
             result = await session.call_tool(
                 "sandbox.run_code", {"conversationId": "resources", "language": "bash", "code": "echo kept"})
             run_id = result.structuredContent["runId"]

@@ -484,6 +484,8 @@ def test_sandlot_mcp_resources_list_shows_nothing_of_the_victim(native, attacker
         if uri.startswith("sandlot://runs/"):
             run = rest(native, ADMIN, "GET", f"/v1/runs/{uri.removeprefix('sandlot://runs/')}")[1]
             assert run["caller"] == attacker, (uri, run)
+        elif uri.startswith("ui://"):
+            pass  # the MCP Apps views: the same HTML for everyone, no data in them
         else:
             conversation = uri.removeprefix("sandlot://conversations/").split("/")[0]
             assert conversation in native.owned[attacker], uri
@@ -499,6 +501,7 @@ def resource_probes():
         "thread-file": lambda made: ("sandlot://conversations/{}/files/secret.txt", made.thread, made_up()),
         "run": lambda made: ("sandlot://runs/{}", made.run_id, os.urandom(16).hex()),
         "run-output": lambda made: ("sandlot://runs/{}/output", made.run_id, os.urandom(16).hex()),
+        "run-live": lambda made: ("sandlot://runs/{}/live", made.run_id, os.urandom(16).hex()),
         "baponi-run": lambda made: ("sandlot://runs/{}", made.thread_run_ids[0], os.urandom(16).hex()),
         "baponi-run-output": lambda made: ("sandlot://runs/{}/output", made.thread_run_ids[0], os.urandom(16).hex()),
     }
@@ -588,6 +591,45 @@ def test_live_sandbox_of_the_victim_reads_as_missing_and_is_untouched(native, at
         "yes\n", started["session"]["id"], False), after
     closed = manage(victim, conversation, "close")["result"]["structuredContent"]
     assert closed["closed"] is True, closed
+
+
+@pairs
+def test_live_output_of_the_victims_running_run_reads_as_missing(native, attacker, victim):
+    """`sandlot://runs/{runId}/live` (what the MCP Apps run view polls) of the victim's run while it runs: answered as
+    for a made-up run id, with nothing of its output, while the victim reads it (so the resource is working)."""
+    conversation = f"v-live-{victim}-{attacker}"
+    secret = f"live-of-{victim}-{os.urandom(4).hex()}"
+    # Prints the secret, then waits for the release file the victim uploads once the probes are done (60 s at most).
+    code = f"echo {secret}; for i in $(seq 600); do [ -e release ] && break; sleep 0.1; done"
+    done = queue.Queue()
+    threading.Thread(target=lambda: done.put(tool(native, victim, "/mcp", "sandbox_run_code", {
+        "conversationId": conversation, "language": "bash", "code": code, "timeoutSeconds": 60})),
+        daemon=True).start()
+    native.owned[victim].add(conversation)
+    try:
+        def running_run():
+            reply = read_resource(native, victim, f"sandlot://conversations/{conversation}/runs")
+            runs = json.loads(reply["result"]["contents"][0]["text"])["runs"] if "result" in reply else []
+            return runs[0]["id"] if runs and runs[0]["state"] == "running" else None
+
+        wait_until(running_run, 30)
+        run_id = running_run()
+        assert run_id, "the victim's run never showed as running"
+
+        def victims_live():
+            reply = read_resource(native, victim, f"sandlot://runs/{run_id}/live")
+            return "result" in reply and secret in reply["result"]["contents"][0]["text"]
+
+        wait_until(victims_live, 30)
+        assert victims_live(), "the victim does not read its own run's live output: the resource is not working"
+        answer = assert_reads_as_missing(lambda id: read_resource(native, attacker, f"sandlot://runs/{id}/live"),
+                                         run_id, os.urandom(16).hex())
+        assert secret not in json.dumps(answer), answer
+    finally:
+        tool(native, victim, "/mcp", "sandbox_upload_file",
+             {"conversationId": conversation, "path": "release", "content": "go"})
+    ended = done.get(timeout=60)
+    assert ended["result"]["structuredContent"]["stdout"] == secret + "\n", ended
 
 
 def put_if_given(body):

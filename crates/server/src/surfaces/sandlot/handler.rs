@@ -16,7 +16,7 @@ use sandlot_core::Escaped;
 use tokio_util::sync::CancellationToken;
 
 use super::live_output::{self, Listeners};
-use super::{file_resources, history_resources as history, subscriptions, tasks, tools};
+use super::{app_views, file_resources, history_resources as history, live_tails, subscriptions, tasks, tools};
 use crate::AppState;
 use crate::kit::rpc_errors as errors;
 use crate::kit::telemetry::GaugeGuard;
@@ -63,6 +63,8 @@ pub struct SandlotMcp {
     tasks: Arc<tasks::Tasks>,
     /// This session's `resources/subscribe` URIs.
     subscriptions: subscriptions::LegacySubscriptions,
+    /// The output of runs in flight (`sandlot://runs/{runId}/live`), shared by every handler.
+    live_tails: Arc<live_tails::LiveTails>,
     /// Counts the session in `sandlot_mcp_sessions_open` until its handler (every clone) is dropped.
     _open: Option<Arc<GaugeGuard>>,
 }
@@ -78,6 +80,7 @@ impl SandlotMcp {
             session_runs: Arc::default(),
             subscriptions: Default::default(),
             tasks: Arc::default(),
+            live_tails: Arc::default(),
             _open: None,
         }
     }
@@ -98,6 +101,7 @@ impl SandlotMcp {
         Self {
             session_runs: self.session_runs.clone(),
             tasks: self.tasks.clone(),
+            live_tails: self.live_tails.clone(),
             ..Self::new(self.state.clone(), self.caller.clone())
         }
     }
@@ -164,6 +168,8 @@ impl SandlotMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        // Before the run exists, so its live output is followed from its first byte.
+        self.live_tails.start(&self.state);
         if let Some(task) = self.as_task(&request, &context) {
             return Ok(task);
         }
@@ -339,6 +345,10 @@ impl ServerHandler for SandlotMcp {
             None => ListResourcesResult::with_all_items(Vec::new()),
             Some(_) => ListResourcesResult::with_all_items(Vec::new()),
         };
+        // The MCP Apps views, on the first page.
+        if cursor.is_none() {
+            result.resources.extend(app_views::list());
+        }
         result.resources.extend(files);
         result.next_cursor = next;
         Ok(result)
@@ -350,6 +360,7 @@ impl ServerHandler for SandlotMcp {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
         let mut templates = history::templates();
+        templates.push(live_tails::template());
         templates.push(file_resources::template());
         Ok(ListResourceTemplatesResult::with_all_items(templates))
     }
@@ -359,7 +370,14 @@ impl ServerHandler for SandlotMcp {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
+        if let Some(view) = app_views::read(&request.uri) {
+            return Ok(ReadResourceResponse::Complete(view));
+        }
         let tenant = self.caller_of(&context).tenant();
+        self.live_tails.start(&self.state);
+        if let Some(live) = self.live_tails.read(&self.state, &tenant, &request.uri) {
+            return live.map(ReadResourceResponse::Complete);
+        }
         if let Some((conversation, path)) = file_resources::parse(&request.uri) {
             return file_resources::read(&self.state, &tenant, &request.uri, conversation, path)
                 .await

@@ -1,12 +1,15 @@
 //! sandlot's own surface: the rmcp handler ([`SandlotMcp`]) with its tools (`tools/`), the run history and the
 //! conversations' files as MCP resources, live output as notifications, served over every MCP transport of the
-//! kit; the event stream `/mcp/events`; the REST routes (`rest/`); and the playground page.
+//! kit; the event stream `/mcp/events`; the REST routes (`rest/`); the playground page; and the MCP Apps views
+//! (`ui://` resources the tools link).
 
+mod app_views;
 mod events;
 mod file_resources;
 mod handler;
 mod history_resources;
 mod live_output;
+mod live_tails;
 mod live_view;
 pub mod playground;
 mod rest;

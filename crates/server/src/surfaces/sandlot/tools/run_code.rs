@@ -38,6 +38,8 @@ pub fn definition() -> Tool {
     .with_title("Run code in a sandbox")
     .with_raw_output_schema(Arc::new(crate::kit::schema::output_schema_of::<RunCodeOutput>()))
     .with_annotations(ToolAnnotations::new().read_only(false).destructive(false).idempotent(false).open_world(false))
+    // MCP Apps: a host that renders them shows the call in the run view; others ignore it.
+    .with_meta(super::super::app_views::tool_meta(super::super::app_views::RUN_VIEW))
 }
 
 fn parse(

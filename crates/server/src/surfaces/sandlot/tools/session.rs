@@ -95,6 +95,8 @@ pub fn definition() -> Tool {
     .with_title("Manage the live sandbox")
     .with_raw_output_schema(Arc::new(crate::kit::schema::output_schema_of::<SessionToolOutput>()))
     .with_annotations(ToolAnnotations::new().read_only(false).destructive(true).idempotent(false).open_world(false))
+    // MCP Apps: a host that renders them shows the conversation view; others ignore it.
+    .with_meta(super::super::app_views::tool_meta(super::super::app_views::CONVERSATION_VIEW))
 }
 
 /// Parses a call's arguments; a bad one is -32602 naming its field.
