@@ -18,6 +18,7 @@ Needs root (the nodes start sandboxes) and `haproxy` (Debian 12's 2.6; scripts/s
 $SANDLOT_BIN, else target/debug/sandlot. Run: sudo .venv-e2e2/bin/python -m pytest -q -s tests/cluster
 """
 
+import base64
 import collections
 import json
 import os
@@ -182,8 +183,9 @@ def cluster(tmp_path):
         subprocess.run(["umount", "--lazy", point], capture_output=True)
 
 
-def call(client, url, conversation, modern):
-    """One `tools/call` through the proxy: (status, the count the run printed or None, the node, the error)."""
+def call(client, url, conversation, modern, header=None, session=None):
+    """One `tools/call` through the proxy: (status, the count the run printed or None, the node, the error). A
+    modern call sends `header` as its `Mcp-Param-Conversation-Id` when given; an older one may name a session."""
     arguments = {"conversationId": conversation, "language": "bash", "code": CODE}
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
             "params": {"name": "sandbox_run_code", "arguments": arguments}}
@@ -191,7 +193,9 @@ def call(client, url, conversation, modern):
     if modern:
         body["params"]["_meta"] = META
         headers.update({"MCP-Protocol-Version": VERSION, "Mcp-Method": "tools/call", "Mcp-Name": "sandbox_run_code",
-                        "Mcp-Param-Conversation-Id": conversation})
+                        "Mcp-Param-Conversation-Id": header or conversation})
+    if session:
+        headers["Mcp-Session-Id"] = session
     try:
         response = client.post(url, json=body, headers=headers, timeout=120)
     except httpx.HTTPError as error:
@@ -295,6 +299,35 @@ def test_each_conversation_stays_on_one_node(cluster):
     shares = collections.Counter(homes.values())
     assert all(shares[n.name] >= 15 for n in nodes), shares
     print(f"\nconversations per node: {dict(shares)}")
+
+    with httpx.Client() as client:
+        # The header's Base64 form (which 2026-07-28 allows for any value) reaches the same node as the plain one.
+        for conversation in conversations[:10:2]:
+            encoded = "=?base64?" + base64.b64encode(conversation.encode()).decode() + "?="
+            status, count, node, error = call(client, proxy.url, conversation, True, header=encoded)
+            assert (status, count, node, error) == (200, 10, homes[conversation], None), (conversation, error)
+        # A Streamable HTTP session stays on the node that answered its initialize, whatever conversations its
+        # calls name (they live on that node: the session's state is there).
+        for _ in range(4):
+            session, first_node = initialize(client, proxy.url)
+            for i in range(3):
+                status, count, node, error = call(client, proxy.url, f"session-{session[:8]}-{i}", False,
+                                                  session=session)
+                assert (status, count, node, error) == (200, 0, first_node, None), (session, error)
+
+
+def initialize(client, url):
+    """An older client's `initialize` and `notifications/initialized`: its session id and the node that has it."""
+    headers = {"Authorization": f"Bearer {TOKEN}", "Accept": "application/json, text/event-stream"}
+    response = client.post(url, headers=headers, timeout=60, json={
+        "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "affinity", "version": "1"}}})
+    assert response.status_code == 200, response.text
+    session, node = response.headers["mcp-session-id"], response.headers["x-served-by"]
+    response = client.post(url, headers={**headers, "Mcp-Session-Id": session}, timeout=60,
+                           json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+    assert response.status_code == 202 and response.headers["x-served-by"] == node, response.text
+    return session, node
 
 
 def test_a_lost_nodes_conversations_move_with_their_files(cluster):
