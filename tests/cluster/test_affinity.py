@@ -6,7 +6,9 @@ real `sandlot serve` nodes on loopback (docs/scaling.md).
   ones (the id only in the JSON body). Every call succeeds; every conversation's calls are served by one node (the
   `X-Served-By` header HAProxy adds), and that node's `/v1/runs` alone holds its runs; each call appends a line to
   the conversation's `/data/log` and prints how many it found, so the counts go 0, 1, 2, ... with no gap (every call
-  saw the files of the ones before).
+  saw the files of the ones before). Then: the header's Base64 form reaches the same node; sessions stay on the node of
+  their `initialize`; a legacy HTTP+SSE stream and its messages meet on one node; and deploy/nginx/nginx.conf in
+  front of the same nodes keeps header-named conversations on one node each and older clients' on their token's.
 - One root shared by the three nodes (the shared-storage layout): a node is killed (SIGKILL) under load. Its calls in
   flight fail with an error the client sees (recorded), every other call succeeds, and its conversations are then
   served by one other node each, which finds their files: their counts go on where they were.
@@ -14,7 +16,7 @@ real `sandlot serve` nodes on loopback (docs/scaling.md).
   machine the nodes share the same two cores, so the figures show the proxy's and the nodes' overhead, not a
   speed-up; nothing is asserted on them.
 
-Needs root (the nodes start sandboxes) and `haproxy` (Debian 12's 2.6; scripts/setup.sh installs it). The binary is
+Needs root (the nodes start sandboxes), `haproxy` and `nginx` (Debian 12's; scripts/setup.sh installs them). The binary is
 $SANDLOT_BIN, else target/debug/sandlot. Run: sudo .venv-e2e2/bin/python -m pytest -q -s tests/cluster
 """
 
@@ -116,6 +118,7 @@ class HAProxy:
     def __init__(self, nodes, directory):
         text = CONFIG.read_text()
         self.port = free_port()
+        self.directory = directory
         self.socket = directory / "haproxy.sock"
         text = text.replace("bind :8080", f"bind 127.0.0.1:{self.port}", 1)
         text = text.replace("global\n", f"global\n    stats socket {self.socket} mode 600 level admin\n", 1)
@@ -314,6 +317,95 @@ def test_each_conversation_stays_on_one_node(cluster):
                 status, count, node, error = call(client, proxy.url, f"session-{session[:8]}-{i}", False,
                                                   session=session)
                 assert (status, count, node, error) == (200, 0, first_node, None), (session, error)
+    # Legacy HTTP+SSE: the stream and its messages are hashed on the credential, so they meet on one node.
+    stream_node, message_node, reply = legacy_sse_call(proxy)
+    assert stream_node == message_node and '"stdout":"0\\n"' in reply.replace(" ", ""), (stream_node, message_node, reply)
+
+    # nginx with the shipped configuration, in front of the same nodes: conversations named by the header stay on
+    # one node each; older clients' calls (the id in the body only) go by the credential, so all of this test's
+    # reach one node, and each conversation there starts from what that node has.
+    nginx = Nginx(nodes, proxy.directory)
+    try:
+        assert wait_until(nginx.ready, 30)
+        modern = [f"ngx-{i}" for i in range(0, 40, 2)]
+        older = [f"ngx-{i}" for i in range(1, 40, 2)]
+        load = Load(nginx.url, modern + older, calls_each=3, clients=8).run().wait()
+        assert [r for r in load.results if r[4] is not None] == []
+        grouped = by_conversation(load.results)
+        for conversation in modern + older:
+            assert len({r[3] for r in grouped[conversation]}) == 1, grouped[conversation]
+            assert sorted(r[2] for r in grouped[conversation]) == [0, 1, 2], grouped[conversation]
+        assert len({grouped[c][0][3] for c in older}) == 1, "older clients' calls went to several nodes"
+        assert len({grouped[c][0][3] for c in modern}) > 1, "the header did not spread conversations"
+    finally:
+        nginx.stop()
+
+
+def legacy_sse_call(proxy):
+    """A `tools/call` over legacy HTTP+SSE through the proxy: the stream's node, the message's, and the reply."""
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    base = proxy.url.removesuffix("/mcp")
+    events, endpoint, done = [], queue.Queue(), threading.Event()
+    served = {}
+
+    def listen():
+        with httpx.stream("GET", f"{base}/sse", headers=headers, timeout=60) as response:
+            served["stream"] = response.headers.get("x-served-by")
+            event = None
+            for line in response.iter_lines():
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: "):
+                    if event == "endpoint":
+                        endpoint.put(line[6:])
+                    elif '"id":7' in line.replace(" ", ""):
+                        events.append(line[6:])
+                        done.set()
+                        return
+
+    threading.Thread(target=listen, daemon=True).start()
+    path = endpoint.get(timeout=30)
+    for message in [{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                        "protocolVersion": "2024-11-05", "capabilities": {},
+                        "clientInfo": {"name": "affinity", "version": "1"}}},
+                    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                    {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+                        "name": "sandbox_run_code",
+                        "arguments": {"conversationId": "legacy-sse", "language": "bash", "code": CODE}}}]:
+        response = httpx.post(base + path, headers=headers, timeout=60, json=message)
+        assert response.status_code == 202, response.text
+    assert done.wait(60), "no reply on the stream"
+    return served["stream"], response.headers.get("x-served-by"), events[0]
+
+
+class Nginx:
+    """deploy/nginx/nginx.conf, its listener, servers and pid file replaced by this test's."""
+
+    def __init__(self, nodes, directory):
+        text = (REPO / "deploy/nginx/nginx.conf").read_text()
+        self.port = free_port()
+        text = text.replace("listen 8080;", f"listen 127.0.0.1:{self.port};", 1)
+        text = text.replace("pid /run/nginx-sandlot.pid;", f"pid {directory}/nginx.pid;", 1)
+        servers = "".join(f"        server 127.0.0.1:{n.port} max_fails=2 fail_timeout=10s;\n" for n in nodes)
+        text, count = re.subn(r"(        server 127\.0\.0\.1:808\d .*\n)+", servers, text)
+        assert count == 1, "the shipped nginx.conf no longer lists its servers as the test expects"
+        path = directory / "nginx.conf"
+        path.write_text(text)
+        self.log = open(directory / "nginx.log", "wb")
+        self.process = subprocess.Popen(["nginx", "-c", str(path), "-g", "daemon off;"], stdout=self.log,
+                                        stderr=self.log)
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+
+    def ready(self):
+        try:
+            return httpx.get(self.url.removesuffix("/mcp") + "/healthz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait(timeout=30)
+        self.log.close()
 
 
 def initialize(client, url):
