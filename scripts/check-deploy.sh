@@ -44,7 +44,7 @@ if core(shipped) != core(cluster):
     import difflib
     print("\n".join(difflib.unified_diff(core(shipped), core(cluster), "deploy/haproxy/haproxy.cfg",
                                          "deploy/kubernetes/haproxy.yaml", lineterm="")))
-    sys.exit("deploy/kubernetes/haproxy.yaml's configuration differs from deploy/haproxy/haproxy.cfg beyond its servers")
+    sys.exit("deploy/kubernetes/haproxy.yaml's haproxy.cfg differs from deploy/haproxy/haproxy.cfg beyond its servers")
 PY
     haproxy -c -q -f "$tmp/kubernetes-haproxy.cfg"
     echo "deploy/kubernetes/haproxy.yaml's haproxy.cfg: valid, and the same as deploy/haproxy/haproxy.cfg but its servers"

@@ -6,9 +6,10 @@ real `sandlot serve` nodes on loopback (docs/scaling.md).
   ones (the id only in the JSON body). Every call succeeds; every conversation's calls are served by one node (the
   `X-Served-By` header HAProxy adds), and that node's `/v1/runs` alone holds its runs; each call appends a line to
   the conversation's `/data/log` and prints how many it found, so the counts go 0, 1, 2, ... with no gap (every call
-  saw the files of the ones before). Then: the header's Base64 form reaches the same node; sessions stay on the node of
-  their `initialize`; a legacy HTTP+SSE stream and its messages meet on one node; and deploy/nginx/nginx.conf in
-  front of the same nodes keeps header-named conversations on one node each and older clients' on their token's.
+  saw the files of the ones before). Then: the header's Base64 form reaches the same node; sessions stay on the
+  node of their `initialize`; a legacy HTTP+SSE stream and its messages meet on one node; and
+  deploy/nginx/nginx.conf in front of the same nodes keeps header-named conversations on one node each and older
+  clients' on their token's.
 - One root shared by the three nodes (the shared-storage layout): a node is killed (SIGKILL) under load. Its calls in
   flight fail with an error the client sees (recorded), every other call succeeds, and its conversations are then
   served by one other node each, which finds their files: their counts go on where they were.
@@ -16,8 +17,8 @@ real `sandlot serve` nodes on loopback (docs/scaling.md).
   machine the nodes share the same two cores, so the figures show the proxy's and the nodes' overhead, not a
   speed-up; nothing is asserted on them.
 
-Needs root (the nodes start sandboxes), `haproxy` and `nginx` (Debian 12's; scripts/setup.sh installs them). The binary is
-$SANDLOT_BIN, else target/debug/sandlot. Run: sudo .venv-e2e2/bin/python -m pytest -q -s tests/cluster
+Needs root (the nodes start sandboxes), `haproxy` and `nginx` (Debian 12's; scripts/setup.sh installs them). The
+binary is $SANDLOT_BIN, else target/debug/sandlot. Run: sudo .venv-e2e2/bin/python -m pytest -q -s tests/cluster
 """
 
 import base64
@@ -319,7 +320,8 @@ def test_each_conversation_stays_on_one_node(cluster):
                 assert (status, count, node, error) == (200, 0, first_node, None), (session, error)
     # Legacy HTTP+SSE: the stream and its messages are hashed on the credential, so they meet on one node.
     stream_node, message_node, reply = legacy_sse_call(proxy)
-    assert stream_node == message_node and '"stdout":"0\\n"' in reply.replace(" ", ""), (stream_node, message_node, reply)
+    assert stream_node == message_node, (stream_node, message_node)
+    assert '"stdout":"0\\n"' in reply.replace(" ", ""), reply
 
     # nginx with the shipped configuration, in front of the same nodes: conversations named by the header stay on
     # one node each; older clients' calls (the id in the body only) go by the credential, so all of this test's
