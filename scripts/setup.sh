@@ -6,7 +6,8 @@
 #   browser test), docker.io, debootstrap and docker-compose (the Docker backend's and the container image's tests),
 #   python3-requests (the egress tests use `requests` in the system Python);
 # - apt: haproxy and nginx (Debian 12's 2.6 and 1.22: scripts/check-deploy.sh checks deploy/'s load balancer
-#   configurations with them, tests/cluster runs HAProxy in front of three nodes; neither daemon is used as a service);
+#   configurations with them, tests/cluster runs both in front of three nodes, each its own process; the services
+#   the packages install are not used: on a host with systemd, `systemctl disable --now haproxy nginx`);
 # - npm: tsx (the TypeScript runner for Node 20), and `npm ci` in tests/e2e/ts (the TypeScript MCP SDK) and
 #   tests/e2e/browser (playwright-core; no browser download, it drives Debian's chromium);
 # - PyPI: the official MCP SDK for the end-to-end tests, mcp 1.x in .venv-e2e and mcp 2.x (with fastmcp 4.x) in
