@@ -435,11 +435,12 @@ def test_a_lost_nodes_conversations_move_with_their_files(cluster):
     load = Load(proxy.url, conversations, calls_each=8, seed=1).run()
     # Kill the node a third into the load, when it has calls in flight.
     assert wait_until(lambda: load.done() >= 250, 120), load.done()
-    killed_at = time.monotonic()
+    killed_at, ended_before = time.monotonic(), load.done()
     victim.process.send_signal(signal.SIGKILL)
     victim.process.wait()
     load.wait()
-    print(f"\nkilled {victim.name} after {load.done()} calls had ended; HAProxy: {proxy.status()}")
+    print(f"\nkilled {victim.name} after {ended_before} of {len(load.results)} calls had ended; "
+          f"HAProxy: {proxy.status()}")
     failed = [r for r in load.results if r[4] is not None]
     # What the clients of the killed node's calls in flight saw (HAProxy's 502, or a reset).
     seen = collections.Counter((r[1], r[4][:60] if r[1] is None else "") for r in failed)
