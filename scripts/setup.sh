@@ -5,12 +5,17 @@
 # - apt: bubblewrap hyperfine iproute2 openssl curl procps (the jail's tests and benchmarks), npm, chromium (the playground's
 #   browser test), docker.io, debootstrap and docker-compose (the Docker backend's and the container image's tests),
 #   python3-requests (the egress tests use `requests` in the system Python);
+# - apt: haproxy and nginx (Debian 12's 2.6 and 1.22: scripts/check-deploy.sh checks deploy/'s load balancer
+#   configurations with them, tests/cluster runs both in front of three nodes, each its own process; the services
+#   the packages install are not used: on a host with systemd, `systemctl disable --now haproxy nginx`);
 # - npm: tsx (the TypeScript runner for Node 20), and `npm ci` in tests/e2e/ts (the TypeScript MCP SDK) and
 #   tests/e2e/browser (playwright-core; no browser download, it drives Debian's chromium);
 # - PyPI: the official MCP SDK for the end-to-end tests, mcp 1.x in .venv-e2e and mcp 2.x (with fastmcp 4.x) in
 #   .venv-e2e2;
 # - PyPI: the scientific Python environment the sandboxed Python runs in the plot tests (scripts/python-env.sh, at
 #   $SANDLOT_PYTHON_ENV or /opt/sandlot/python: numpy, pandas, matplotlib);
+# - PyPI: kubernetes-validate (pinned, with the Kubernetes schemas in the package) in .venv-k8s, for
+#   scripts/check-deploy.sh kubernetes;
 # - cargo: cargo-nextest (rustfmt and clippy must come with the toolchain: rustup component add);
 # - starts dockerd when no engine answers (log: /tmp/sandlot-dockerd.log) and builds the runner images
 #   (scripts/build-runners.sh).
@@ -50,7 +55,7 @@ step "checking the interpreters the tests run in the sandbox"
 command -v node >/dev/null || die "node is not on PATH; the JavaScript and TypeScript tests need it"
 
 step "checking Debian packages"
-mapfile -t missing < <(missing_packages bubblewrap hyperfine iproute2 openssl curl procps docker.io debootstrap docker-compose e2fsprogs mount python3-requests)
+mapfile -t missing < <(missing_packages bubblewrap hyperfine iproute2 openssl curl procps docker.io debootstrap docker-compose e2fsprogs mount python3-requests haproxy nginx)
 # npm and chromium may come from elsewhere (NodeSource's nodejs bundles npm): the commands are what counts.
 command -v npm >/dev/null || missing+=(npm)
 [[ -x /usr/bin/chromium ]] || missing+=(chromium)
@@ -112,6 +117,9 @@ python_env .venv-e2e2 2.3.0 httpx2 fastmcp==4.2.3
 # .venv-baponi: the official Baponi SDK for tests/e2e/baponi (the Baponi profile's REST twin), pinned.
 .venv-baponi/bin/python -c "import importlib.metadata as m; assert m.version('baponi') == '0.5.1'; import pytest, httpx" 2>/dev/null \
     || { rm -rf .venv-baponi && "$python" -m venv .venv-baponi && .venv-baponi/bin/pip install --quiet --disable-pip-version-check baponi==0.5.1 pytest httpx; }
+# .venv-k8s: kubernetes-validate for scripts/check-deploy.sh (deploy/kubernetes/ against the schemas it carries).
+.venv-k8s/bin/python -c "import importlib.metadata as m; assert m.version('kubernetes-validate') == '1.37.0'; import yaml" 2>/dev/null \
+    || { rm -rf .venv-k8s && "$python" -m venv .venv-k8s && .venv-k8s/bin/pip install --quiet --disable-pip-version-check kubernetes-validate==1.37.0; }
 # npm ci wipes node_modules and installs again; skip it while what it installed is newer than the lock file.
 npm_ci() { # npm_ci DIR
     if [[ ! "$1/node_modules/.package-lock.json" -nt "$1/package-lock.json" ]]; then

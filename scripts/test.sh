@@ -7,7 +7,8 @@
 # of all of them and exits non-zero when any failed. The checks: cargo fmt --check, cargo clippy -D warnings (also
 # of the sandlot binary with the `phases` feature), the jail's docs (cargo doc, links must resolve), cargo nextest run
 # (profile "ci", .config/nextest.toml), and the end-to-end tests (real MCP clients and the playground in headless
-# Chromium against the real binary).
+# Chromium against the real binary), the load balancers' configurations and the Kubernetes manifests (checked
+# offline), and three nodes behind HAProxy (tests/cluster).
 # The jail's tests need root (cgroups, dedicated sandbox uids, user namespaces): they fail, not skip, without it, so
 # this script refuses to start unless it runs as root.
 #
@@ -76,6 +77,10 @@ check "end-to-end: Python MCP SDK 1.x (tests/e2e/python_v1)" with_binary .venv-e
 check "end-to-end: Python MCP SDK 2.x (tests/e2e/python_v2)" with_binary .venv-e2e2/bin/python -m pytest -q tests/e2e/python_v2
 check "end-to-end: openai-agents' MCP client (tests/e2e/agents)" with_binary .venv-agents/bin/python -m pytest -q tests/e2e/agents
 check "end-to-end: the official Baponi SDK on /p/baponi (tests/e2e/baponi)" with_binary .venv-baponi/bin/python -m pytest -q tests/e2e/baponi
+check "load balancers: haproxy -c, nginx -t (deploy/haproxy, deploy/nginx, deploy/kubernetes)" scripts/check-deploy.sh balancers
+check "Kubernetes manifests against the schemas, offline (deploy/kubernetes)" scripts/check-deploy.sh kubernetes
+check "cluster: conversation affinity through HAProxy, three nodes (tests/cluster)" \
+    with_binary .venv-e2e2/bin/python -m pytest -q -s tests/cluster
 check "end-to-end: TypeScript MCP SDK (tests/e2e/ts)" with_binary in_dir tests/e2e/ts node --test
 check "end-to-end: the playground and the MCP Apps views in headless Chromium (screenshots: tests/e2e/browser/artifacts/)" \
     with_binary in_dir tests/e2e/browser node --test

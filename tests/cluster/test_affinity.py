@@ -1,0 +1,479 @@
+"""Conversation affinity through the shipped HAProxy configuration (deploy/haproxy/haproxy.cfg) in front of three
+real `sandlot serve` nodes on loopback (docs/scaling.md).
+
+- Each node its own root: 32 client threads make 1,000 `tools/call sandbox_run_code` calls over 100 conversations
+  through HAProxy, half as 2026-07-28 clients (the `Mcp-Param-Conversation-Id` header, stateless) and half as older
+  ones (the id only in the JSON body). Every call succeeds; every conversation's calls are served by one node (the
+  `X-Served-By` header HAProxy adds), and that node's `/v1/runs` alone holds its runs; each call appends a line to
+  the conversation's `/data/log` and prints how many it found, so the counts go 0, 1, 2, ... with no gap (every call
+  saw the files of the ones before). Then: the header's Base64 form reaches the same node; sessions stay on the
+  node of their `initialize`; a legacy HTTP+SSE stream and its messages meet on one node; and
+  deploy/nginx/nginx.conf in front of the same nodes keeps header-named conversations on one node each and older
+  clients' on their token's.
+- One root shared by the three nodes (the shared-storage layout): a node is killed (SIGKILL) under load. Its calls in
+  flight fail with an error the client sees (recorded), every other call succeeds, and its conversations are then
+  served by one other node each, which finds their files: their counts go on where they were.
+- Throughput through HAProxy with one node and with three, printed for docs/benchmarks.md. On this project's 2-core
+  machine the nodes share the same two cores, so the figures show the proxy's and the nodes' overhead, not a
+  speed-up; nothing is asserted on them.
+
+Needs root (the nodes start sandboxes), `haproxy` and `nginx` (Debian 12's; scripts/setup.sh installs them). The
+binary is $SANDLOT_BIN, else target/debug/sandlot. Run: sudo .venv-e2e2/bin/python -m pytest -q -s tests/cluster
+"""
+
+import base64
+import collections
+import json
+import os
+import pathlib
+import queue
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import httpx
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+CONFIG = REPO / "deploy/haproxy/haproxy.cfg"
+VERSION = "2026-07-28"
+META = {"io.modelcontextprotocol/protocolVersion": VERSION,
+        "io.modelcontextprotocol/clientInfo": {"name": "affinity-test", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}}
+TOKEN = "cluster-token-" + os.urandom(8).hex()
+SECRET = "cluster-secret-" + os.urandom(8).hex()
+# The nodes' sandboxes run as host uids of this test's (SANDLOT_SANDBOX_UIDS), above the other end-to-end tests'
+# ranges (8,000,000 to 8,999,999). Nodes with a root each get 1,000 each. Nodes sharing a root must share one range:
+# its first uid owns every conversation's files on disk, and a node of another range sees them as another user's
+# (a run can read them, not write them). Leases of run uids are host-wide (a lock file per uid in
+# /run/sandlot/uids), so nodes of one range on one host never run two sandboxes as the same uid.
+UIDS_FIRST = 9_000_000 + (os.getpid() % 300) * 3000
+# Each call: the lines its conversation's log had, then one more. `set -o noclobber` is not needed: a node runs a
+# conversation's calls one at a time, so two calls reading the same count means two nodes ran it at once.
+CODE = 'n=$(cat /data/log 2>/dev/null | wc -l); echo x >> /data/log || exit 3; echo "$n"'
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def binary():
+    return os.environ.get("SANDLOT_BIN") or str(REPO / "target/debug/sandlot")
+
+
+def wait_until(condition, seconds, interval=0.05):
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(interval)
+    return condition()
+
+
+class Node:
+    def __init__(self, index, root, log_dir, shared):
+        self.name = f"node{index + 1}"
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        first = UIDS_FIRST + (0 if shared else index * 1000)
+        env = dict(os.environ, MCP_API_TOKEN=TOKEN, FILE_SECRET=SECRET, SANDBOX_ROOT=str(root),
+                   MCP_HTTP_ADDR=f"127.0.0.1:{self.port}", SANDLOT_LOG="warn",
+                   SANDLOT_SANDBOX_UIDS=f"{first}-{first + 999}",
+                   # Bash only here: no Python templates or prepared sandboxes to start on 2 busy cores.
+                   SANDLOT_PYTHON_TEMPLATE="false", SANDLOT_PREPARED_LIVE_SANDBOXES="0", SANDLOT_PROFILES="none",
+                   SANDLOT_TRUSTED_PROXIES="127.0.0.1")
+        self.log = open(log_dir / f"{self.name}.log", "wb")
+        self.process = subprocess.Popen([binary(), "serve"], env=env, stdout=subprocess.DEVNULL, stderr=self.log)
+
+    def ready(self):
+        try:
+            return httpx.get(f"{self.base}/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def runs(self, conversation):
+        response = httpx.get(f"{self.base}/v1/runs", params={"conversationId": conversation, "limit": 500},
+                             headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+        assert response.status_code == 200, response.text
+        return response.json()["runs"]
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+
+
+class HAProxy:
+    """The shipped configuration, its listener and servers replaced by this test's, with a stats socket."""
+
+    def __init__(self, nodes, directory):
+        text = CONFIG.read_text()
+        self.port = free_port()
+        self.directory = directory
+        self.socket = directory / "haproxy.sock"
+        text = text.replace("bind :8080", f"bind 127.0.0.1:{self.port}", 1)
+        text = text.replace("global\n", f"global\n    stats socket {self.socket} mode 600 level admin\n", 1)
+        servers = "".join(f"    server {n.name} 127.0.0.1:{n.port} id {i + 1}\n" for i, n in enumerate(nodes))
+        text, count = re.subn(r"(    server node\d .*\n)+", servers, text)
+        assert count == 1, "the shipped haproxy.cfg no longer lists its servers as the test expects"
+        path = directory / "haproxy.cfg"
+        path.write_text(text)
+        checked = subprocess.run(["haproxy", "-c", "-f", str(path)], capture_output=True, text=True)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        self.log = open(directory / "haproxy.log", "wb")
+        self.process = subprocess.Popen(["haproxy", "-db", "-f", str(path)], stdout=self.log, stderr=self.log)
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+
+    def command(self, line):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(self.socket))
+            s.sendall(line.encode() + b"\n")
+            chunks = []
+            while chunk := s.recv(65536):
+                chunks.append(chunk)
+        return b"".join(chunks).decode()
+
+    def status(self):
+        """Each server's state as HAProxy's health checks see it: {name: "UP" | "DOWN" | ...}."""
+        try:
+            lines = self.command("show stat").splitlines()
+        except OSError:
+            return {}
+        header = lines[0].lstrip("# ").split(",")
+        rows = [dict(zip(header, line.split(","))) for line in lines[1:] if line]
+        return {r["svname"]: r["status"] for r in rows if r["pxname"] == "sandlot" and r["svname"] not in
+                ("FRONTEND", "BACKEND")}
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait(timeout=30)
+        self.log.close()
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """cluster(count, shared): `count` nodes behind HAProxy, on one shared root or a root each."""
+    assert os.geteuid() == 0, "the nodes start sandboxes and need root"
+    assert shutil.which("haproxy"), "haproxy is missing (scripts/setup.sh installs it)"
+    started = []
+
+    def start(count, shared):
+        nodes = [Node(i, tmp_path / ("root" if shared else f"root{i + 1}"), tmp_path, shared) for i in range(count)]
+        proxy = HAProxy(nodes, tmp_path)
+        started.extend([*nodes, proxy])
+        # A node's start on 2 busy cores: its zygote and warm inits; 60 s is far above it and still fails a node
+        # that never becomes ready.
+        assert wait_until(lambda: all(n.ready() for n in nodes), 60), [n.name for n in nodes if not n.ready()]
+        assert wait_until(lambda: set(proxy.status().values()) == {"UP"}, 30), proxy.status()
+        return nodes, proxy
+
+    yield start
+    for thing in reversed(started):
+        thing.stop()
+    # A killed node leaves its conversations' disk images mounted; detach them so the directory can go.
+    with open("/proc/self/mountinfo") as mountinfo:
+        points = [line.split(" ")[4] for line in mountinfo]
+    for point in sorted((p for p in points if p.startswith(str(tmp_path) + "/")), key=len, reverse=True):
+        subprocess.run(["umount", "--lazy", point], capture_output=True)
+
+
+def call(client, url, conversation, modern, header=None, session=None):
+    """One `tools/call` through the proxy: (status, the count the run printed or None, the node, the error). A
+    modern call sends `header` as its `Mcp-Param-Conversation-Id` when given; an older one may name a session."""
+    arguments = {"conversationId": conversation, "language": "bash", "code": CODE}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "sandbox_run_code", "arguments": arguments}}
+    headers = {"Authorization": f"Bearer {TOKEN}", "Accept": "application/json, text/event-stream"}
+    if modern:
+        body["params"]["_meta"] = META
+        headers.update({"MCP-Protocol-Version": VERSION, "Mcp-Method": "tools/call", "Mcp-Name": "sandbox_run_code",
+                        "Mcp-Param-Conversation-Id": header or conversation})
+    if session:
+        headers["Mcp-Session-Id"] = session
+    try:
+        response = client.post(url, json=body, headers=headers, timeout=120)
+    except httpx.HTTPError as error:
+        return None, None, None, type(error).__name__
+    node = response.headers.get("x-served-by")
+    if response.status_code != 200:
+        return response.status_code, None, node, response.text[:200]
+    text = response.text
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        text = [line[6:] for line in text.splitlines() if line.startswith("data: ")][-1]
+    message = json.loads(text)
+    result = message.get("result", {}).get("structuredContent")
+    if not result or result.get("exitCode") != 0:
+        return 200, None, node, json.dumps(message)[:300]
+    return 200, int(result["stdout"]), node, None
+
+
+class Load:
+    """`clients` threads calling through the proxy, taking conversations from a shuffled list of calls."""
+
+    def __init__(self, url, conversations, calls_each, clients=32, seed=0):
+        self.url = url
+        work = [c for c in conversations for _ in range(calls_each)]
+        random.Random(seed).shuffle(work)
+        self.work = queue.Queue()
+        for c in work:
+            self.work.put(c)
+        self.results = []  # (conversation, status, count, node, error, started, ended)
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self.client, daemon=True) for _ in range(clients)]
+
+    def client(self):
+        with httpx.Client() as client:
+            while True:
+                try:
+                    conversation = self.work.get_nowait()
+                except queue.Empty:
+                    return
+                started = time.monotonic()
+                # Even-numbered conversations speak 2026-07-28, odd ones as older clients (body only).
+                modern = int(conversation.rsplit("-", 1)[1]) % 2 == 0
+                status, count, node, error = call(client, self.url, conversation, modern)
+                with self.lock:
+                    self.results.append((conversation, status, count, node, error, started, time.monotonic()))
+
+    def run(self):
+        self.began = time.monotonic()
+        for t in self.threads:
+            t.start()
+        return self
+
+    def wait(self, seconds=240):
+        for t in self.threads:
+            t.join(max(0.0, self.began + seconds - time.monotonic()))
+        assert not any(t.is_alive() for t in self.threads), "the load did not finish in time"
+        self.seconds = time.monotonic() - self.began
+        return self
+
+    def done(self):
+        with self.lock:
+            return len(self.results)
+
+
+def by_conversation(results):
+    grouped = collections.defaultdict(list)
+    for result in sorted(results, key=lambda r: r[5]):
+        grouped[result[0]].append(result)
+    return grouped
+
+
+THROUGHPUT = {}
+
+
+def report(label, load):
+    ok = sum(1 for r in load.results if r[4] is None)
+    latencies = sorted(r[6] - r[5] for r in load.results)
+    THROUGHPUT[label] = (len(load.results), ok, ok / load.seconds, latencies[len(latencies) // 2] * 1000,
+                         latencies[int(len(latencies) * 0.99) - 1] * 1000)
+
+
+def test_each_conversation_stays_on_one_node(cluster):
+    nodes, proxy = cluster(3, shared=False)
+    conversations = [f"aff-{i}" for i in range(100)]
+    load = Load(proxy.url, conversations, calls_each=10).run().wait()
+    report("3 nodes, a root each", load)
+    errors = [r for r in load.results if r[4] is not None]
+    assert errors == [], errors[:5]
+    homes = {}
+    for conversation, results in by_conversation(load.results).items():
+        served = {r[3] for r in results}
+        assert len(served) == 1, (conversation, served)
+        homes[conversation] = served.pop()
+        # Every call saw the files of the calls before it: they all ran on the node that holds them.
+        assert sorted(r[2] for r in results) == list(range(10)), (conversation, results)
+    # The node that served a conversation holds its runs; the others never heard of it.
+    for conversation in conversations[:20]:
+        held = {n.name: len(n.runs(conversation)) for n in nodes}
+        assert held == {n.name: (10 if n.name == homes[conversation] else 0) for n in nodes}, (conversation, held)
+    # The hash spreads them: each node has a share (a third each on average; 15 is far below it, and above what a
+    # configuration that sent everything to one or two nodes would give the third).
+    shares = collections.Counter(homes.values())
+    assert all(shares[n.name] >= 15 for n in nodes), shares
+    print(f"\nconversations per node: {dict(shares)}")
+
+    with httpx.Client() as client:
+        # The header's Base64 form (which 2026-07-28 allows for any value) reaches the same node as the plain one.
+        for conversation in conversations[:10:2]:
+            encoded = "=?base64?" + base64.b64encode(conversation.encode()).decode() + "?="
+            status, count, node, error = call(client, proxy.url, conversation, True, header=encoded)
+            assert (status, count, node, error) == (200, 10, homes[conversation], None), (conversation, error)
+        # A Streamable HTTP session stays on the node that answered its initialize, whatever conversations its
+        # calls name (they live on that node: the session's state is there).
+        for _ in range(4):
+            session, first_node = initialize(client, proxy.url)
+            for i in range(3):
+                status, count, node, error = call(client, proxy.url, f"session-{session[:8]}-{i}", False,
+                                                  session=session)
+                assert (status, count, node, error) == (200, 0, first_node, None), (session, error)
+    # Legacy HTTP+SSE: the stream and its messages are hashed on the credential, so they meet on one node.
+    stream_node, message_node, reply = legacy_sse_call(proxy)
+    assert stream_node == message_node, (stream_node, message_node)
+    assert '"stdout":"0\\n"' in reply.replace(" ", ""), reply
+
+    # nginx with the shipped configuration, in front of the same nodes: conversations named by the header stay on
+    # one node each; older clients' calls (the id in the body only) go by the credential, so all of this test's
+    # reach one node, and each conversation there starts from what that node has.
+    nginx = Nginx(nodes, proxy.directory)
+    try:
+        assert wait_until(nginx.ready, 30)
+        modern = [f"ngx-{i}" for i in range(0, 40, 2)]
+        older = [f"ngx-{i}" for i in range(1, 40, 2)]
+        load = Load(nginx.url, modern + older, calls_each=3, clients=8).run().wait()
+        assert [r for r in load.results if r[4] is not None] == []
+        grouped = by_conversation(load.results)
+        for conversation in modern + older:
+            assert len({r[3] for r in grouped[conversation]}) == 1, grouped[conversation]
+            assert sorted(r[2] for r in grouped[conversation]) == [0, 1, 2], grouped[conversation]
+        assert len({grouped[c][0][3] for c in older}) == 1, "older clients' calls went to several nodes"
+        assert len({grouped[c][0][3] for c in modern}) > 1, "the header did not spread conversations"
+    finally:
+        nginx.stop()
+
+
+def legacy_sse_call(proxy):
+    """A `tools/call` over legacy HTTP+SSE through the proxy: the stream's node, the message's, and the reply."""
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    base = proxy.url.removesuffix("/mcp")
+    events, endpoint, done = [], queue.Queue(), threading.Event()
+    served = {}
+
+    def listen():
+        with httpx.stream("GET", f"{base}/sse", headers=headers, timeout=60) as response:
+            served["stream"] = response.headers.get("x-served-by")
+            event = None
+            for line in response.iter_lines():
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: "):
+                    if event == "endpoint":
+                        endpoint.put(line[6:])
+                    elif '"id":7' in line.replace(" ", ""):
+                        events.append(line[6:])
+                        done.set()
+                        return
+
+    threading.Thread(target=listen, daemon=True).start()
+    path = endpoint.get(timeout=30)
+    for message in [{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                        "protocolVersion": "2024-11-05", "capabilities": {},
+                        "clientInfo": {"name": "affinity", "version": "1"}}},
+                    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                    {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+                        "name": "sandbox_run_code",
+                        "arguments": {"conversationId": "legacy-sse", "language": "bash", "code": CODE}}}]:
+        response = httpx.post(base + path, headers=headers, timeout=60, json=message)
+        assert response.status_code == 202, response.text
+    assert done.wait(60), "no reply on the stream"
+    return served["stream"], response.headers.get("x-served-by"), events[0]
+
+
+class Nginx:
+    """deploy/nginx/nginx.conf, its listener, servers and pid file replaced by this test's."""
+
+    def __init__(self, nodes, directory):
+        text = (REPO / "deploy/nginx/nginx.conf").read_text()
+        self.port = free_port()
+        text = text.replace("listen 8080;", f"listen 127.0.0.1:{self.port};", 1)
+        text = text.replace("pid /run/nginx-sandlot.pid;", f"pid {directory}/nginx.pid;", 1)
+        servers = "".join(f"        server 127.0.0.1:{n.port} max_fails=2 fail_timeout=10s;\n" for n in nodes)
+        text, count = re.subn(r"(        server 127\.0\.0\.1:808\d .*\n)+", servers, text)
+        assert count == 1, "the shipped nginx.conf no longer lists its servers as the test expects"
+        path = directory / "nginx.conf"
+        path.write_text(text)
+        self.log = open(directory / "nginx.log", "wb")
+        self.process = subprocess.Popen(["nginx", "-c", str(path), "-g", "daemon off;"], stdout=self.log,
+                                        stderr=self.log)
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+
+    def ready(self):
+        try:
+            return httpx.get(self.url.removesuffix("/mcp") + "/healthz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait(timeout=30)
+        self.log.close()
+
+
+def initialize(client, url):
+    """An older client's `initialize` and `notifications/initialized`: its session id and the node that has it."""
+    headers = {"Authorization": f"Bearer {TOKEN}", "Accept": "application/json, text/event-stream"}
+    response = client.post(url, headers=headers, timeout=60, json={
+        "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "affinity", "version": "1"}}})
+    assert response.status_code == 200, response.text
+    session, node = response.headers["mcp-session-id"], response.headers["x-served-by"]
+    response = client.post(url, headers={**headers, "Mcp-Session-Id": session}, timeout=60,
+                           json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+    assert response.status_code == 202 and response.headers["x-served-by"] == node, response.text
+    return session, node
+
+
+def test_a_lost_nodes_conversations_move_with_their_files(cluster):
+    nodes, proxy = cluster(3, shared=True)
+    conversations = [f"lost-{i}" for i in range(100)]
+    # Warm-up: one call per conversation, so that each has a home and a log.
+    first = Load(proxy.url, conversations, calls_each=1).run().wait()
+    assert [r for r in first.results if r[4] is not None] == []
+    homes = {r[0]: r[3] for r in first.results}
+    victim = nodes[1]
+    load = Load(proxy.url, conversations, calls_each=8, seed=1).run()
+    # Kill the node a third into the load, when it has calls in flight.
+    assert wait_until(lambda: load.done() >= 250, 120), load.done()
+    killed_at, ended_before = time.monotonic(), load.done()
+    victim.process.send_signal(signal.SIGKILL)
+    victim.process.wait()
+    load.wait()
+    print(f"\nkilled {victim.name} after {ended_before} of {len(load.results)} calls had ended; "
+          f"HAProxy: {proxy.status()}")
+    failed = [r for r in load.results if r[4] is not None]
+    # What the clients of the killed node's calls in flight saw (HAProxy's 502, or a reset).
+    seen = collections.Counter((r[1], r[4][:60] if r[1] is None else "") for r in failed)
+    print(f"failed calls: {len(failed)} {dict(seen)}")
+    for r in failed:
+        # Only calls of the victim's conversations, in flight when it died (started before the kill).
+        assert homes[r[0]] == victim.name and r[5] < killed_at + 1, r
+        assert r[1] in (None, 502, 503, 504), r
+    # At most the calls it could have had in flight: 32 clients.
+    assert len(failed) <= 32, len(failed)
+    for conversation, results in by_conversation(first.results + load.results).items():
+        served_after = {r[3] for r in results if r[4] is None and r[5] > killed_at + 1}
+        counts = [r[2] for r in results if r[4] is None]
+        # No two calls read the same count: never two nodes running the conversation at once.
+        assert len(counts) == len(set(counts)), (conversation, results)
+        if homes[conversation] == victim.name:
+            assert victim.name not in served_after and len(served_after) <= 1, (conversation, served_after)
+            # The files came along (the shared root): the count goes on from where it was, past every call that
+            # succeeded (a call killed in flight may or may not have written its line).
+            assert max(counts) >= len(counts) - 1, (conversation, results)
+        else:
+            assert served_after <= {homes[conversation]}, (conversation, served_after)
+    moved = {r[3] for r in load.results if homes[r[0]] == victim.name and r[4] is None and r[5] > killed_at + 1}
+    print(f"{victim.name}'s conversations went to: {sorted(moved)}")
+
+
+def test_throughput_with_one_node_and_three(cluster):
+    """Last: the table of both figures (the three-node one comes from the first test, same load)."""
+    nodes, proxy = cluster(1, shared=False)
+    load = Load(proxy.url, [f"one-{i}" for i in range(100)], calls_each=10).run().wait()
+    report("1 node", load)
+    assert [r for r in load.results if r[4] is not None] == []
+    print("\nthrough HAProxy: 1,000 tools/call (bash echo) from 32 clients over 100 conversations")
+    print(f"{'':24} {'calls':>6} {'ok':>6} {'calls/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
+    for label, (calls, ok, rate, p50, p99) in THROUGHPUT.items():
+        print(f"{label:24} {calls:6d} {ok:6d} {rate:8.1f} {p50:8.1f} {p99:8.1f}")
