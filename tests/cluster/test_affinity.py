@@ -217,6 +217,35 @@ def call(client, url, conversation, modern, header=None, session=None):
     return 200, int(result["stdout"]), node, None
 
 
+TASKS = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+
+
+def task_request(client, url, method, task_id=None, arguments=None):
+    """A 2026-07-28 request of a client that declares the Tasks extension: (status, JSON body, node)."""
+    meta = {**META, "io.modelcontextprotocol/clientCapabilities": TASKS}
+    headers = {"Authorization": f"Bearer {TOKEN}", "Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": VERSION, "Mcp-Method": method}
+    if arguments is None:
+        params, headers["Mcp-Name"] = {"taskId": task_id}, task_id
+    else:
+        params = {"name": "sandbox_run_code", "arguments": arguments}
+        headers.update({"Mcp-Name": "sandbox_run_code", "Mcp-Param-Conversation-Id": arguments["conversationId"]})
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": meta}}
+    response = client.post(url, json=body, headers=headers, timeout=60)
+    text = response.text
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        text = [line[6:] for line in text.splitlines() if line.startswith("data: ")][-1]
+    return response.status_code, json.loads(text), response.headers.get("x-served-by")
+
+
+def create_task(client, url, conversation):
+    """A `sandbox_run_code` call made a task: (its id, the node that took it)."""
+    arguments = {"conversationId": conversation, "language": "bash", "code": "sleep 1; echo task"}
+    status, body, node = task_request(client, url, "tools/call", arguments=arguments)
+    assert status == 200 and body["result"]["resultType"] == "task", body
+    return body["result"]["taskId"], node
+
+
 class Load:
     """`clients` threads calling through the proxy, taking conversations from a shuffled list of calls."""
 
@@ -318,6 +347,13 @@ def test_each_conversation_stays_on_one_node(cluster):
                 status, count, node, error = call(client, proxy.url, f"session-{session[:8]}-{i}", False,
                                                   session=session)
                 assert (status, count, node, error) == (200, 0, first_node, None), (session, error)
+        # A task (2026-07-28 Tasks) is polled and cancelled on the node that holds it: its id starts with its
+        # conversation's, which the proxy hashes as the conversation's calls.
+        for conversation in conversations[10:16]:
+            task_id, node = create_task(client, proxy.url, conversation)
+            assert node == homes[conversation], (conversation, node)
+            status, body, node = task_request(client, proxy.url, "tasks/get", task_id)
+            assert status == 200 and body["result"]["taskId"] == task_id and node == homes[conversation], body
     # Legacy HTTP+SSE: the stream and its messages are hashed on the credential, so they meet on one node.
     stream_node, message_node, reply = legacy_sse_call(proxy)
     assert stream_node == message_node, (stream_node, message_node)
