@@ -230,29 +230,35 @@ fn run_gets_namespaces_of_its_own() {
     }
 }
 
-/// Mounts of the host's mount namespace, as `/proc/self/mountinfo` lists them.
-fn host_mount_count() -> usize {
-    std::fs::read_to_string("/proc/self/mountinfo").unwrap().lines().count()
-}
-
 /// `run` keeps nothing on the host between runs: every run of a conversation gets a network namespace of its own,
-/// and no run leaves a mount behind (a one-shot command used to pin namespaces under /run/sandlot/netns).
+/// and no run leaves a mount behind (a one-shot command used to pin namespaces under /run/sandlot/netns). Two runs
+/// of one conversation at the same time show two namespaces (one after the other could show the same number: the
+/// kernel reuses a freed namespace's inode number).
 #[test]
 fn run_leaves_no_network_namespace_or_mount_on_the_host() {
     let root = common::TempRoot::new();
     let netns_of = |conversation: &str| {
         let args = ["run", "-l", "bash", "-c", conversation];
-        let out = sandlot_with_env(&args, "readlink /proc/self/ns/net", root.path(), &[]);
+        let out = sandlot_with_env(&args, "readlink /proc/self/ns/net; sleep 2", root.path(), &[]);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
         text(&out.stdout).trim().to_owned()
     };
     let ours = std::fs::read_link("/proc/self/ns/net").unwrap();
-    let first = netns_of("a");
+    // The conversation's first run makes and mounts its disk image, which stays: the mounts are counted after it.
+    netns_of("a");
+    // Only this test's: what other tests running meanwhile mount and unmount is not this one's to count.
+    let ours_only = |line: &&str| line.contains(root.path().to_str().unwrap()) || line.contains("/run/sandlot/netns");
+    let mounts_of_this_test =
+        || std::fs::read_to_string("/proc/self/mountinfo").unwrap().lines().filter(ours_only).count();
+    let mounts = mounts_of_this_test();
+    let (first, second) = std::thread::scope(|scope| {
+        let first = scope.spawn(|| netns_of("a"));
+        let second = scope.spawn(|| netns_of("a"));
+        (first.join().unwrap(), second.join().unwrap())
+    });
     assert!(first.starts_with("net:[") && first != ours.to_str().unwrap(), "{first}");
-    let mounts = host_mount_count();
-    let second = netns_of("a");
-    assert_ne!(second, first, "a run joined a namespace an earlier run left");
-    assert!(host_mount_count() <= mounts, "a run left a mount on the host");
+    assert_ne!(second, first, "two runs shared a network namespace");
+    assert!(mounts_of_this_test() <= mounts, "a run left a mount on the host");
 }
 
 /// The host's cgroup2 mount: its mount point and its super options.

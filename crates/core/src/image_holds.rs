@@ -12,8 +12,9 @@
 //!   NFS), so its conversations, files kept, resume on another node.
 
 use std::collections::HashMap;
-use std::io::{Read, Seek, Write};
+use std::io::{Read, Seek};
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -61,20 +62,19 @@ impl ImageHolds {
         let mut file = std::fs::File::from(fd);
         match rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {
-                file.set_len(0)?;
-                file.rewind()?;
-                file.write_all(self.node.as_bytes())?;
+                // Written over, then cut: the file is never empty once a node has held it.
+                file.write_all_at(self.node.as_bytes(), 0)?;
+                file.set_len(self.node.len() as u64)?;
                 self.held().insert(conversation.to_path_buf(), file.into());
                 Ok(())
             }
             Err(rustix::io::Errno::WOULDBLOCK) => {
-                let mut holder = String::new();
-                file.read_to_string(&mut holder)?;
-                match holder.trim() == self.node {
+                let holder = read_holder(&mut file)?;
+                match holder == self.node {
                     true => Ok(()),
                     false => Err(std::io::Error::new(
                         std::io::ErrorKind::ResourceBusy,
-                        format!("its files are mounted on the node {:?}, which shares this root", holder.trim()),
+                        format!("its files are mounted on the node {holder:?}, which shares this root"),
                     )),
                 }
             }
@@ -86,6 +86,21 @@ impl ImageHolds {
     pub fn release(&self, conversation: &Path) {
         self.held().remove(conversation);
     }
+}
+
+/// The holder's name: read again while it is empty (a node that has just taken the hold writes its name right after,
+/// for a moment at most).
+fn read_holder(file: &mut std::fs::File) -> std::io::Result<String> {
+    for _ in 0..200 {
+        let mut holder = String::new();
+        file.rewind()?;
+        file.read_to_string(&mut holder)?;
+        if !holder.trim().is_empty() {
+            return Ok(holder.trim().to_owned());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    Ok(String::new())
 }
 
 #[cfg(test)]
