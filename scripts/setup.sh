@@ -4,7 +4,8 @@
 # cache for the runner images):
 # - apt: bubblewrap hyperfine iproute2 openssl curl procps (the jail's tests and benchmarks), npm, chromium (the playground's
 #   browser test), docker.io, debootstrap and docker-compose (the Docker backend's and the container image's tests),
-#   python3-requests (the egress tests use `requests` in the system Python);
+#   python3-requests (the egress tests use `requests` in the system Python), postgresql (the history's PostgreSQL
+#   store is tested against a real server);
 # - npm: tsx (the TypeScript runner for Node 20), and `npm ci` in tests/e2e/ts (the TypeScript MCP SDK) and
 #   tests/e2e/browser (playwright-core; no browser download, it drives Debian's chromium);
 # - PyPI: the official MCP SDK for the end-to-end tests, mcp 1.x in .venv-e2e and mcp 2.x (with fastmcp 4.x) in
@@ -12,6 +13,7 @@
 # - PyPI: the scientific Python environment the sandboxed Python runs in the plot tests (scripts/python-env.sh, at
 #   $SANDLOT_PYTHON_ENV or /opt/sandlot/python: numpy, pandas, matplotlib);
 # - cargo: cargo-nextest (rustfmt and clippy must come with the toolchain: rustup component add);
+# - starts the tests' PostgreSQL cluster (scripts/postgres-test.sh: a unix socket in /tmp/sandlot-test-postgres);
 # - starts dockerd when no engine answers (log: /tmp/sandlot-dockerd.log) and builds the runner images
 #   (scripts/build-runners.sh).
 # The tests need no musl target: they build for the host. scripts/package.sh installs it for the static binary.
@@ -50,7 +52,7 @@ step "checking the interpreters the tests run in the sandbox"
 command -v node >/dev/null || die "node is not on PATH; the JavaScript and TypeScript tests need it"
 
 step "checking Debian packages"
-mapfile -t missing < <(missing_packages bubblewrap hyperfine iproute2 openssl curl procps docker.io debootstrap docker-compose e2fsprogs mount python3-requests)
+mapfile -t missing < <(missing_packages bubblewrap hyperfine iproute2 openssl curl procps docker.io debootstrap docker-compose e2fsprogs mount python3-requests postgresql)
 # npm and chromium may come from elsewhere (NodeSource's nodejs bundles npm): the commands are what counts.
 command -v npm >/dev/null || missing+=(npm)
 [[ -x /usr/bin/chromium ]] || missing+=(chromium)
@@ -124,6 +126,9 @@ npm_ci tests/e2e/browser
 
 step "scientific Python environment for the sandbox (scripts/python-env.sh)"
 scripts/python-env.sh >/dev/null
+
+step "the tests' PostgreSQL cluster (scripts/postgres-test.sh)"
+scripts/postgres-test.sh >/dev/null
 
 step "Docker engine and runner images (the Docker backend's tests)"
 if ! docker info >/dev/null 2>&1; then
