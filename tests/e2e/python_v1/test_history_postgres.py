@@ -1,0 +1,68 @@
+"""The run history in PostgreSQL (SANDLOT_HISTORY_URL): two servers, each with a root of its own, and one database
+list the same runs, whichever of them ran a run (issue 35, many machines). The database is the tests' PostgreSQL
+(scripts/postgres-test.sh; scripts/test.sh exports SANDLOT_TEST_POSTGRES_URL): without it the test fails, it does
+not skip. Each test makes a database of its own and drops it after."""
+
+import os
+import subprocess
+import urllib.parse
+
+import httpx
+import pytest
+
+from conftest import SANDBOX_UIDS_FIRST, call, start_server
+
+TEST_POSTGRES_URL = os.environ.get("SANDLOT_TEST_POSTGRES_URL")
+
+
+def psql(url, sql):
+    subprocess.run(["psql", "--no-psqlrc", "--quiet", "--set=ON_ERROR_STOP=1", url, "--command", sql], check=True,
+                   capture_output=True)
+
+
+@pytest.fixture
+def history_url():
+    assert TEST_POSTGRES_URL, "SANDLOT_TEST_POSTGRES_URL is unset: start scripts/postgres-test.sh and export its URL"
+    database = "sandlot_e2e_" + os.urandom(6).hex()
+    psql(TEST_POSTGRES_URL, f"CREATE DATABASE {database}")
+    yield urllib.parse.urlsplit(TEST_POSTGRES_URL)._replace(path=f"/{database}").geturl()
+    psql(TEST_POSTGRES_URL, f"DROP DATABASE {database} WITH (FORCE)")
+
+
+def runs(server, conversation):
+    response = httpx.get(f"{server.base_url}/v1/runs", params={"conversationId": conversation}, headers=server.auth)
+    assert response.status_code == 200, response.text
+    return response.json()["runs"]
+
+
+def test_a_run_made_on_one_node_is_listed_on_the_other(tmp_path, history_url):
+    # Each server its own half of this session's sandbox uids: they run side by side.
+    halves = [f"{SANDBOX_UIDS_FIRST}-{SANDBOX_UIDS_FIRST + 499}", f"{SANDBOX_UIDS_FIRST + 500}-{SANDBOX_UIDS_FIRST + 999}"]
+    starts = [start_server(tmp_path / name, {"SANDLOT_HISTORY_URL": history_url, "SANDLOT_SANDBOX_UIDS": uids})
+              for name, uids in zip(["a", "b"], halves)]
+    servers, begun = [], []
+    try:
+        for start in starts:
+            begun.append(start)
+            servers.append(next(start))
+        a, b = servers
+        on_a = call(a, {"conversationId": "shared", "language": "python", "code": "print('from a')"})
+        assert on_a["outcome"] == "ok"
+        [listed] = runs(b, "shared")
+        assert (listed["id"], listed["state"], listed["outcome"], listed["caller"]) == (
+            on_a["runId"], "finished", "ok", "api-token")
+        record = httpx.get(f"{b.base_url}/v1/runs/{on_a['runId']}", headers=b.auth).json()
+        assert record == listed
+        output = httpx.get(f"{b.base_url}/v1/runs/{on_a['runId']}/output", headers=b.auth).json()
+        assert (output["runId"], output["stdout"], output["stderr"]) == (on_a["runId"], "from a\n", "")
+
+        # And the other way: both nodes list both runs, newest first.
+        on_b = call(b, {"conversationId": "shared", "language": "bash", "code": "echo from b"})
+        assert on_b["outcome"] == "ok"
+        for server in (a, b):
+            assert [run["id"] for run in runs(server, "shared")] == [on_b["runId"], on_a["runId"]]
+        # Each server's files stay its own: the history is shared, the roots are not.
+        assert (tmp_path / "a" / "shared").is_dir() and (tmp_path / "b" / "shared").is_dir()
+    finally:
+        for start in begun:
+            next(start, None)  # runs start_server's clean-up (terminate and wait)
