@@ -16,8 +16,9 @@ TEST_POSTGRES_URL = os.environ.get("SANDLOT_TEST_POSTGRES_URL")
 
 
 def psql(url, sql):
-    subprocess.run(["psql", "--no-psqlrc", "--quiet", "--set=ON_ERROR_STOP=1", url, "--command", sql], check=True,
-                   capture_output=True)
+    """Runs `sql` with psql; returns what it printed (unaligned, no headers)."""
+    return subprocess.run(["psql", "--no-psqlrc", "--quiet", "--tuples-only", "--no-align", "--set=ON_ERROR_STOP=1",
+                           url, "--command", sql], check=True, capture_output=True, text=True).stdout.strip()
 
 
 @pytest.fixture
@@ -55,6 +56,13 @@ def test_a_run_made_on_one_node_is_listed_on_the_other(tmp_path, history_url):
         assert record == listed
         output = httpx.get(f"{b.base_url}/v1/runs/{on_a['runId']}/output", headers=b.auth).json()
         assert (output["runId"], output["stdout"], output["stderr"]) == (on_a["runId"], "from a\n", "")
+
+        # The database ends both servers' connections (as a restart of PostgreSQL does): the next run and listing
+        # connect again, at once.
+        database = urllib.parse.urlsplit(history_url).path.lstrip("/")
+        ended = psql(TEST_POSTGRES_URL, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                     f"WHERE datname = '{database}'")
+        assert ended == "2", "one connection per server"
 
         # And the other way: both nodes list both runs, newest first.
         on_b = call(b, {"conversationId": "shared", "language": "bash", "code": "echo from b"})
