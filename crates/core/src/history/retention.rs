@@ -198,4 +198,22 @@ mod tests {
             assert_eq!(ids(history.list(None, 10).unwrap()), ["a-queued", "b1"]);
         }
     }
+
+    #[test]
+    fn a_run_of_another_machine_counts_as_live_and_one_of_a_gone_process_does_not() {
+        for store in stores() {
+            let history = store.open(false);
+            let (here, there) = (ConversationId::parse("here").unwrap(), ConversationId::parse("there").unwrap());
+            history.queued(&new_run("gone", &here, "x")).unwrap();
+            history.queued(&new_run("elsewhere", &there, "x")).unwrap();
+            history.execute("UPDATE runs SET server = '4194999:1' WHERE id = 'gone'");
+            history.execute("UPDATE runs SET server = '4194999:1@another-machine' WHERE id = 'elsewhere'");
+            assert!(!history.has_live_runs(&here).unwrap(), "{}: its process is gone", store.name());
+            assert!(
+                history.has_live_runs(&there).unwrap(),
+                "{}: another machine's, which cannot be seen",
+                store.name()
+            );
+        }
+    }
 }

@@ -6,7 +6,9 @@
 use std::time::{Duration, Instant};
 
 use postgres::error::SqlState;
-use postgres::{Client, Config, NoTls};
+use postgres::{Config, NoTls};
+
+use super::session::Session;
 
 use crate::{Error, Result};
 
@@ -23,7 +25,7 @@ const TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
 pub(super) struct Link {
     config: Config,
     location: String,
-    client: Option<Client>,
+    client: Option<Session>,
     /// No attempt to connect before this (after a failed one).
     next_attempt: Option<Instant>,
     backoff: Duration,
@@ -49,13 +51,16 @@ impl Link {
     pub(super) fn run<T>(
         &mut self,
         action: &str,
-        query: &mut dyn FnMut(&mut Client) -> std::result::Result<T, postgres::Error>,
+        query: &mut dyn FnMut(&mut Session) -> std::result::Result<T, postgres::Error>,
     ) -> Result<T> {
         let fresh = self.client.is_none();
         let client = self.client()?;
         let error = match query(client) {
             Ok(value) => return Ok(value),
-            Err(error) if !lost(&error, client) => return Err(self.failed(action, &error)),
+            Err(error) if !lost(&error, client) => {
+                client.forget_statements();
+                return Err(self.failed(action, &error));
+            }
             Err(error) => error,
         };
         self.lose(&error);
@@ -67,7 +72,10 @@ impl Link {
         let client = self.client()?;
         match query(client) {
             Ok(value) => Ok(value),
-            Err(error) if !lost(&error, client) => Err(self.failed(action, &error)),
+            Err(error) if !lost(&error, client) => {
+                client.forget_statements();
+                Err(self.failed(action, &error))
+            }
             Err(error) => {
                 self.lose(&error);
                 Err(self.unreachable(&error))
@@ -76,7 +84,7 @@ impl Link {
     }
 
     /// The connection, made now if there is none and the backoff allows.
-    fn client(&mut self) -> Result<&mut Client> {
+    fn client(&mut self) -> Result<&mut Session> {
         if self.client.is_none() {
             if let Some(at) = self.next_attempt
                 && let Some(wait) = at.checked_duration_since(Instant::now())
@@ -95,7 +103,7 @@ impl Link {
                         tracing::info!(database = %self.location, "connected to the history database again");
                     }
                     (self.next_attempt, self.backoff, self.lost) = (None, FIRST_BACKOFF, false);
-                    self.client = Some(client);
+                    self.client = Some(Session::new(client));
                 }
                 Err(error) => {
                     self.next_attempt = Some(Instant::now() + self.backoff);
@@ -128,10 +136,10 @@ impl Link {
 }
 
 /// Whether `error` means the connection is gone (rather than the query failed on a working one).
-fn lost(error: &postgres::Error, client: &Client) -> bool {
+fn lost(error: &postgres::Error, session: &Session) -> bool {
     let shut_down = [SqlState::ADMIN_SHUTDOWN, SqlState::CRASH_SHUTDOWN, SqlState::CANNOT_CONNECT_NOW];
     error.is_closed()
-        || client.is_closed()
+        || session.is_closed()
         || error.code().is_some_and(|code| shut_down.contains(code))
         || std::error::Error::source(error).is_some_and(|source| source.is::<std::io::Error>())
 }

@@ -9,7 +9,7 @@
 //! SQLite's rowid does), and code and output are BYTEA, since PostgreSQL's TEXT cannot hold a NUL, which a program
 //! may print.
 
-use postgres::Client;
+use super::Session;
 
 /// The advisory lock held while migrating ("sandlot" in ASCII).
 const LOCK: i64 = 0x73_61_6e_64_6c_6f_74;
@@ -67,7 +67,7 @@ pub(super) fn latest() -> i64 {
 }
 
 /// Applies the migrations the database lacks; `Err(message)` inside when the database is newer than this sandlot.
-pub(super) fn apply(client: &mut Client) -> Result<Result<Vec<i64>, String>, postgres::Error> {
+pub(super) fn apply(client: &mut Session) -> Result<Result<Vec<i64>, String>, postgres::Error> {
     let mut transaction = client.transaction()?;
     transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK])?;
     transaction.batch_execute(

@@ -1,6 +1,6 @@
 //! The history's shared store: a PostgreSQL database (`SANDLOT_HISTORY_URL=postgres://...`), so that every node of a
 //! fleet lists the same runs. Its schema is versioned (`migrations`); its connection is kept, lost and found again
-//! by `link`.
+//! by `link`; its statements are prepared once per connection (`session`).
 //!
 //! Why a thread: [`crate::History`] is a sync API called from async code (as SQLite's store is: short writes done in
 //! place), and the sync `postgres` client drives a runtime of its own, which panics when started on a tokio worker
@@ -10,13 +10,13 @@
 
 mod link;
 mod migrations;
+mod session;
 
 use std::sync::mpsc;
 
-use postgres::Client;
-
 use crate::{Error, Result};
 use link::Link;
+pub(crate) use session::Session;
 
 /// A query, run on the history's thread against its connection.
 type Job = Box<dyn FnOnce(&mut Link) + Send>;
@@ -65,7 +65,7 @@ impl Postgres {
     pub(super) fn call<T: Send + 'static>(
         &self,
         action: &'static str,
-        mut query: impl FnMut(&mut Client) -> std::result::Result<T, postgres::Error> + Send + 'static,
+        mut query: impl FnMut(&mut Session) -> std::result::Result<T, postgres::Error> + Send + 'static,
     ) -> Result<T> {
         let (reply, answer) = mpsc::sync_channel(1);
         let job: Job = Box::new(move |link| {
