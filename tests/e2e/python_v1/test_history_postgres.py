@@ -1,5 +1,6 @@
 """The run history in PostgreSQL (SANDLOT_HISTORY_URL): two servers, each with a root of its own, and one database
-list the same runs, whichever of them ran a run (issue 35, many machines). The database is the tests' PostgreSQL
+list the same runs, whichever of them ran a run (issue 35, many machines); runs go on while the database is
+unreachable, and the history answers again when it is back. The database is the tests' PostgreSQL
 (scripts/postgres-test.sh; scripts/test.sh exports SANDLOT_TEST_POSTGRES_URL): without it the test fails, it does
 not skip. Each test makes a database of its own and drops it after."""
 
@@ -10,7 +11,7 @@ import urllib.parse
 import httpx
 import pytest
 
-from conftest import SANDBOX_UIDS_FIRST, call, start_server
+from conftest import SANDBOX_UIDS_FIRST, call, start_server, wait_until
 
 TEST_POSTGRES_URL = os.environ.get("SANDLOT_TEST_POSTGRES_URL")
 
@@ -74,3 +75,34 @@ def test_a_run_made_on_one_node_is_listed_on_the_other(tmp_path, history_url):
     finally:
         for start in begun:
             next(start, None)  # runs start_server's clean-up (terminate and wait)
+
+
+def test_runs_go_on_while_the_database_is_unreachable_and_the_history_comes_back(tmp_path, history_url):
+    database = urllib.parse.urlsplit(history_url).path.lstrip("/")
+    start = start_server(tmp_path / "a", {"SANDLOT_HISTORY_URL": history_url})
+    server = next(start)
+    try:
+        before = call(server, {"conversationId": "outage", "language": "bash", "code": "echo before"})
+        # No new connection to the database, and the server's ended: as if PostgreSQL were down.
+        psql(TEST_POSTGRES_URL, f"ALTER DATABASE {database} ALLOW_CONNECTIONS false; "
+             f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}'")
+        during = call(server, {"conversationId": "outage", "language": "bash", "code": "echo during"})
+        assert (during["stdout"], during["outcome"]) == ("during\n", "ok"), "the run runs, unrecorded"
+        response = httpx.get(f"{server.base_url}/v1/runs", headers=server.auth)
+        assert (response.status_code, response.json()["error"]) == (500, "internal"), response.text
+        # The log says why (read from the server's stderr by a thread: soon, not at once).
+        def unreachable():
+            return "the history database is unreachable" in "".join(server.stderr_tail)
+        wait_until(unreachable, 10)
+        assert unreachable(), list(server.stderr_tail)
+
+        psql(TEST_POSTGRES_URL, f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
+        # Within the backoff (at most 5 s between attempts; the bound is for a loaded machine).
+        def answers():
+            return httpx.get(f"{server.base_url}/v1/runs", headers=server.auth).status_code == 200
+        wait_until(answers, 30)
+        assert answers(), list(server.stderr_tail)
+        after = call(server, {"conversationId": "outage", "language": "bash", "code": "echo after"})
+        assert [run["id"] for run in runs(server, "outage")] == [after["runId"], before["runId"]]
+    finally:
+        next(start, None)  # runs start_server's clean-up (terminate and wait)
