@@ -7,6 +7,10 @@
 //! ("Cannot start a runtime from within a runtime"). So one thread, `sandlot-history`, owns the one connection and
 //! runs the queries sent to it over a channel, one at a time and in order (as SQLite's mutex serializes them); the
 //! caller blocks on the answer, as it would on SQLite's disk. The thread ends when the history is dropped.
+//! (tokio-postgres driven through a runtime handle would not do: `Handle::block_on` panics on a worker just the same,
+//! and the history is called from workers, blocking threads and tests without a runtime alike.) What a caller waits
+//! for is a round trip or two; a database that stops answering costs the call that finds it out up to the connect
+//! timeout (5 s), and the calls after it fail at once until the backoff allows another attempt (`link`).
 
 mod link;
 mod migrations;
