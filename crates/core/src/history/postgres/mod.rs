@@ -9,8 +9,9 @@
 //! caller blocks on the answer, as it would on SQLite's disk. The thread ends when the history is dropped.
 //! (tokio-postgres driven through a runtime handle would not do: `Handle::block_on` panics on a worker just the same,
 //! and the history is called from workers, blocking threads and tests without a runtime alike.) What a caller waits
-//! for is a round trip or two; a database that stops answering costs the call that finds it out up to the connect
-//! timeout (5 s), and the calls after it fail at once until the backoff allows another attempt (`link`).
+//! for is a round trip or two; a database that stops answering costs the call that finds it out up to a timeout
+//! (10 s unacknowledged on TCP, 5 s to connect), and the calls after it fail at once until the backoff allows another
+//! attempt (`link`).
 
 mod link;
 mod migrations;
