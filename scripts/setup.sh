@@ -4,7 +4,8 @@
 # cache for the runner images):
 # - apt: bubblewrap hyperfine iproute2 openssl curl procps (the jail's tests and benchmarks), npm, chromium (the playground's
 #   browser test), docker.io, debootstrap and docker-compose (the Docker backend's and the container image's tests),
-#   python3-requests (the egress tests use `requests` in the system Python);
+#   python3-requests (the egress tests use `requests` in the system Python), postgresql (the history's PostgreSQL
+#   store is tested against a real server);
 # - apt: haproxy and nginx (Debian 12's 2.6 and 1.22: scripts/check-deploy.sh checks deploy/'s load balancer
 #   configurations with them, tests/cluster runs both in front of three nodes, each its own process; the services
 #   the packages install are not used: on a host with systemd, `systemctl disable --now haproxy nginx`);
@@ -17,6 +18,7 @@
 # - PyPI: kubernetes-validate (pinned, with the Kubernetes schemas in the package) in .venv-k8s, for
 #   scripts/check-deploy.sh kubernetes;
 # - cargo: cargo-nextest (rustfmt and clippy must come with the toolchain: rustup component add);
+# - starts the tests' PostgreSQL cluster (scripts/postgres-test.sh: a unix socket in /tmp/sandlot-test-postgres);
 # - starts dockerd when no engine answers (log: /tmp/sandlot-dockerd.log) and builds the runner images
 #   (scripts/build-runners.sh).
 # The tests need no musl target: they build for the host. scripts/package.sh installs it for the static binary.
@@ -55,7 +57,7 @@ step "checking the interpreters the tests run in the sandbox"
 command -v node >/dev/null || die "node is not on PATH; the JavaScript and TypeScript tests need it"
 
 step "checking Debian packages"
-mapfile -t missing < <(missing_packages bubblewrap hyperfine iproute2 openssl curl procps docker.io debootstrap docker-compose e2fsprogs mount python3-requests haproxy nginx)
+mapfile -t missing < <(missing_packages bubblewrap hyperfine iproute2 openssl curl procps docker.io debootstrap docker-compose e2fsprogs mount python3-requests haproxy nginx postgresql)
 # npm and chromium may come from elsewhere (NodeSource's nodejs bundles npm): the commands are what counts.
 command -v npm >/dev/null || missing+=(npm)
 [[ -x /usr/bin/chromium ]] || missing+=(chromium)
@@ -132,6 +134,9 @@ npm_ci tests/e2e/browser
 
 step "scientific Python environment for the sandbox (scripts/python-env.sh)"
 scripts/python-env.sh >/dev/null
+
+step "the tests' PostgreSQL cluster (scripts/postgres-test.sh)"
+scripts/postgres-test.sh >/dev/null
 
 step "Docker engine and runner images (the Docker backend's tests)"
 if ! docker info >/dev/null 2>&1; then

@@ -61,6 +61,9 @@ with_binary() {
     "$@"
 }
 export SANDLOT_BIN="$PWD/target/debug/sandlot"
+# The PostgreSQL cluster setup.sh started: the history's tests run against it too, and fail when it does not answer.
+SANDLOT_TEST_POSTGRES_URL="$(scripts/postgres-test.sh --url)"
+export SANDLOT_TEST_POSTGRES_URL
 # The scientific Python environment (scripts/python-env.sh, which setup.sh runs) the plot tests run Python in.
 export SANDLOT_TEST_PYTHON_ENV="${SANDLOT_PYTHON_ENV:-/opt/sandlot/python}"
 

@@ -246,6 +246,11 @@ pub struct ServiceArgs {
     /// Seconds a run may wait for its turn before it gets the busy result.
     #[arg(long, env = "SANDLOT_QUEUE_WAIT_SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..))]
     pub queue_wait_secs: u64,
+    /// Keep the run history in this PostgreSQL database (`postgres://user:password@host:port/dbname`), shared by
+    /// every server given it, instead of <root>/.sandlot/history.db (SQLite); its tables are made and migrated at
+    /// start.
+    #[arg(long, env = "SANDLOT_HISTORY_URL", hide_env_values = true)]
+    pub history_url: Option<String>,
     /// Keep each run's code in the history (<root>/.sandlot/history.db); its size and SHA-256 are always kept.
     #[arg(long, env = "SANDLOT_STORE_CODE", default_value_t = false, action = clap::ArgAction::Set)]
     pub store_code: bool,

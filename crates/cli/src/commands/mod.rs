@@ -105,7 +105,7 @@ pub async fn backend(
 }
 
 /// The state every server face shares: an engine over the chosen backend, with its queue and its history
-/// (`<root>/.sandlot/history.db`), and the file-URL signer. What a crashed predecessor left behind is cleaned up first.
+/// (`<root>/.sandlot/history.db`, or the PostgreSQL database of `SANDLOT_HISTORY_URL`), and the file-URL signer. What a crashed predecessor left behind is cleaned up first.
 /// Starts the retention task ([`sandlot_core::keep_tidy`]), which ends with the state's shutdown token.
 pub async fn app_state(
     sandbox: &SandboxArgs,
@@ -133,8 +133,11 @@ pub async fn app_state(
         None => file_secret(&state.file_secret())?,
     };
     let public_base_url = files.public_base_url.clone().unwrap_or_else(|| default_base_url.to_owned());
-    let history = sandlot_core::History::open(state.history(), service.store_code)?
-        .with_output_budget(service.history_output_mb * 1024 * 1024);
+    let history = match &service.history_url {
+        Some(url) => sandlot_core::History::connect(url, service.store_code)?,
+        None => sandlot_core::History::open(state.history(), service.store_code)?,
+    }
+    .with_output_budget(service.history_output_mb * 1024 * 1024);
     let mut config = service.apply(sandbox.engine_config());
     config.egress = egress::policies(&service.egress, egress.as_deref())?;
     let engine = sandlot_core::Engine::new(backend, workspaces, config).with_history(history);

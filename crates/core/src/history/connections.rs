@@ -3,7 +3,7 @@
 
 use rusqlite::params;
 
-use super::History;
+use super::{History, Store};
 use crate::{ConnectionRecord, Result};
 
 /// A run's audit trail as the history shows it: every connection, and how many more there were than the trail
@@ -22,17 +22,29 @@ impl History {
         }
         let trail = NetworkTrail { connections: outcome.connections.clone(), dropped: outcome.connections_dropped };
         let json = serde_json::to_string(&trail).unwrap_or_default();
-        self.write(
-            "insert into",
-            "INSERT OR REPLACE INTO run_connections (run_id, trail) VALUES (?1, ?2)",
-            params![id, json],
-        )
-        .map(drop)
+        match &self.store {
+            Store::Sqlite(db) => db.write(
+                "insert into",
+                "INSERT OR REPLACE INTO run_connections (run_id, trail) VALUES (?1, ?2)",
+                params![id, json],
+            )?,
+            Store::Postgres(db) => {
+                let id = id.to_owned();
+                db.call("insert into", move |client| {
+                    client.execute(
+                        "INSERT INTO run_connections (run_id, trail) VALUES ($1, $2) \
+                         ON CONFLICT (run_id) DO UPDATE SET trail = EXCLUDED.trail",
+                        &[&id, &json],
+                    )
+                })? as usize
+            }
+        };
+        Ok(())
     }
 
     /// Removes the trails whose run is gone.
     pub(super) fn drop_orphan_connections(&self) -> Result<()> {
-        self.write("prune", "DELETE FROM run_connections WHERE run_id NOT IN (SELECT id FROM runs)", []).map(drop)
+        self.write_both("prune", "DELETE FROM run_connections WHERE run_id NOT IN (SELECT id FROM runs)").map(drop)
     }
 }
 

@@ -1,40 +1,53 @@
-//! The run history: every run the engine accepts is a row in an embedded SQLite database
-//! (`<SANDBOX_ROOT>/.sandlot/history.db`, WAL journal), written when it is queued, when it starts and when it ends, so a run
-//! is never lost: one the server was killed in the middle of is found at the next start and marked `interrupted`.
-//! Each row names the process that owns it (pid and start time), so servers sharing a root (`serve` and `stdio`)
-//! never mark each other's live runs.
+//! The run history: every run the engine accepts is a row, written when it is queued, when it starts and when it
+//! ends, so a run is never lost: one the server was killed in the middle of is found at the next start and marked
+//! `interrupted`. Each row names the process that owns it (`owner`), so servers sharing a root (`serve` and `stdio`),
+//! or a database (many machines), never mark each other's live runs.
 //! Code is kept only when asked (`SANDLOT_STORE_CODE`); its size and SHA-256 always are.
 //! What a run printed is kept beside its row (table `run_outputs`), as the run's outcome holds it: at most
 //! `SANDLOT_MAX_OUTPUT_BYTES` per stream (its first and last halves when longer), so a result can show a model only a head and a tail and still point at the
 //! whole. It goes when its run goes (pruning, a conversation's removal), and all outputs together stay within a
 //! budget (`SANDLOT_HISTORY_OUTPUT_MB`, 1 GiB by default): past it, the oldest outputs are dropped (their runs stay).
 //!
-//! Here: the database itself (opening it, recovering after a crash); the submodules hold its tables (`schema`), the
-//! rows of runs (`record`), what runs printed (`outputs`) and what is forgotten when (`retention`).
+//! Two stores behind one API ([`Store`]): an embedded SQLite file (`sqlite`, the default:
+//! `<SANDBOX_ROOT>/.sandlot/history.db`) or a PostgreSQL database many servers share (`postgres`,
+//! `SANDLOT_HISTORY_URL`). Each query has a form for each, side by side in the submodule of its table: `record` (the
+//! rows of runs), `outputs` (what runs printed), `connections` (a leashed run's audit trail), `retention` (what is
+//! forgotten when); `schema` is SQLite's tables, `postgres::migrations` PostgreSQL's. Here: opening either, and
+//! recovering after a crash.
 
 mod connections;
 mod outputs;
+mod owner;
+mod postgres;
 mod record;
 mod retention;
 mod schema;
+mod sqlite;
+#[cfg(test)]
+pub(crate) mod test_stores;
 
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rusqlite::{Connection, params};
+use rusqlite::params;
 
-use crate::{Error, Result};
+use crate::Result;
+use owner::Owner;
 
 pub use connections::NetworkTrail;
 pub use outputs::{DEFAULT_OUTPUT_BUDGET, OutputLookup, RunOutput};
 pub use record::{Ending, MAX_LISTED_RUNS, NewRun, Outcome, RunRecord};
 
-/// The history database. Writes are short (a row each, WAL, no fsync per commit), so they are done in place.
+/// Where the history is kept.
+enum Store {
+    Sqlite(sqlite::Sqlite),
+    Postgres(postgres::Postgres),
+}
+
+/// The run history, in SQLite or PostgreSQL. Its calls are sync and short (a statement or two); a PostgreSQL one
+/// that cannot reach its database fails with an error saying so, and the next one connects again.
 pub struct History {
-    connection: Mutex<Connection>,
-    path: PathBuf,
+    store: Store,
     store_code: bool,
     /// This process, as rows name their owner.
     server: String,
@@ -46,29 +59,27 @@ pub struct History {
 
 impl std::fmt::Debug for History {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("History").field("path", &self.path).field("store_code", &self.store_code).finish()
+        f.debug_struct("History").field("location", &self.location()).field("store_code", &self.store_code).finish()
     }
 }
 
 impl History {
-    /// Opens (creating it if needed) the database at `path`; `store_code` keeps each run's source.
+    /// Opens (creating it if needed) the SQLite database at `path`; `store_code` keeps each run's source.
     pub fn open(path: impl Into<PathBuf>, store_code: bool) -> Result<Self> {
-        let path = path.into();
-        // The history names callers and may hold their code: only the server's user may read it. SQLite gives the
-        // -wal and -shm files the database file's mode.
-        if let Err(e) = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path)
-            && e.kind() != std::io::ErrorKind::AlreadyExists
-        {
-            return Err(Error::History { message: format!("cannot create {}: {e}", path.display()) });
-        }
-        let connection = Connection::open(&path).map_err(|e| database_error(&path, "open", e))?;
-        schema::set_up(&connection).map_err(|e| database_error(&path, "set up", e))?;
-        let server = process_identity(std::process::id()).unwrap_or_default();
+        Self::with_store(Store::Sqlite(sqlite::Sqlite::open(path.into())?), store_code, false)
+    }
+
+    /// Connects to the PostgreSQL database `url` names (`postgres://user:password@host:port/dbname`, or
+    /// `key=value` pairs) and brings its tables up to date; `store_code` keeps each run's source.
+    pub fn connect(url: &str, store_code: bool) -> Result<Self> {
+        Self::with_store(Store::Postgres(postgres::Postgres::connect(url)?), store_code, true)
+    }
+
+    fn with_store(store: Store, store_code: bool, shared: bool) -> Result<Self> {
         let history = Self {
-            connection: Mutex::new(connection),
-            path,
+            store,
             store_code,
-            server,
+            server: owner::this_process(shared),
             output_budget: DEFAULT_OUTPUT_BUDGET,
             output_bytes: Default::default(),
         };
@@ -82,66 +93,80 @@ impl History {
         self
     }
 
-    /// The database file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    fn connection(&self) -> std::sync::MutexGuard<'_, Connection> {
-        self.connection.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Runs one statement (kept prepared: each run writes three times, always with the same statements).
-    fn write(&self, action: &str, sql: &str, params: impl rusqlite::Params) -> Result<usize> {
-        self.connection()
-            .prepare_cached(sql)
-            .and_then(|mut statement| statement.execute(params))
-            .map_err(|e| database_error(&self.path, action, e))
-    }
-
-    /// Marks every run left queued or running by a process that is gone as interrupted; returns their ids.
-    pub fn recover(&self) -> Result<Vec<String>> {
-        let connection = self.connection();
-        let unfinished = connection
-            .prepare("SELECT id, server FROM runs WHERE state != 'finished' ORDER BY queued_at")
-            .and_then(|mut statement| {
-                statement
-                    .query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))?
-                    .collect::<rusqlite::Result<Vec<_>>>()
-            })
-            .map_err(|e| database_error(&self.path, "read", e))?;
-        let orphans: Vec<String> =
-            unfinished.into_iter().filter(|(_, server)| !process_alive(server)).map(|(id, _)| id).collect();
-        for id in &orphans {
-            connection
-                .execute(
-                    "UPDATE runs SET state = 'finished', outcome = 'interrupted', finished_at = ?2, \
-                     error = 'the server stopped while the run was in flight' WHERE id = ?1",
-                    params![id, unix_ms(SystemTime::now())],
-                )
-                .map_err(|e| database_error(&self.path, "update", e))?;
+    /// Where the history is: its file, or its PostgreSQL database (without credentials).
+    pub fn location(&self) -> String {
+        match &self.store {
+            Store::Sqlite(db) => db.path().display().to_string(),
+            Store::Postgres(db) => db.location().to_owned(),
         }
-        Ok(orphans)
+    }
+
+    /// Marks every run left queued or running by a process of this machine that is gone as interrupted; returns
+    /// their ids. Another machine's runs are its own to recover.
+    pub fn recover(&self) -> Result<Vec<String>> {
+        const ERROR: &str = "the server stopped while the run was in flight";
+        let now = unix_ms(SystemTime::now());
+        match &self.store {
+            Store::Sqlite(db) => {
+                let connection = db.connection();
+                let unfinished = connection
+                    .prepare("SELECT id, server FROM runs WHERE state != 'finished' ORDER BY queued_at")
+                    .and_then(|mut statement| {
+                        statement
+                            .query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?)))?
+                            .collect::<rusqlite::Result<Vec<_>>>()
+                    })
+                    .map_err(|e| db.error("read", e))?;
+                let orphans = orphans(unfinished);
+                for id in &orphans {
+                    connection
+                        .execute(
+                            "UPDATE runs SET state = 'finished', outcome = 'interrupted', finished_at = ?2, \
+                             error = ?3 WHERE id = ?1 AND state != 'finished'",
+                            params![id, now, ERROR],
+                        )
+                        .map_err(|e| db.error("update", e))?;
+                }
+                Ok(orphans)
+            }
+            Store::Postgres(db) => db.call("recover runs in", move |client| {
+                let mut transaction = client.transaction()?;
+                let rows = transaction.query(
+                    "SELECT id, server FROM runs WHERE state <> 'finished' ORDER BY queued_at, seq FOR UPDATE",
+                    &[],
+                )?;
+                let unfinished = rows
+                    .iter()
+                    .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                let orphans = orphans(unfinished);
+                for id in &orphans {
+                    transaction.execute(
+                        "UPDATE runs SET state = 'finished', outcome = 'interrupted', finished_at = $2, error = $3 \
+                         WHERE id = $1",
+                        &[id, &now, &ERROR],
+                    )?;
+                }
+                transaction.commit()?;
+                Ok(orphans)
+            }),
+        }
     }
 }
 
-/// `<pid>:<start time>` of a process (its start time tells a reused pid apart), from `/proc/<pid>/stat`.
-fn process_identity(pid: u32) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The fields after the command name (which may hold spaces, inside parentheses); start time is field 22.
-    let after_name = &stat[stat.rfind(')')? + 2..];
-    let start_time = after_name.split_whitespace().nth(19)?;
-    Some(format!("{pid}:{start_time}"))
+impl History {
+    /// Runs `sql`, a statement without parameters both stores understand; returns the rows it changed.
+    fn write_both(&self, action: &'static str, sql: &'static str) -> Result<usize> {
+        match &self.store {
+            Store::Sqlite(db) => db.write(action, sql, []),
+            Store::Postgres(db) => db.call(action, move |client| client.execute(sql, &[])).map(|rows| rows as usize),
+        }
+    }
 }
 
-/// Whether the process a row names still runs.
-fn process_alive(server: &str) -> bool {
-    let Some(pid) = server.split(':').next().and_then(|pid| pid.parse::<u32>().ok()) else { return false };
-    process_identity(pid).as_deref() == Some(server)
-}
-
-fn database_error(path: &Path, action: &str, error: rusqlite::Error) -> Error {
-    Error::History { message: format!("cannot {action} {}: {error}", path.display()) }
+/// The ids of the unfinished runs `(id, owner)` whose owner is a process of this machine that is gone.
+fn orphans(unfinished: Vec<(String, String)>) -> Vec<String> {
+    unfinished.into_iter().filter(|(_, server)| owner::of(server) == Owner::Gone).map(|(id, _)| id).collect()
 }
 
 fn unix_ms(time: SystemTime) -> i64 {
@@ -192,44 +217,50 @@ mod tests {
 
     #[test]
     fn runs_in_flight_at_a_restart_become_interrupted() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("sandlot.db");
         let conversation = ConversationId::parse("c").unwrap();
-        {
-            let history = History::open(&path, false).unwrap();
-            history.queued(&new_run("running", &conversation, "x")).unwrap();
-            history.started("running").unwrap();
-            history.queued(&new_run("waiting", &conversation, "x")).unwrap();
-            history.queued(&new_run("done", &conversation, "x")).unwrap();
-            let ending = Ending {
-                outcome: Outcome::Error,
-                exit_code: Some(1),
-                error: None,
-                duration: None,
-                stdout_bytes: 0,
-                stderr_bytes: 0,
-                truncated: false,
+        for store in test_stores::stores() {
+            {
+                let history = store.open(false);
+                history.queued(&new_run("running", &conversation, "x")).unwrap();
+                history.started("running").unwrap();
+                history.queued(&new_run("waiting", &conversation, "x")).unwrap();
+                history.queued(&new_run("done", &conversation, "x")).unwrap();
+                let ending = Ending {
+                    outcome: Outcome::Error,
+                    exit_code: Some(1),
+                    error: None,
+                    duration: None,
+                    stdout_bytes: 0,
+                    stderr_bytes: 0,
+                    truncated: false,
+                };
+                history.finished("done", &ending).unwrap();
+                history.queued(&new_run("elsewhere", &conversation, "x")).unwrap();
+                history.execute("UPDATE runs SET server = '4194999:1@another-machine' WHERE id = 'elsewhere'");
+            }
+            let history = store.open(false);
+            assert_eq!(
+                history.recover().unwrap(),
+                Vec::<String>::new(),
+                "{}: this process still owns them",
+                store.name()
+            );
+            // An owner of this machine that is gone (SQLite's rows name no machine; PostgreSQL's do).
+            let gone = match store.name() {
+                "sqlite" => "4194999:1".to_owned(),
+                _ => format!("4194999:1@{}", history.server.split_once('@').unwrap().1),
             };
-            history.finished("done", &ending).unwrap();
+            history.execute(&format!("UPDATE runs SET server = '{gone}' WHERE id <> 'elsewhere'"));
+            let mut recovered = history.recover().unwrap();
+            recovered.sort();
+            assert_eq!(recovered, ["running", "waiting"], "{}", store.name());
+            let outcomes: Vec<_> = ["running", "waiting", "done", "elsewhere"]
+                .iter()
+                .map(|id| history.get(id).unwrap().unwrap().outcome)
+                .collect();
+            let expected = [Some(Outcome::Interrupted), Some(Outcome::Interrupted), Some(Outcome::Error), None];
+            assert_eq!(outcomes, expected, "{}: another machine's run is its own", store.name());
+            assert_eq!(history.recover().unwrap(), Vec::<String>::new());
         }
-        let history = History::open(&path, false).unwrap();
-        assert_eq!(history.recover().unwrap(), Vec::<String>::new(), "this process still owns them");
-        history.connection().execute("UPDATE runs SET server = '4194999:1'", []).unwrap(); // an owner that is gone
-        let mut recovered = history.recover().unwrap();
-        recovered.sort();
-        assert_eq!(recovered, ["running", "waiting"]);
-        let outcomes: Vec<_> =
-            ["running", "waiting", "done"].iter().map(|id| history.get(id).unwrap().unwrap().outcome).collect();
-        assert_eq!(outcomes, [Some(Outcome::Interrupted), Some(Outcome::Interrupted), Some(Outcome::Error)]);
-        assert_eq!(history.recover().unwrap(), Vec::<String>::new());
-    }
-
-    #[test]
-    fn a_process_is_named_by_pid_and_start_time() {
-        let me = process_identity(std::process::id()).unwrap();
-        assert!(me.starts_with(&format!("{}:", std::process::id())), "{me}");
-        assert!(process_alive(&me));
-        assert!(!process_alive(&format!("{}:0", std::process::id())), "a reused pid is another process");
-        assert!(!process_alive("not a process"));
     }
 }

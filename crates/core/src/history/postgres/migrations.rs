@@ -1,0 +1,95 @@
+//! The PostgreSQL history's schema, versioned: [`MIGRATIONS`] in order, each applied once, recorded in
+//! `schema_migrations (version, applied_at)`. A server applies what its database lacks when it connects, in one
+//! transaction holding an advisory lock, so nodes starting at once wait for each other instead of applying a
+//! migration twice; a database already past this sandlot's last version is refused (a newer sandlot migrated it).
+//! A migration, once released, never changes: a change to the schema is a new one at the end.
+//!
+//! The tables are SQLite's (`schema.rs`) with PostgreSQL's types: times are milliseconds since the epoch (BIGINT, as
+//! in SQLite, so both stores share their queries' arithmetic), `seq` orders rows inserted in the same millisecond (as
+//! SQLite's rowid does), and code and output are BYTEA, since PostgreSQL's TEXT cannot hold a NUL, which a program
+//! may print.
+
+use super::Session;
+
+/// The advisory lock held while migrating ("sandlot" in ASCII).
+const LOCK: i64 = 0x73_61_6e_64_6c_6f_74;
+
+/// Each version's statements, in order.
+const MIGRATIONS: &[(i64, &str)] = &[(
+    1,
+    "
+CREATE TABLE runs (
+    seq BIGSERIAL NOT NULL UNIQUE,
+    id TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL,
+    caller TEXT NOT NULL,
+    server TEXT NOT NULL,
+    language TEXT NOT NULL,
+    code_bytes BIGINT NOT NULL,
+    code_sha256 TEXT NOT NULL,
+    code BYTEA,
+    metadata TEXT,
+    state TEXT NOT NULL,
+    outcome TEXT,
+    exit_code INTEGER,
+    error TEXT,
+    queued_at BIGINT NOT NULL,
+    started_at BIGINT,
+    finished_at BIGINT,
+    duration_ms BIGINT,
+    stdout_bytes BIGINT NOT NULL DEFAULT 0,
+    stderr_bytes BIGINT NOT NULL DEFAULT 0,
+    truncated BOOLEAN NOT NULL DEFAULT FALSE
+);
+CREATE INDEX runs_by_conversation ON runs (conversation_id, queued_at DESC, seq DESC);
+CREATE INDEX runs_by_time ON runs (queued_at DESC, seq DESC);
+CREATE INDEX runs_by_caller ON runs (caller, queued_at DESC, seq DESC);
+CREATE INDEX runs_unfinished ON runs (conversation_id) WHERE state <> 'finished';
+CREATE TABLE run_outputs (
+    seq BIGSERIAL NOT NULL UNIQUE,
+    run_id TEXT PRIMARY KEY,
+    stdout BYTEA NOT NULL,
+    stderr BYTEA NOT NULL,
+    stdout_truncated BOOLEAN NOT NULL,
+    stderr_truncated BOOLEAN NOT NULL,
+    bytes BIGINT NOT NULL
+);
+CREATE TABLE run_connections (
+    run_id TEXT PRIMARY KEY,
+    trail TEXT NOT NULL
+);
+",
+)];
+
+/// The last version this sandlot knows.
+pub(super) fn latest() -> i64 {
+    MIGRATIONS.last().map_or(0, |&(version, _)| version)
+}
+
+/// Applies the migrations the database lacks; `Err(message)` inside when the database is newer than this sandlot.
+pub(super) fn apply(client: &mut Session) -> Result<Result<Vec<i64>, String>, postgres::Error> {
+    let mut transaction = client.transaction()?;
+    transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK])?;
+    transaction.batch_execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (
+             version BIGINT PRIMARY KEY,
+             applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+         )",
+    )?;
+    let current: i64 =
+        transaction.query_one("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", &[])?.try_get(0)?;
+    if current > latest() {
+        return Ok(Err(format!(
+            "the history database is at schema version {current}, newer than this sandlot's {}: upgrade sandlot",
+            latest()
+        )));
+    }
+    let mut applied = Vec::new();
+    for &(version, statements) in MIGRATIONS.iter().filter(|&&(version, _)| version > current) {
+        transaction.batch_execute(statements)?;
+        transaction.execute("INSERT INTO schema_migrations (version) VALUES ($1)", &[&version])?;
+        applied.push(version);
+    }
+    transaction.commit()?;
+    Ok(Ok(applied))
+}
