@@ -1,13 +1,14 @@
 """Conversation affinity through the shipped HAProxy configuration (deploy/haproxy/haproxy.cfg) in front of three
 real `sandlot serve` nodes on loopback (docs/scaling.md).
 
-- Each node its own root: 32 client threads make 1,000 `tools/call sandbox_run_code` calls over 100 conversations
-  through HAProxy, half as 2026-07-28 clients (the `Mcp-Param-Conversation-Id` header, stateless) and half as older
-  ones (the id only in the JSON body). Every call succeeds; every conversation's calls are served by one node (the
-  `X-Served-By` header HAProxy adds), and that node's `/v1/runs` alone holds its runs; each call appends a line to
-  the conversation's `/data/log` and prints how many it found, so the counts go 0, 1, 2, ... with no gap (every call
-  saw the files of the ones before). Then: the header's Base64 form reaches the same node; sessions stay on the
-  node of their `initialize`; a legacy HTTP+SSE stream and its messages meet on one node; and
+- Each node its own root, one run history for all in PostgreSQL (`SANDLOT_HISTORY_URL`, a database of its own in the
+  tests' cluster, scripts/postgres-test.sh): 32 client threads make 1,000 `tools/call sandbox_run_code` calls over 100
+  conversations through HAProxy, half as 2026-07-28 clients (the `Mcp-Param-Conversation-Id` header, stateless) and
+  half as older ones (the id only in the JSON body). Every call succeeds; every conversation's calls are served by one
+  node (the `X-Served-By` header HAProxy adds), and every node's `/v1/runs` lists all 1,000 runs; each call appends a
+  line to the conversation's `/data/log` and prints how many it found, so the counts go 0, 1, 2, ... with no gap
+  (every call saw the files of the ones before). Then: the header's Base64 form reaches the same node; sessions stay
+  on the node of their `initialize`; a legacy HTTP+SSE stream and its messages meet on one node; and
   deploy/nginx/nginx.conf in front of the same nodes keeps header-named conversations on one node each and older
   clients' on their token's.
 - One root shared by the three nodes (the shared-storage layout): a node is killed (SIGKILL) under load. Its calls in
@@ -35,6 +36,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.parse
 
 import httpx
 import pytest
@@ -76,7 +78,7 @@ def wait_until(condition, seconds, interval=0.05):
 
 
 class Node:
-    def __init__(self, index, root, log_dir, shared):
+    def __init__(self, index, root, log_dir, shared, history_url=None):
         self.name = f"node{index + 1}"
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
@@ -87,6 +89,8 @@ class Node:
                    # Bash only here: no Python templates or prepared sandboxes to start on 2 busy cores.
                    SANDLOT_PYTHON_TEMPLATE="false", SANDLOT_PREPARED_LIVE_SANDBOXES="0", SANDLOT_PROFILES="none",
                    SANDLOT_TRUSTED_PROXIES="127.0.0.1")
+        if history_url:
+            env["SANDLOT_HISTORY_URL"] = history_url
         self.log = open(log_dir / f"{self.name}.log", "wb")
         self.process = subprocess.Popen([binary(), "serve"], env=env, stdout=subprocess.DEVNULL, stderr=self.log)
 
@@ -162,13 +166,15 @@ class HAProxy:
 
 @pytest.fixture
 def cluster(tmp_path):
-    """cluster(count, shared): `count` nodes behind HAProxy, on one shared root or a root each."""
+    """cluster(count, shared, history_url=None): `count` nodes behind HAProxy, on one shared root or a root each,
+    with the run history in PostgreSQL at `history_url` when given."""
     assert os.geteuid() == 0, "the nodes start sandboxes and need root"
     assert shutil.which("haproxy"), "haproxy is missing (scripts/setup.sh installs it)"
     started = []
 
-    def start(count, shared):
-        nodes = [Node(i, tmp_path / ("root" if shared else f"root{i + 1}"), tmp_path, shared) for i in range(count)]
+    def start(count, shared, history_url=None):
+        nodes = [Node(i, tmp_path / ("root" if shared else f"root{i + 1}"), tmp_path, shared, history_url)
+                 for i in range(count)]
         proxy = HAProxy(nodes, tmp_path)
         started.extend([*nodes, proxy])
         # A node's start on 2 busy cores: its zygote and warm inits; 60 s is far above it and still fails a node
@@ -309,8 +315,26 @@ def report(label, load):
                          latencies[int(len(latencies) * 0.99) - 1] * 1000)
 
 
-def test_each_conversation_stays_on_one_node(cluster):
-    nodes, proxy = cluster(3, shared=False)
+TEST_POSTGRES_URL = os.environ.get("SANDLOT_TEST_POSTGRES_URL")
+
+
+def psql(url, sql):
+    subprocess.run(["psql", "--no-psqlrc", "--quiet", "--set=ON_ERROR_STOP=1", url, "--command", sql], check=True,
+                   capture_output=True, text=True)
+
+
+@pytest.fixture
+def history_url():
+    """A PostgreSQL database of this test's own in the tests' cluster (scripts/test.sh exports its URL)."""
+    assert TEST_POSTGRES_URL, "SANDLOT_TEST_POSTGRES_URL is unset: start scripts/postgres-test.sh and export its URL"
+    database = "sandlot_cluster_" + os.urandom(6).hex()
+    psql(TEST_POSTGRES_URL, f"CREATE DATABASE {database}")
+    yield urllib.parse.urlsplit(TEST_POSTGRES_URL)._replace(path=f"/{database}").geturl()
+    psql(TEST_POSTGRES_URL, f"DROP DATABASE {database} WITH (FORCE)")
+
+
+def test_each_conversation_stays_on_one_node(cluster, history_url):
+    nodes, proxy = cluster(3, shared=False, history_url=history_url)
     conversations = [f"aff-{i}" for i in range(100)]
     load = Load(proxy.url, conversations, calls_each=10).run().wait()
     report("3 nodes, a root each", load)
@@ -323,10 +347,10 @@ def test_each_conversation_stays_on_one_node(cluster):
         homes[conversation] = served.pop()
         # Every call saw the files of the calls before it: they all ran on the node that holds them.
         assert sorted(r[2] for r in results) == list(range(10)), (conversation, results)
-    # The node that served a conversation holds its runs; the others never heard of it.
-    for conversation in conversations[:20]:
-        held = {n.name: len(n.runs(conversation)) for n in nodes}
-        assert held == {n.name: (10 if n.name == homes[conversation] else 0) for n in nodes}, (conversation, held)
+    # One history for all: every node lists every conversation's 10 runs, all 1,000 together.
+    for node in nodes:
+        listed = sum(len(node.runs(conversation)) for conversation in conversations)
+        assert listed == 1000, (node.name, listed)
     # The hash spreads them: each node has a share (a third each on average; 15 is far below it, and above what a
     # configuration that sent everything to one or two nodes would give the third).
     shares = collections.Counter(homes.values())
