@@ -1,17 +1,22 @@
 """The run history in PostgreSQL (SANDLOT_HISTORY_URL): two servers, each with a root of its own, and one database
 list the same runs, whichever of them ran a run (issue 35, many machines); runs go on while the database is
-unreachable, and the history answers again when it is back. The database is the tests' PostgreSQL
+unreachable, and the history answers again when it is back; over TCP with TLS, the server's certificate verified
+(refused without the authority that signed it). The database is the tests' PostgreSQL
 (scripts/postgres-test.sh; scripts/test.sh exports SANDLOT_TEST_POSTGRES_URL): without it the test fails, it does
 not skip. Each test makes a database of its own and drops it after."""
 
 import os
+import pathlib
+import shutil
+import socket
 import subprocess
+import tempfile
 import urllib.parse
 
 import httpx
 import pytest
 
-from conftest import SANDBOX_UIDS_FIRST, call, start_server, wait_until
+from conftest import SANDBOX_UIDS_FIRST, call, sandlot_binary, start_server, wait_until
 
 TEST_POSTGRES_URL = os.environ.get("SANDLOT_TEST_POSTGRES_URL")
 
@@ -106,3 +111,60 @@ def test_runs_go_on_while_the_database_is_unreachable_and_the_history_comes_back
         assert [run["id"] for run in runs(server, "outage")] == [after["runId"], before["runId"]]
     finally:
         next(start, None)  # runs start_server's clean-up (terminate and wait)
+
+
+@pytest.fixture
+def tls_postgres():
+    """A PostgreSQL of this test's own that takes TLS over TCP on loopback, its certificate (for `localhost`) signed
+    by a test authority: (its URL without sslmode, the authority's PEM file). In a directory of /tmp's own, which
+    the postgres user can reach (pytest's are root's only)."""
+    directory = pathlib.Path(tempfile.mkdtemp(prefix="sandlot-tls-postgres-"))
+    bin_dir = sorted(pathlib.Path("/usr/lib/postgresql").glob("*/bin"))[-1]
+    ca, key, cert = directory / "ca.pem", directory / "server.key", directory / "server.pem"
+    ssl = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+    subprocess.run([*ssl, "-keyout", directory / "ca.key", "-out", ca, "-subj", "/CN=sandlot test CA"], check=True,
+                   capture_output=True)
+    subprocess.run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", directory / "s.csr",
+                    "-subj", "/CN=localhost"], check=True, capture_output=True)
+    (directory / "ext").write_text("subjectAltName=DNS:localhost\n")
+    subprocess.run(["openssl", "x509", "-req", "-in", directory / "s.csr", "-CA", ca, "-CAkey", directory / "ca.key",
+                    "-CAcreateserial", "-days", "1", "-out", cert, "-extfile", directory / "ext"], check=True,
+                   capture_output=True)
+    shutil.chown(directory, "postgres")
+    for path in directory.iterdir():
+        shutil.chown(path, "postgres")
+    key.chmod(0o600)
+    as_postgres = ["runuser", "-u", "postgres", "--"]
+    subprocess.run([*as_postgres, bin_dir / "initdb", "-D", directory / "data", "-U", "postgres", "--auth=trust"],
+                   check=True, capture_output=True)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    options = (f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories={directory} -c ssl=on "
+               f"-c ssl_cert_file={cert} -c ssl_key_file={key}")
+    subprocess.run([*as_postgres, bin_dir / "pg_ctl", "-D", directory / "data", "-l", directory / "log", "-w",
+                    "-o", options, "start"], check=True, capture_output=True)
+    yield f"postgresql://postgres@localhost:{port}/postgres", ca
+    subprocess.run([*as_postgres, bin_dir / "pg_ctl", "-D", directory / "data", "-m", "immediate", "stop"],
+                   capture_output=True)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_the_history_reaches_postgresql_over_verified_tls(tmp_path, tls_postgres):
+    url, ca = tls_postgres
+    start = start_server(tmp_path / "tls", {"SANDLOT_HISTORY_URL": f"{url}?sslmode=require", "SSL_CERT_FILE": str(ca)})
+    server = next(start)
+    try:
+        made = call(server, {"conversationId": "tls", "language": "bash", "code": "echo over tls"})
+        assert [run["id"] for run in runs(server, "tls")] == [made["runId"]]
+        used = psql(url + "?sslmode=disable", "SELECT bool_and(s.ssl) FROM pg_stat_ssl s JOIN pg_stat_activity a "
+                    "USING (pid) WHERE a.application_name = 'sandlot'")
+        assert used == "t", "the server's connection is not TLS"
+    finally:
+        next(start, None)
+    # Without the test authority the certificate is not trusted: the server does not start, and says why.
+    env = dict(os.environ, SANDBOX_ROOT=str(tmp_path / "untrusted"), MCP_API_TOKEN="untrusted-token-0123456789",
+               SANDLOT_HISTORY_URL=f"{url}?sslmode=require", MCP_HTTP_ADDR="127.0.0.1:0")
+    env.pop("SSL_CERT_FILE", None)
+    refused = subprocess.run([sandlot_binary(), "serve"], env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "certificate" in refused.stderr.lower(), refused.stderr[-2000:]

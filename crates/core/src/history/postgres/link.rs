@@ -2,11 +2,17 @@
 //! (the server restarted, the backend was terminated, the network cut), made again by the next query, at most once
 //! per backoff (from [`FIRST_BACKOFF`], doubled up to [`MAX_BACKOFF`]) so that a database that is down costs each
 //! call an immediate error, not a connection timeout. Connections get short timeouts unless the URL sets its own.
+//!
+//! TLS (over TCP; a unix socket never uses it) follows the URL's `sslmode`: `prefer` (the default) uses it when the
+//! server offers it, `require` insists, `disable` never. The server's certificate is always verified, against the
+//! system's authorities (`SSL_CERT_FILE` or `SSL_CERT_DIR` name others), and must name the host: a database reached
+//! over TLS is the one the URL names, or the connection fails saying why.
 
 use std::time::{Duration, Instant};
 
+use postgres::Config;
 use postgres::error::SqlState;
-use postgres::{Config, NoTls};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::session::Session;
 
@@ -21,9 +27,27 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long sent data may go unacknowledged before a TCP connection counts as lost, unless the URL says.
 const TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// TLS with the system's authorities (and those `SSL_CERT_FILE`/`SSL_CERT_DIR` name); none found leaves TLS
+/// connections failing on the certificate, which the error says.
+fn tls_config() -> Result<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    let found = rustls_native_certs::load_native_certs();
+    for error in &found.errors {
+        tracing::debug!(%error, "a system certificate authority could not be loaded");
+    }
+    let (added, _ignored) = roots.add_parsable_certificates(found.certs);
+    tracing::debug!(added, "certificate authorities for the history database's TLS");
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::History { message: format!("cannot set up TLS for the history database: {e}") })?;
+    Ok(builder.with_root_certificates(roots).with_no_client_auth())
+}
+
 /// The connection, or what is known of the last attempt to make one.
 pub(super) struct Link {
     config: Config,
+    tls: MakeRustlsConnect,
     location: String,
     client: Option<Session>,
     /// No attempt to connect before this (after a failed one).
@@ -34,7 +58,7 @@ pub(super) struct Link {
 }
 
 impl Link {
-    pub(super) fn new(mut config: Config, location: String) -> Self {
+    pub(super) fn new(mut config: Config, location: String) -> Result<Self> {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
@@ -44,7 +68,8 @@ impl Link {
         if config.get_application_name().is_none() {
             config.application_name("sandlot");
         }
-        Self { config, location, client: None, next_attempt: None, backoff: FIRST_BACKOFF, lost: false }
+        let tls = MakeRustlsConnect::new(tls_config()?);
+        Ok(Self { config, tls, location, client: None, next_attempt: None, backoff: FIRST_BACKOFF, lost: false })
     }
 
     /// Runs `query` (see `Postgres::call`).
@@ -97,7 +122,7 @@ impl Link {
                     ),
                 });
             }
-            match self.config.connect(NoTls) {
+            match self.config.connect(self.tls.clone()) {
                 Ok(client) => {
                     if self.lost {
                         tracing::info!(database = %self.location, "connected to the history database again");

@@ -47,7 +47,7 @@ impl Postgres {
     pub(super) fn connect_with(config: postgres::Config) -> Result<Self> {
         let location = link::describe(&config);
         let (jobs, queue) = mpsc::channel::<Job>();
-        let mut link = Link::new(config, location.clone());
+        let mut link = Link::new(config, location.clone())?;
         std::thread::Builder::new()
             .name("sandlot-history".into())
             .spawn(move || {
