@@ -15,6 +15,7 @@ import { createServer } from "node:http";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
 import { startSandlot, stopSandlot } from "../sandlot-server.mjs";
+import { slowCode } from "./slow-code.mjs";
 
 const here = import.meta.dirname;
 const artifacts = join(here, "artifacts");
@@ -27,26 +28,8 @@ let page;
 const foreignRequests = []; // anything requested from another origin than the host page's (nothing may be)
 const errors = [];
 
-// Prints four lines 1.5 s apart (one more on stderr), then writes a small valid PNG (zlib + struct) and a CSV with
-// markup in a cell.
-const SLOW_CODE = `import struct, sys, time, zlib
-
-def png(width, height, rgb):
-    def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-    rows = b"".join(b"\\x00" + bytes(rgb) * width for _ in range(height))
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\\x89PNG\\r\\n\\x1a\\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
-
-for i in range(1, 5):
-    print(f"line {i}", flush=True)
-    time.sleep(1.5)
-print("a note on stderr", file=sys.stderr, flush=True)
-with open("out.png", "wb") as f:
-    f.write(png(60, 40, (220, 60, 40)))
-with open("out.csv", "w") as f:
-    f.write("x,y\\n1,2\\n3,<b>4</b>\\n")
-`;
+// A 60x40 PNG, and a CSV with markup in a cell (which the view must show as text).
+const SLOW_CODE = slowCode({ width: 60, height: 40, csv: "x,y\n1,2\n3,<b>4</b>\n" });
 
 /** The host's backend: its page, and /mcp forwarded to sandlot with the token. */
 function startHost(base) {

@@ -14,6 +14,7 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
 import { startSandlot, stopSandlot } from "../sandlot-server.mjs";
+import { slowCode } from "./slow-code.mjs";
 
 const here = import.meta.dirname;
 const artifacts = join(here, "artifacts");
@@ -26,25 +27,7 @@ let page;
 const foreignRequests = []; // anything the page fetched from another origin (it must fetch nothing)
 const pageErrors = [];
 
-// Prints four lines 0.6 s apart (one more on stderr), then writes a tiny valid PNG (zlib + struct) and a CSV.
-const SLOW_CODE = `import struct, sys, time, zlib
-
-def png(width, height, rgb):
-    def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-    rows = b"".join(b"\\x00" + bytes(rgb) * width for _ in range(height))
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\\x89PNG\\r\\n\\x1a\\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
-
-for i in range(1, 5):
-    print(f"line {i}", flush=True)
-    time.sleep(1.5)
-print("a note on stderr", file=sys.stderr, flush=True)
-with open("out.png", "wb") as f:
-    f.write(png(6, 4, (220, 60, 40)))
-with open("out.csv", "w") as f:
-    f.write("x,y\\n1,2\\n")
-`;
+const SLOW_CODE = slowCode({ width: 6, height: 4, csv: "x,y\n1,2\n" });
 
 const LONG_CODE = `import time
 for i in range(600):
