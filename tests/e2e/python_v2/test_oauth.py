@@ -71,6 +71,15 @@ def test_a_token_for_this_resource_runs_code_as_its_subject(oauth_server, author
     record = httpx.get(f"{oauth_server.base_url}/v1/runs/{result['runId']}",
                        headers={"Authorization": f"Bearer {token}"}).json()
     assert record["caller"] == SUBJECT, record
+    # Another subject sees none of it; with the admin scope, it sees every tenant's runs.
+    def listed(token):
+        response = httpx.get(f"{oauth_server.base_url}/v1/runs", params={"conversationId": "oauth"},
+                             headers={"Authorization": f"Bearer {token}"})
+        assert response.status_code == 200, response.text
+        return [run["id"] for run in response.json()["runs"]]
+    assert listed(authorization_server.mint(oauth_server.mcp_url, subject="someone-else")) == []
+    admin = authorization_server.mint(oauth_server.mcp_url, subject="an-operator", scope="sandlot:admin")
+    assert listed(admin) == [result["runId"]]
 
 
 @pytest.mark.parametrize("case", ["another audience", "expired", "another issuer", "unknown key"])
