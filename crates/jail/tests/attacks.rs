@@ -286,7 +286,8 @@ print("netns", os.readlink("/proc/self/ns/net"))
     // root): the second run must be just as closed, and another conversation must get a namespace of its own. A
     // Python run in a prepared sandbox has the new one its sandbox was built with, as every run on the other paths
     // has (freed when it ends, so its inode number may come again): only "not the host's" is checked for those. The
-    // shell's `readlink` says which namespace a run built on the path has.
+    // shell's `readlink` says which namespace a run built on the path has. A namespace is given back once its run's
+    // sandbox is gone, off the run's path: the test waits for that, as a conversation's next call usually does.
     let expected = "host-loopback ConnectionRefusedError\ndns gaierror\ninterfaces ['lo']\nroutes 0\nown-loopback hi\n";
     let mut namespaces = Vec::new();
     for conversation in ["net-a", "net-a", "net-b"] {
@@ -294,9 +295,11 @@ print("netns", os.readlink("/proc/self/ns/net"))
         let (probes, netns) = report.outcome.stdout.split_once("netns ").unwrap_or_default();
         check_eq(probes, expected, &format!("network probes in {conversation}\n{}", describe(&report)))?;
         namespaces.push(netns.trim().to_owned());
+        check(!path.keeps_netns() || sandbox.wait_until_released(), || "a run's sandbox was not let go of".into())?;
         let report = sandbox.run(conversation, Language::Bash, "readlink /proc/self/ns/net");
         check(report.outcome.success(), || describe(&report))?;
         namespaces.push(report.outcome.stdout.trim().to_owned());
+        check(!path.keeps_netns() || sandbox.wait_until_released(), || "a run's sandbox was not let go of".into())?;
     }
     let namespaces: Vec<String> = namespaces.into_iter().skip(1).step_by(2).collect(); // the shell's
     if path.keeps_netns() {
@@ -320,20 +323,27 @@ fn a_kept_network_namespace_holds_nothing_of_the_last_run() -> Result<(), Failed
         "(setsid python3 -c \"{listen}\" &); for i in $(seq 3000); do [ -e /tmp/listening ] && break; sleep 0.02; done; \
          [ -e /tmp/listening ] && echo listening"
     );
-    let report = sandbox.run("kept-net", Language::Bash, &first);
-    check_eq(report.outcome.stdout.as_str(), "listening\n", &describe(&report))?;
+    let report = sandbox.run("kept-net", Language::Bash, &format!("{first}; readlink /proc/self/ns/net"));
+    let (listening, first_netns) = report.outcome.stdout.split_once('\n').unwrap_or_default();
+    check_eq(listening, "listening", &describe(&report))?;
+    check(sandbox.wait_until_released(), || "the first run's sandbox was not let go of".into())?;
+    // The second run is built on the path (a shell), so it joins the kept namespace: checked, or it proves nothing.
     let second = r#"
 import socket
 try:
     socket.create_connection(("127.0.0.1", 8765), timeout=2)
-    print("the last run's listener is alive")
+    print("the listener of the last run is alive")
 except OSError as e:
     print(type(e).__name__)
 s = socket.socket(); s.bind(("127.0.0.1", 8765)); s.listen()
 print("bound")
 "#;
-    let report = sandbox.run("kept-net", Language::Python, second);
-    check_eq(report.outcome.stdout.as_str(), "ConnectionRefusedError\nbound\n", &describe(&report))
+    let report = sandbox.run("kept-net", Language::Bash, &format!("python3 -c '{second}'; readlink /proc/self/ns/net"));
+    check_eq(
+        report.outcome.stdout.as_str(),
+        &format!("ConnectionRefusedError\nbound\n{first_netns}"),
+        &describe(&report),
+    )
 }
 
 /// Runs `/bin/true` on the host every 100 ms while `during` runs and returns the slowest start.

@@ -159,6 +159,8 @@ pub struct JailBackend {
     live_pool: Option<Arc<LivePool>>,
     /// Runs in flight now (the prepared pool builds none while the machine is busy).
     in_flight: Arc<std::sync::atomic::AtomicUsize>,
+    /// Runs that have answered but whose sandbox is still being let go of (its slot, uid and network namespace).
+    releasing: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl JailBackend {
@@ -252,6 +254,7 @@ impl JailBackend {
         };
         Ok(Self {
             in_flight,
+            releasing: Arc::default(),
             config,
             launcher,
             netns,
@@ -325,6 +328,12 @@ impl JailBackend {
     pub fn prepared_inits(&self) -> Vec<i32> {
         let runs = self.prepared.as_ref().map_or_else(Vec::new, |pool| pool.inits());
         runs.into_iter().chain(self.prepared_live_inits()).collect()
+    }
+
+    /// Runs that have answered but whose sandbox is still being let go of; a conversation's kept network namespace
+    /// is back in its pool once this is 0.
+    pub fn releasing(&self) -> usize {
+        self.releasing.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Warm inits waiting now.
@@ -460,7 +469,7 @@ impl Backend for JailBackend {
 
     async fn run(&self, job: Job, sink: &dyn OutputSink) -> sandlot_core::Result<RunOutcome> {
         tracing::debug!(run_id = job.run_id, "jail run requested");
-        let in_flight = InFlight::count(&self.in_flight);
+        let in_flight = Counted::count(Arc::clone(&self.in_flight));
         let outcome = self.run_counted(&job, sink).await;
         drop(in_flight);
         // The pool builds nothing while the machine is busy: once it is not, it fills up again.
@@ -544,11 +553,13 @@ impl JailBackend {
                 // process of the sandbox) is gone.
                 let (pool, workspace) = (self.netns.clone(), job.workspace.clone());
                 let held = network.clone();
+                let releasing = Counted::count(Arc::clone(&self.releasing));
                 tokio::spawn(run.release_then(move || {
                     if let (Some(pool), Some(netns)) = (pool, netns) {
                         pool.give_back(workspace, netns);
                     }
                     drop(held); // a leashed run's link, once nothing of the sandbox can use it
+                    drop(releasing);
                 }));
             }
         }
@@ -669,16 +680,17 @@ impl JailBackend {
 }
 
 /// One run counted in flight while it lives.
-struct InFlight<'a>(&'a std::sync::atomic::AtomicUsize);
+/// One in a count (runs in flight, runs being released) for as long as it lives.
+struct Counted(Arc<std::sync::atomic::AtomicUsize>);
 
-impl<'a> InFlight<'a> {
-    fn count(runs: &'a std::sync::atomic::AtomicUsize) -> Self {
-        runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Self(runs)
+impl Counted {
+    fn count(counter: Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self(counter)
     }
 }
 
-impl Drop for InFlight<'_> {
+impl Drop for Counted {
     fn drop(&mut self) {
         self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }

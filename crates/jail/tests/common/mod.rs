@@ -183,6 +183,12 @@ impl Sandbox {
         self.wait_for_pool(count, JailBackend::prepared_live_ready)
     }
 
+    /// Waits until every finished run's sandbox is let go of (at most a minute), so a conversation's kept network
+    /// namespace is back for its next run: whether they are.
+    pub fn wait_until_released(&self) -> bool {
+        self.wait_for_pool(1, |jail| usize::from(jail.releasing() == 0))
+    }
+
     /// Waits until `ready` says at least `count` (at most a minute): whether it does.
     fn wait_for_pool(&self, count: usize, ready: fn(&JailBackend) -> usize) -> bool {
         let Some(jail) = &self.jail else { return false };
