@@ -81,6 +81,11 @@ pub trait Backend: Send + Sync {
         Vec::new()
     }
 
+    /// Lets go of whatever the backend keeps for the conversation whose files directory is `workspace` between its
+    /// runs (a sandbox ready for its next run, and with it its hold on the conversation): the engine is about to
+    /// remove it. Returns once nothing of it holds the conversation any more.
+    async fn forget_conversation(&self, _workspace: &std::path::Path) {}
+
     /// The backend's live sandboxes (`session: true` runs), or `None` when it cannot keep a sandbox up.
     fn live(&self) -> Option<&dyn crate::LiveBackend> {
         None

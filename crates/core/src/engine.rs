@@ -738,6 +738,7 @@ impl Engine {
             return Err(busy()); // its live sandbox is in use, however quiet its files are
         }
         self.sessions.close(conversation, "its conversation was deleted").await;
+        self.backend.forget_conversation(&self.workspaces.files_dir(conversation)).await;
         if let Some(history) = self.history() {
             if history.has_live_runs(conversation)? {
                 return Err(busy());

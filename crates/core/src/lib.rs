@@ -90,6 +90,6 @@ pub use uploads::{MAX_UPLOADS_PER_CONVERSATION, Upload, UploadSize};
 pub use workspaces::{
     Budgeted, Claim, ConversationBounds, DEFAULT_FREE_SPACE_PERCENT, DEFAULT_MAX_CONVERSATIONS,
     DEFAULT_TENANT_MAX_CONVERSATIONS, DiskUsage, FileEntry, FileListing, MAX_VISITED_ENTRIES, PendingFile, Spent,
-    WalkEnd, WalkLimits, Workspaces, create_in_dir, directory_usage, hand_over, list_in_dir, open_in_dir,
-    validate_relative_path, validate_upload_path, write_in_dir,
+    WalkEnd, WalkLimits, Workspaces, create_in_dir, directory_usage, hand_over, hold_conversation, list_in_dir,
+    open_in_dir, validate_relative_path, validate_upload_path, write_in_dir,
 };

@@ -161,20 +161,8 @@ impl Workspaces {
     /// refuses the conversation, so a run never has its `/data` removed under it. Costs four system calls.
     pub fn try_claim(&self, id: &ConversationId) -> Result<Option<(PathBuf, Claim)>> {
         let files = self.prepare(id)?;
-        let conversation = self.root.join(id.as_str());
-        let dir = match lock_conversation(&conversation, rustix::fs::FlockOperation::NonBlockingLockShared)? {
-            Locked::Held(dir) => dir,
-            // Removed between `prepare` and here, or being removed: try again.
-            Locked::Missing | Locked::Busy => return Ok(None),
-        };
-        // The lock may be on a directory that was removed while this waited for it: it must still be the one at
-        // the path.
-        let held = rustix::fs::fstat(&dir).map_err(|e| Error::io("stat conversation", &conversation, e.into()))?;
-        match rustix::fs::stat(&conversation) {
-            Ok(now) if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino) => {}
-            Ok(_) | Err(rustix::io::Errno::NOENT) => return Ok(None),
-            Err(e) => return Err(Error::io("stat conversation", &conversation, e.into())),
-        }
+        // `None`: removed between `prepare` and here, or being removed: try again.
+        let Some(dir) = lock_shared(&self.root.join(id.as_str()))? else { return Ok(None) };
         let claim = Claim { dir };
         claim.touch();
         Ok(Some((files, claim)))
@@ -334,6 +322,33 @@ fn lock_conversation(conversation: &Path, lock: rustix::fs::FlockOperation) -> R
         Ok(()) => Ok(Locked::Held(dir)),
         Err(rustix::io::Errno::WOULDBLOCK) => Ok(Locked::Busy),
         Err(e) => Err(Error::io("lock conversation directory", conversation, e.into())),
+    }
+}
+
+/// A shared hold on the conversation whose files directory is `files` (a run's [`crate::Job::workspace`] in
+/// sandlot's layout), as a run's [`Claim`] holds it but without marking it used: while it is kept the conversation
+/// is neither removed nor its disk image unmounted. `None` when the conversation is gone or being removed. For a
+/// backend that keeps a sandbox ready for a conversation's next run, which lets go when the engine asks (see
+/// [`crate::Backend::forget_conversation`]).
+pub fn hold_conversation(files: &Path) -> Result<Option<OwnedFd>> {
+    match files.parent() {
+        Some(conversation) if files.file_name().is_some_and(|name| name == "files") => lock_shared(conversation),
+        _ => Ok(None),
+    }
+}
+
+/// A shared lock on `conversation` (`<root>/<id>`), if it can be had now and is on the directory at that path
+/// (the lock may be on one removed while this waited for it).
+fn lock_shared(conversation: &Path) -> Result<Option<OwnedFd>> {
+    let dir = match lock_conversation(conversation, rustix::fs::FlockOperation::NonBlockingLockShared)? {
+        Locked::Held(dir) => dir,
+        Locked::Missing | Locked::Busy => return Ok(None),
+    };
+    let held = rustix::fs::fstat(&dir).map_err(|e| Error::io("stat conversation", conversation, e.into()))?;
+    match rustix::fs::stat(conversation) {
+        Ok(now) if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino) => Ok(Some(dir)),
+        Ok(_) | Err(rustix::io::Errno::NOENT) => Ok(None),
+        Err(e) => Err(Error::io("stat conversation", conversation, e.into())),
     }
 }
 
