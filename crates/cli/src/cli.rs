@@ -502,6 +502,10 @@ pub struct SandboxArgs {
     /// calls, each with its Python driver already forked and waiting (see docs/security.md). 0: none.
     #[arg(long, env = "SANDLOT_PREPARED_LIVE_SANDBOXES", default_value_t = 1, value_parser = clap::value_parser!(u64).range(0..=64))]
     pub prepared_live_sandboxes: u64,
+    /// Sandboxes a server (as root) keeps built for conversations' next JavaScript and TypeScript runs, Node already
+    /// started in each: built once such a run's sandbox is gone, kept 30 s (see docs/security.md). 0: none.
+    #[arg(long, env = "SANDLOT_AHEAD_SANDBOXES", default_value_t = 4, value_parser = clap::value_parser!(u64).range(0..=64))]
+    pub ahead_sandboxes: u64,
     /// A conversation's live sandbox (its `session: true` calls') ends after this many seconds without a call.
     #[arg(long, env = "SANDLOT_SANDBOX_IDLE_SECS", default_value_t = sandlot_core::DEFAULT_SANDBOX_IDLE.as_secs(), value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_SECS))]
     pub sandbox_idle_secs: u64,

@@ -15,9 +15,9 @@ mod supervisor;
 mod sys;
 
 pub use supervisor::{
-    CgroupSupport, Check, CheckStatus, DEFAULT_UIDS, EgressHandle, Error, ForkedInit, HostRunner, JailBackend,
-    JailConfig, ProcessModel, RefusedRunner, Result, RunnerOverrides, SKELETON_DIR_NAME, UidRange, diagnose,
-    discover_runners, protected_dirs, screen_runners,
+    AHEAD_IDLE, CgroupSupport, Check, CheckStatus, DEFAULT_UIDS, EgressHandle, Error, ForkedInit, HostRunner,
+    JailBackend, JailConfig, ProcessModel, RefusedRunner, Result, RunnerOverrides, SKELETON_DIR_NAME, UidRange,
+    diagnose, discover_runners, protected_dirs, screen_runners,
 };
 
 /// Becomes the zygote when the process was started as one (`argv[1]` is [`protocol::ZYGOTE_SUBCOMMAND`]), and never

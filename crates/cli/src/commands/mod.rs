@@ -53,6 +53,7 @@ pub fn jail_backend(
     config.python_preload = (server && serves && sandbox.python_template).then_some(preload);
     config.prepared_sandboxes = sandbox.prepared_sandboxes as usize;
     config.prepared_live_sandboxes = sandbox.prepared_live_sandboxes as usize;
+    config.ahead_sandboxes = if server && serves { sandbox.ahead_sandboxes as usize } else { 0 };
     config.skeleton_dir = server.then(|| sandbox.root.join(sandlot_jail::SKELETON_DIR_NAME));
     config.data_root = Some(sandbox.root.clone());
     config.tune_cgroups = sandbox.tune_cgroups;

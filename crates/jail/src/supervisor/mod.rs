@@ -3,6 +3,8 @@
 //! per run), the deadline, the disk quota, output caps and the final kill (see [`run::Run`]). It also keeps live
 //! sandboxes, which stay up between calls ([`live`]).
 
+mod ahead;
+mod ahead_pool;
 mod cgroup;
 mod check;
 mod child;
@@ -55,6 +57,8 @@ pub use runners::{
 pub use uids::{DEFAULT_UIDS, UidRange};
 
 use crate::protocol::{HeldLock, Identity, InitEvent, SkeletonRequest};
+use ahead_pool::AheadPool;
+pub use ahead_pool::IDLE as AHEAD_IDLE;
 use ending::{Evidence, Waited};
 use idmapped_trees::IdmappedTrees;
 use launch::Launcher;
@@ -107,6 +111,9 @@ pub struct JailConfig {
     pub prepared_sandboxes: usize,
     /// Live sandboxes kept prepared for conversations' first `session` calls (servers as root; see `live_pool`).
     pub prepared_live_sandboxes: usize,
+    /// Sandboxes kept built, Node started, for conversations' next JavaScript and TypeScript runs (servers as root;
+    /// see `ahead`).
+    pub ahead_sandboxes: usize,
     /// The server's egress, for leashed runs (servers as root; see `leashed`); `None`: loopback only.
     pub egress: Option<EgressHandle>,
 }
@@ -129,6 +136,7 @@ impl JailConfig {
             python_preload: None,
             prepared_sandboxes: 0,
             prepared_live_sandboxes: 0,
+            ahead_sandboxes: 0,
             egress: None,
         }
     }
@@ -157,6 +165,8 @@ pub struct JailBackend {
     live_maker: Option<Arc<LiveMaker>>,
     /// Live sandboxes prepared for conversations' first `session` calls (servers as root; see `live_pool`).
     live_pool: Option<Arc<LivePool>>,
+    /// Sandboxes built for conversations' next Node runs (servers as root; see `ahead`).
+    ahead: Option<Arc<AheadPool>>,
     /// Runs in flight now (the prepared pool builds none while the machine is busy).
     in_flight: Arc<std::sync::atomic::AtomicUsize>,
     /// Runs that have answered but whose sandbox is still being let go of (its slot, uid and network namespace).
@@ -226,6 +236,21 @@ impl JailBackend {
             }
             _ => None,
         };
+        let node = runners.iter().find(|r| r.language == Language::JavaScript);
+        let ahead = match (&launcher, node) {
+            (Launcher::Server(inits), Some(node)) if root && config.ahead_sandboxes > 0 => {
+                let builder = ahead::Builder {
+                    inits: Arc::clone(inits),
+                    uids: Arc::clone(&uids),
+                    cgroups: Arc::clone(&cgroups),
+                    netns: netns.clone(),
+                    storage_uid,
+                    node: node.program.clone(),
+                };
+                Some(AheadPool::new(builder, config.ahead_sandboxes, Arc::clone(&in_flight)))
+            }
+            _ => None,
+        };
         let live_maker = match &launcher {
             Launcher::Server(inits) => Some(Arc::new(LiveMaker {
                 inits: Arc::clone(inits),
@@ -253,6 +278,7 @@ impl JailBackend {
             _ => None,
         };
         Ok(Self {
+            ahead,
             in_flight,
             releasing: Arc::default(),
             config,
@@ -323,11 +349,18 @@ impl JailBackend {
         self.prepared.as_ref().map_or(0, |pool| pool.len())
     }
 
-    /// The host pids of the inits of the sandboxes prepared or being prepared, for stateless runs and live sandboxes
-    /// (each the parent of its sandbox's pid 1): processes that belong to no run yet.
+    /// The host pids of the inits of the sandboxes prepared or being prepared, for stateless runs, live sandboxes
+    /// and conversations' next Node runs (each the parent of its sandbox's pid 1): processes that belong to no run
+    /// yet.
     pub fn prepared_inits(&self) -> Vec<i32> {
         let runs = self.prepared.as_ref().map_or_else(Vec::new, |pool| pool.inits());
-        runs.into_iter().chain(self.prepared_live_inits()).collect()
+        let ahead = self.ahead.as_ref().map_or_else(Vec::new, |pool| pool.inits());
+        runs.into_iter().chain(self.prepared_live_inits()).chain(ahead).collect()
+    }
+
+    /// Sandboxes waiting now, Node started, for conversations' next runs (see `ahead`).
+    pub fn ahead_ready(&self) -> usize {
+        self.ahead.as_ref().map_or(0, |pool| pool.len())
     }
 
     /// Runs that have answered but whose sandbox is still being let go of; a conversation's kept network namespace
@@ -399,6 +432,16 @@ impl Backend for JailBackend {
         }
         if let Some(pool) = &self.live_pool {
             pool.close().await;
+        }
+        if let Some(pool) = &self.ahead {
+            pool.close().await;
+        }
+    }
+
+    /// Ends the sandbox waiting for the conversation's next run, if any.
+    async fn forget_conversation(&self, workspace: &std::path::Path) {
+        if let Some(pool) = &self.ahead {
+            pool.forget(workspace).await;
         }
     }
 
@@ -525,13 +568,27 @@ impl JailBackend {
         let leashed_job = network.as_ref().map(|network| leashed::with_proxy_environment(job, network));
         let job = leashed_job.as_ref().unwrap_or(job);
         let prepared = if network.is_none() { self.take_prepared(job, runner, may_fork) } else { None };
-        let started = match (prepared, &self.prepared) {
-            (Some(prepared), Some(pool)) => match prepared.run(job, runner, pool.builder().trees(), sink).await {
+        let ahead = match (&prepared, &self.ahead) {
+            (None, Some(pool)) if pool.fits(job, runner) => pool.take(&job.workspace).map(|ahead| (pool, ahead)),
+            _ => None,
+        };
+        let started = match (prepared, &self.prepared, ahead) {
+            (Some(prepared), Some(pool), _) => match prepared.run(job, runner, pool.builder().trees(), sink).await {
                 Ok((run, finished)) => (run, finished, None),
                 Err((prepared, why)) => {
                     // Nothing of the run reached the sandbox: it runs in one built now.
                     tracing::debug!(run_id = job.run_id, "a prepared sandbox could not take the run: {why}");
                     prepared.discard();
+                    self.build_and_execute(job, runner, sink, may_fork, None).await?
+                }
+            },
+            (_, _, Some((pool, ahead))) => match ahead.run(job, runner, sink, self.netns.is_some()).await {
+                Ok(started) => started,
+                Err((ahead, why)) => {
+                    // Nothing of the run reached it: it runs in a sandbox built now.
+                    tracing::debug!(run_id = job.run_id, "an ahead sandbox could not take the run: {why}");
+                    let pool = Arc::clone(pool);
+                    tokio::spawn(async move { pool.end(ahead).await });
                     self.build_and_execute(job, runner, sink, may_fork, None).await?
                 }
             },
@@ -554,11 +611,21 @@ impl JailBackend {
                 let (pool, workspace) = (self.netns.clone(), job.workspace.clone());
                 let held = network.clone();
                 let releasing = Counted::count(Arc::clone(&self.releasing));
+                // The conversation's next Node run gets a sandbox built once this one's is gone (see `ahead`).
+                let next = self.ahead.as_ref().filter(|pool| pool.fits(job, runner)).map(|pool| {
+                    let mut next = job.clone();
+                    next.code.clear();
+                    next.stdin.clear();
+                    (Arc::clone(pool), next, runner.clone())
+                });
                 tokio::spawn(run.release_then(move || {
                     if let (Some(pool), Some(netns)) = (pool, netns) {
                         pool.give_back(workspace, netns);
                     }
                     drop(held); // a leashed run's link, once nothing of the sandbox can use it
+                    if let Some((pool, job, runner)) = next {
+                        pool.prepare_next(&job, &runner);
+                    }
                     drop(releasing);
                 }));
             }
@@ -679,7 +746,6 @@ impl JailBackend {
     }
 }
 
-/// One run counted in flight while it lives.
 /// One in a count (runs in flight, runs being released) for as long as it lives.
 struct Counted(Arc<std::sync::atomic::AtomicUsize>);
 

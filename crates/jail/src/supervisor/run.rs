@@ -126,9 +126,45 @@ impl Run {
         capture_netns: bool,
         forked: Option<ForkInto<'_>>,
     ) -> Result<Finished> {
+        let frame = spec_frame(spec)?;
+        self.drive(pipes, frame, spec, job, sink, capture_netns, forked).await
+    }
+
+    /// Sends `spec` now, so that its sandbox is built and its program started before its run comes (see `ahead`);
+    /// [`Run::execute_sent`] runs it.
+    pub async fn send_spec(&mut self, pipes: &mut InitPipes, spec: &JailSpec) -> Result<()> {
+        let frame = spec_frame(spec)?;
+        pipes.stdin.write_all(&frame).await.map_err(|e| Error::io("send an ahead sandbox its spec", e))
+    }
+
+    /// Runs `job` to its end in a sandbox whose spec was sent ahead: `input` reaches its program's stdin before the
+    /// job's own. `spec` is the run's as built on its path.
+    pub async fn execute_sent(
+        &mut self,
+        pipes: InitPipes,
+        input: Vec<u8>,
+        spec: &JailSpec,
+        job: &Job,
+        sink: &dyn OutputSink,
+        capture_netns: bool,
+    ) -> Result<Finished> {
+        self.drive(pipes, input, spec, job, sink, capture_netns, None).await
+    }
+
+    /// [`Run::execute`] once `first` (the spec's frame, or an ahead sandbox's input) is known: writes it on the
+    /// init's stdin, then the job's input, and drives the run to its end.
+    #[allow(clippy::too_many_arguments)] // execute's, and what it sends first
+    async fn drive(
+        &mut self,
+        pipes: InitPipes,
+        first: Vec<u8>,
+        spec: &JailSpec,
+        job: &Job,
+        sink: &dyn OutputSink,
+        capture_netns: bool,
+        forked: Option<ForkInto<'_>>,
+    ) -> Result<Finished> {
         let started = Instant::now();
-        let spec_json = serde_json::to_vec(spec).map_err(|e| Error::io("encode spec", e.into()))?;
-        let frame = frame(&spec_json); // in one write: a second would wake the init a second time
         let InitPipes { mut stdin, stdout, stderr, events } = pipes;
         let (stdout, stderr, program_stdin, mut forked_stdio) = match forked {
             None => (stdout, stderr, None, None),
@@ -142,7 +178,7 @@ impl Run {
         let (done_tx, mut done) = watch::channel(false);
         let feed = async move {
             // The program may exit without reading its input; a broken pipe then is not an error.
-            let _ = stdin.write_all(&frame).await;
+            let _ = stdin.write_all(&first).await;
             sandlot_core::marks::mark("c.spec_sent");
             match program_stdin {
                 None => {
@@ -239,10 +275,9 @@ impl Run {
 
     /// Sends a prepared sandbox's `spec` and waits until its pid 1 waits for the program and its pid is known.
     pub async fn prepare(&mut self, pipes: InitPipes, spec: &JailSpec) -> Result<ReadySandbox> {
-        let spec_json = serde_json::to_vec(spec).map_err(|e| Error::io("encode spec", e.into()))?;
         // The init's own stdout and stderr carry nothing: a forked program has pipes of its own.
         let InitPipes { mut stdin, events, .. } = pipes;
-        stdin.write_all(&frame(&spec_json)).await.map_err(|e| Error::io("send a prepared sandbox its spec", e))?;
+        stdin.write_all(&spec_frame(spec)?).await.map_err(|e| Error::io("send a prepared sandbox its spec", e))?;
         let mut events = BufReader::new(events).lines();
         let mut ready = false;
         while !ready || self.pid1() == 0 {
@@ -370,6 +405,12 @@ impl Run {
             });
         }
     }
+}
+
+/// `spec` framed for the init, to be sent in one write (a second would wake the init a second time).
+fn spec_frame(spec: &JailSpec) -> Result<Vec<u8>> {
+    let json = serde_json::to_vec(spec).map_err(|e| Error::io("encode spec", e.into()))?;
+    Ok(frame(&json))
 }
 
 /// A forked run's own pipes: the supervisor's ends (stdout, stderr, stdin) and the program's (stdin, stdout, stderr).

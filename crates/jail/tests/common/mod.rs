@@ -162,6 +162,7 @@ impl Sandbox {
         config.python_preload = Some(vec![]); // Python runs forked from a template, as a server's are
         config.prepared_sandboxes = 2; // and from its prepared sandboxes, as a server's default
         config.prepared_live_sandboxes = 1; // a conversation's first session call too
+        config.ahead_sandboxes = 4; // and conversations' next Node runs
         configure(&mut config);
         let backend = Arc::new(JailBackend::new(config).expect("the native backend"));
         assert!(backend.wait_for_templates(Duration::from_secs(60)), "the Python template did not start");
@@ -286,6 +287,10 @@ impl Sandbox {
 impl Drop for Sandbox {
     /// The conversations' images are unmounted (as a server does at shutdown), so the temporary root can go.
     fn drop(&mut self) {
+        if let Some(jail) = &self.jail {
+            // Its sandboxes kept for conversations' next runs hold their conversations: ended first.
+            self.runtime.block_on(sandlot_core::Backend::abort_all(jail.as_ref()));
+        }
         self.engine.workspaces().unmount_images();
     }
 }

@@ -1,0 +1,253 @@
+//! Node runs in ahead sandboxes (built for a conversation's next JavaScript or TypeScript run once its last one is
+//! over, Node already started and waiting in them): the run is still a fresh sandbox with nothing of an earlier
+//! run, its input, environment and module exactly a built run's, confined as a built run is; a sandbox serves its
+//! own conversation only, and only a run of its shape; one whose Node died is never used; deleting the
+//! conversation lets it go; an idle one ends; with the pool off runs go on as before. The harness keeps the
+//! server's default pool (`common::Sandbox::with_engine_config`), so the jail's other tests run their Node through
+//! it too, whenever one is ready.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::{SETTLE, Sandbox, check, check_eq, describe};
+use libtest_mimic::Failed;
+use sandlot_core::{ConversationId, Language, RunRequest};
+
+fn main() {
+    common::main(vec![
+        ("a_next_run_served_ahead_is_a_fresh_sandbox", a_next_run_served_ahead_is_a_fresh_sandbox),
+        ("an_ahead_run_is_the_run_a_built_one_is", an_ahead_run_is_the_run_a_built_one_is),
+        ("an_ahead_run_is_confined_as_a_built_one", an_ahead_run_is_confined_as_a_built_one),
+        ("an_ahead_sandbox_serves_its_own_conversation_only", an_ahead_sandbox_serves_its_own_conversation_only),
+        ("a_run_of_another_shape_is_not_served_ahead", a_run_of_another_shape_is_not_served_ahead),
+        ("typescript_is_served_ahead_too", typescript_is_served_ahead_too),
+        ("an_ahead_sandbox_whose_node_died_is_never_used", an_ahead_sandbox_whose_node_died_is_never_used),
+        ("deleting_the_conversation_lets_its_sandbox_go", deleting_the_conversation_lets_its_sandbox_go),
+        ("an_idle_ahead_sandbox_ends", an_idle_ahead_sandbox_ends),
+        ("with_the_pool_off_runs_go_on_as_before", with_the_pool_off_runs_go_on_as_before),
+    ]);
+}
+
+/// JavaScript that prints whether its Node was started ahead of its run ("ahead": it has been up for longer than
+/// a run's start takes) or for it ("built now").
+const AHEAD_PROBE: &str = "console.log(process.uptime() > 0.2 ? 'ahead' : 'built now');";
+
+/// Waits until an ahead sandbox is ready and settled (its Node waiting, older than the probe's bound).
+fn wait_for_ahead(sandbox: &Sandbox) -> Result<(), Failed> {
+    let jail = sandbox.jail.as_ref().expect("a native backend");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while jail.ahead_ready() == 0 {
+        check(std::time::Instant::now() < deadline, || "no sandbox was built ahead".into())?;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(SETTLE);
+    Ok(())
+}
+
+/// Runs `request`'s code after the probe; whether it ran ahead, and the rest of its output.
+fn run_probed(sandbox: &Sandbox, mut request: RunRequest) -> Result<(bool, String), Failed> {
+    request.code = format!("{AHEAD_PROBE}\n{}", request.code);
+    let report = sandbox.run_request(request);
+    check(report.outcome.success(), || describe(&report))?;
+    let (probe, rest) = report.outcome.stdout.split_once('\n').unwrap_or_default();
+    Ok((probe == "ahead", rest.to_owned()))
+}
+
+fn js(conversation: &str, code: &str) -> RunRequest {
+    RunRequest {
+        conversation_id: conversation.into(),
+        language: Language::JavaScript.as_str().into(),
+        code: code.into(),
+        ..RunRequest::default()
+    }
+}
+
+/// Runs `code` in `conversation` twice (the second run once the sandbox built for it waits): the two outputs.
+fn built_then_ahead(sandbox: &Sandbox, conversation: &str, code: &str) -> Result<(String, String), Failed> {
+    let (ahead, built) = run_probed(sandbox, js(conversation, code))?;
+    check(!ahead, || "a conversation's first run was served ahead".into())?;
+    wait_for_ahead(sandbox)?;
+    let (ahead, served) = run_probed(sandbox, js(conversation, code))?;
+    check(ahead, || format!("the next run was not served ahead: {served}"))?;
+    Ok((built, served))
+}
+
+fn a_next_run_served_ahead_is_a_fresh_sandbox() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let first = "const fs = require('fs'), cp = require('child_process');
+fs.writeFileSync('/tmp/left-behind', 'x');
+cp.spawn('sleep', ['30'], { detached: true, stdio: 'ignore' }).unref();
+console.log(Math.random());";
+    let later = "const fs = require('fs');
+console.log(fs.readdirSync('/tmp').sort().join(','));
+const sleeping = fs.readdirSync('/proc').filter((p) => /^[0-9]+$/.test(p))
+  .filter((p) => { try { return fs.readFileSync(`/proc/${p}/cmdline`, 'utf8').startsWith('sleep'); } catch { return false; } });
+console.log(JSON.stringify(sleeping));
+console.log(Math.random());";
+    let (first_ahead, first_random) = run_probed(&sandbox, js("fresh", first))?;
+    check(!first_ahead, || "the conversation's first run was served ahead".into())?;
+    wait_for_ahead(&sandbox)?;
+    let (ahead, out) = run_probed(&sandbox, js("fresh", later))?;
+    check(ahead, || format!("not served ahead: {out}"))?;
+    let lines: Vec<&str> = out.lines().collect();
+    check_eq(lines.first().copied(), Some("main.js"), "/tmp holds the run's code only")?;
+    check_eq(lines.get(1).copied(), Some("[]"), "no process of the earlier run")?;
+    check(lines.get(2).is_some_and(|random| *random != first_random.trim()), || "the same random state".into())
+}
+
+fn an_ahead_run_is_the_run_a_built_one_is() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    // What a program can see of how it was started: its arguments, options, environment, main module, input.
+    let code = "const fs = require('fs');
+console.log(JSON.stringify([process.argv, process.execArgv, process.env, require.main === module, __filename,
+  module.id, Object.keys(require.cache), process.cwd(), process.title]));
+console.log(fs.readFileSync(0).toString('hex'));";
+    let request = |conversation: &str| RunRequest {
+        stdin: b"line one\nline two\0\xff\xfe".to_vec(),
+        env: BTreeMap::from([("GREETING".into(), "hello".into())]),
+        ..js(conversation, code)
+    };
+    let (ahead, built) = run_probed(&sandbox, request("same-a"))?;
+    check(!ahead, || "a first run was served ahead".into())?;
+    wait_for_ahead(&sandbox)?;
+    let (ahead, served) = run_probed(&sandbox, request("same-a"))?;
+    check(ahead, || format!("not served ahead: {served}"))?;
+    check_eq(served.as_str(), built.as_str(), "what the program sees")?;
+    check(built.contains("\"GREETING\":\"hello\"") && !built.contains("NODE_OPTIONS"), || built.clone())?;
+    check(built.ends_with(&format!("{}\n", hex(b"line one\nline two\0\xff\xfe"))), || built.clone())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+fn an_ahead_run_is_confined_as_a_built_one() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let code = "const fs = require('fs'), cp = require('child_process');
+const wanted = ['Uid', 'Gid', 'Groups', 'CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb', 'NoNewPrivs', 'Seccomp'];
+for (const line of fs.readFileSync('/proc/self/status', 'utf8').split('\\n')) {
+  if (wanted.includes(line.split(':')[0])) console.log(line.split(/\\s+/).join(' '));
+}
+const main = fs.statSync('/tmp/main.js');
+console.log(process.cwd(), (main.mode & 0o7777).toString(8), main.uid, process.getuid());
+for (const path of ['/proc/self/comm', '/usr/planted', '/data/../planted', '/data/mine']) {
+  try { fs.writeFileSync(path, 'x'); console.log('wrote', path); } catch (e) { console.log(e.code, path); }
+}
+console.log(cp.execFileSync('sh', ['-c', 'mount -t tmpfs none /data 2>&1; echo $?']).toString().trim().split('\\n').pop());
+console.log(fs.readFileSync('/proc/self/cgroup', 'utf8').trim().split('\\n').pop());
+console.log(fs.readFileSync('/proc/self/cmdline', 'utf8').split('\\0').filter(Boolean).join(' '));";
+    let (built, served) = built_then_ahead(&sandbox, "confined", code)?;
+    check_eq(served.as_str(), built.as_str(), "the same confinement")?;
+    check(built.contains("CapEff: 0000000000000000") && built.contains("Seccomp: 2"), || built.clone())?;
+    check(built.contains("EACCES /proc/self/comm"), || format!("Landlock must refuse the write: {built}"))?;
+    check(built.contains("wrote /data/mine"), || format!("/data must be writable: {built}"))?;
+    check(!built.contains("wrote /usr") && !built.contains("wrote /data/.."), || built.clone())
+}
+
+fn an_ahead_sandbox_serves_its_own_conversation_only() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let write = "require('fs').writeFileSync('/data/mine.txt', 'a'); console.log('wrote');";
+    let look = "const fs = require('fs'); console.log(fs.readdirSync('/data').sort().join(',') || '-');";
+    check_eq(run_probed(&sandbox, js("own-a", write))?, (false, "wrote\n".into()), "conversation a's first run")?;
+    wait_for_ahead(&sandbox)?;
+    // Another conversation's run is built now, and sees nothing of a; a's sandbox still waits for a.
+    check_eq(run_probed(&sandbox, js("own-b", look))?, (false, "-\n".into()), "conversation b")?;
+    wait_for_ahead(&sandbox)?;
+    check_eq(run_probed(&sandbox, js("own-a", look))?, (true, "mine.txt\n".into()), "conversation a's next run")?;
+    check_eq(run_probed(&sandbox, js("own-b", look))?, (true, "-\n".into()), "conversation b's next run")
+}
+
+fn a_run_of_another_shape_is_not_served_ahead() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    check_eq(run_probed(&sandbox, js("shape", "console.log(1)"))?, (false, "1\n".into()), "the first run")?;
+    wait_for_ahead(&sandbox)?;
+    // Another timeout (so another CPU limit): its sandbox is not the one built; it is let go, and the run's own
+    // leaves one of its shape.
+    let shorter = RunRequest { timeout: Some(Duration::from_secs(5)), ..js("shape", "console.log(2)") };
+    check_eq(run_probed(&sandbox, shorter)?, (false, "2\n".into()), "a run of another timeout")?;
+    // A variable that changes how Node starts: built now, always.
+    wait_for_ahead(&sandbox)?;
+    let node_env = RunRequest {
+        env: BTreeMap::from([("NODE_OPTIONS".into(), "--max-old-space-size=64".into())]),
+        ..js("shape", "console.log(process.execArgv.length, process.env.NODE_OPTIONS)")
+    };
+    check_eq(run_probed(&sandbox, node_env)?, (false, "0 --max-old-space-size=64\n".into()), "a run with NODE_OPTIONS")
+}
+
+fn typescript_is_served_ahead_too() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let ts = |code: &str| RunRequest {
+        conversation_id: "typed".into(),
+        language: Language::TypeScript.as_str().into(),
+        code: format!("{AHEAD_PROBE}\n{code}"),
+        ..RunRequest::default()
+    };
+    let code = "const n: number = 6 * 7; console.log(n);";
+    let first = sandbox.run_request(ts(code));
+    check_eq(first.outcome.stdout.as_str(), "built now\n42\n", &describe(&first))?;
+    wait_for_ahead(&sandbox)?;
+    let next = sandbox.run_request(ts(code));
+    check_eq(next.outcome.stdout.as_str(), "ahead\n42\n", &describe(&next))
+}
+
+/// The Nodes waiting in ahead sandboxes.
+fn waiting_nodes() -> Vec<i32> {
+    common::prepared_processes()
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|line| line.starts_with(b"/usr/bin/node"))
+        })
+        .collect()
+}
+
+fn an_ahead_sandbox_whose_node_died_is_never_used() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    check_eq(run_probed(&sandbox, js("died", "console.log(1)"))?, (false, "1\n".into()), "the first run")?;
+    wait_for_ahead(&sandbox)?;
+    let nodes = waiting_nodes();
+    check_eq(nodes.len(), 1, "one Node waiting")?;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(nodes[0]), nix::sys::signal::Signal::SIGKILL)?;
+    std::thread::sleep(Duration::from_millis(200));
+    check_eq(run_probed(&sandbox, js("died", "console.log(2)"))?, (false, "2\n".into()), "the run after")
+}
+
+fn deleting_the_conversation_lets_its_sandbox_go() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let write = "require('fs').writeFileSync('/data/kept.txt', 'a'); console.log('wrote');";
+    check_eq(run_probed(&sandbox, js("deleted", write))?, (false, "wrote\n".into()), "the first run")?;
+    wait_for_ahead(&sandbox)?;
+    let id = ConversationId::parse("deleted").expect("id");
+    let deleted = sandbox.runtime.block_on(sandbox.engine.delete_conversation(&id));
+    check(deleted.is_ok(), || format!("the conversation could not be deleted: {deleted:?}"))?;
+    check_eq(sandbox.jail.as_ref().map(|jail| jail.ahead_ready()), Some(0), "no sandbox waits for it")?;
+    check_eq(waiting_nodes(), vec![], "Nodes waiting")?;
+    // Made again, the conversation is empty, and its first run built now.
+    let look = "console.log(require('fs').readdirSync('/data').join(',') || '-');";
+    check_eq(run_probed(&sandbox, js("deleted", look))?, (false, "-\n".into()), "the conversation made again")
+}
+
+fn an_idle_ahead_sandbox_ends() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    check_eq(run_probed(&sandbox, js("idle", "console.log(1)"))?, (false, "1\n".into()), "the first run")?;
+    wait_for_ahead(&sandbox)?;
+    let jail = sandbox.jail.as_ref().expect("a native backend");
+    let deadline = std::time::Instant::now() + sandlot_jail::AHEAD_IDLE + Duration::from_secs(30);
+    while jail.ahead_ready() > 0 {
+        check(std::time::Instant::now() < deadline, || "the idle sandbox was kept".into())?;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    check_eq(run_probed(&sandbox, js("idle", "console.log(2)"))?, (false, "2\n".into()), "the run after")
+}
+
+fn with_the_pool_off_runs_go_on_as_before() -> Result<(), Failed> {
+    let sandbox = Sandbox::with_config(|config| config.ahead_sandboxes = 0, |_| {});
+    for conversation in ["off-1", "off-1", "off-2"] {
+        std::thread::sleep(SETTLE);
+        check_eq(run_probed(&sandbox, js(conversation, "console.log('ran')"))?, (false, "ran\n".into()), "built")?;
+    }
+    check_eq(sandbox.jail.as_ref().map(|jail| jail.ahead_ready()), Some(0), "no sandbox built ahead")
+}
