@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """TypeScript at JavaScript's speed (issue 32): tools/call of console.log(1) over HTTP in TypeScript and in
 JavaScript against bare `node -e`, interleaved round-robin, with the ratios TypeScript/JavaScript and
-JavaScript/bare.
+JavaScript/bare. Each tools/call row has a conversation of its own, as an agent's calls do, so its runs after the
+first find their sandbox built ahead (SANDLOT_AHEAD_SANDBOXES); the last row is every conversation's first run.
 
 The server strips TypeScript itself (SANDLOT_TYPESCRIPT_MODE=strip, the default) and its TypeScript runner is
 pinned to a tsx that does not exist (SANDLOT_TYPESCRIPT=/nonexistent/tsx): a run that reached for tsx would fail, so
@@ -60,11 +61,13 @@ def main():
         connection = Connection(port, token)
         typescript_runner = runner_of(connection, "typescript")
         assert typescript_runner == NODE, f"TypeScript's runner is {typescript_runner}, not {NODE}"
+        firsts = (f"first-{n}" for n in range(10**9))
         rows = [
             ("bare node -e", lambda: spawn_and_wait([NODE, "-e", JAVASCRIPT], strip)),
-            ("JavaScript tools/call", lambda: connection.run_code_ms(JAVASCRIPT, "1\n", "javascript")),
-            ("TypeScript tools/call", lambda: connection.run_code_ms(TYPESCRIPT, "1\n", "typescript")),
-            ("TypeScript enum (source map)", lambda: connection.run_code_ms(ENUM, "1\n", "typescript")),
+            ("JavaScript tools/call", lambda: connection.run_code_ms(JAVASCRIPT, "1\n", "javascript", "js")),
+            ("TypeScript tools/call", lambda: connection.run_code_ms(TYPESCRIPT, "1\n", "typescript", "ts")),
+            ("TypeScript enum (source map)", lambda: connection.run_code_ms(ENUM, "1\n", "typescript", "enum")),
+            ("JavaScript, first run", lambda: connection.run_code_ms(JAVASCRIPT, "1\n", "javascript", next(firsts))),
         ]
         tsx = shutil.which("tsx", path="/usr/bin:/bin")
         if not args.no_tsx and tsx:

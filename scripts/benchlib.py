@@ -93,10 +93,11 @@ class Connection:
         data, self.buffer = self.buffer[:length], self.buffer[length:]
         return json.loads(data)
 
-    def run_code_ms(self, code="print(1)", expected_stdout="1\n", language="python"):
-        """Milliseconds for one `sandbox.run_code` tools/call of `code` in `language`, checking its stdout."""
+    def run_code_ms(self, code="print(1)", expected_stdout="1\n", language="python", conversation="bench"):
+        """Milliseconds for one `sandbox.run_code` tools/call of `code` in `language` in `conversation`, checking its
+        stdout."""
         call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "sandbox.run_code",
-                "arguments": {"conversationId": "bench", "language": language, "code": code}}}
+                "arguments": {"conversationId": conversation, "language": language, "code": code}}}
         start = time.perf_counter_ns()
         reply = self.call(call)
         elapsed = (time.perf_counter_ns() - start) / 1e6

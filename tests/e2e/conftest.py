@@ -28,13 +28,16 @@ SANDBOX_UIDS = f"{SANDBOX_UIDS_FIRST}-{SANDBOX_UIDS_FIRST + 999}"
 
 # The command line of a prepared sandbox's waiting child (SANDLOT_PREPARED_SANDBOXES): no run's yet.
 PREPARED = b"sandlot: a prepared sandbox, waiting for its run"
+# The preload of a Node waiting in a sandbox built for its conversation's next run (SANDLOT_AHEAD_SANDBOXES), there
+# until its run comes.
+AHEAD_PRELOAD = "tmp/.sandlot-ahead.js"
 
 
 def sandbox_processes():
     """Processes running as a sandbox of this test session (host uids SANDBOX_UIDS), but the jail's own (its inits
     and pid 1s, copies of the sandlot binary, which end right after a sandbox's programs and which a server also
     keeps in the sandboxes it prepares for runs to come) and those of a prepared sandbox (every process in the pid
-    namespace of a prepared child that waits for its run)."""
+    namespace of a prepared child, or of a Node built ahead, that waits for its run)."""
     found, prepared = [], set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -44,7 +47,7 @@ def sandbox_processes():
                 continue
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 command = f.read()
-            if command.startswith(PREPARED):
+            if command.startswith(PREPARED) or os.path.exists(f"/proc/{pid}/root/{AHEAD_PRELOAD}"):
                 prepared.add(os.readlink(f"/proc/{pid}/ns/pid"))
             if b"__jail-zygote" in command or not command:  # an init, or a pid 1 (which shares its init's memory)
                 continue
