@@ -169,29 +169,43 @@ fn a_run_of_another_shape_is_not_served_ahead() -> Result<(), Failed> {
     // leaves one of its shape.
     let shorter = RunRequest { timeout: Some(Duration::from_secs(5)), ..js("shape", "console.log(2)") };
     check_eq(run_probed(&sandbox, shorter)?, (false, "2\n".into()), "a run of another timeout")?;
-    // A variable that changes how Node starts: built now, always.
-    wait_for_ahead(&sandbox)?;
-    let node_env = RunRequest {
+    // Another environment (Node reads some of it only as it starts): built now, and the next run with the same
+    // environment served ahead, Node started with the run's options.
+    let options = |code: &str| RunRequest {
         env: BTreeMap::from([("NODE_OPTIONS".into(), "--max-old-space-size=64".into())]),
-        ..js("shape", "console.log(process.execArgv.length, process.env.NODE_OPTIONS)")
+        ..js("shape", code)
     };
-    check_eq(run_probed(&sandbox, node_env)?, (false, "0 --max-old-space-size=64\n".into()), "a run with NODE_OPTIONS")
+    let heap = "console.log(process.env.NODE_OPTIONS, require('v8').getHeapStatistics().heap_size_limit >> 20);";
+    wait_for_ahead(&sandbox)?;
+    let (ahead, built) = run_probed(&sandbox, options(heap))?;
+    check(!ahead, || "a run with other variables was served ahead".into())?;
+    check(built.starts_with("--max-old-space-size=64 "), || built.clone())?;
+    wait_for_ahead(&sandbox)?;
+    check_eq(run_probed(&sandbox, options(heap))?, (true, built), "the next run with the same variables")
 }
 
 fn typescript_is_served_ahead_too() -> Result<(), Failed> {
     let sandbox = Sandbox::new(|_| {});
-    let ts = |code: &str| RunRequest {
-        conversation_id: "typed".into(),
+    let ts = |conversation: &str, code: &str| RunRequest {
+        conversation_id: conversation.into(),
         language: Language::TypeScript.as_str().into(),
         code: format!("{AHEAD_PROBE}\n{code}"),
         ..RunRequest::default()
     };
-    let code = "const n: number = 6 * 7; console.log(n);";
-    let first = sandbox.run_request(ts(code));
-    check_eq(first.outcome.stdout.as_str(), "built now\n42\n", &describe(&first))?;
-    wait_for_ahead(&sandbox)?;
-    let next = sandbox.run_request(ts(code));
-    check_eq(next.outcome.stdout.as_str(), "ahead\n42\n", &describe(&next))
+    // Types stripped in place; and an enum, transformed, which runs with source maps (`NODE_OPTIONS`): its error
+    // names the TypeScript's line either way.
+    let stripped = "const n: number = 6 * 7; console.log(n);";
+    let transformed = "enum One { A = 1 }\nconsole.log(One.A);\nconsole.log(new Error('where').stack.split('\\n')[1]);";
+    for (conversation, code) in [("typed", stripped), ("typed-enum", transformed)] {
+        let first = sandbox.run_request(ts(conversation, code));
+        check(first.outcome.stdout.starts_with("built now\n"), || describe(&first))?;
+        check(code == stripped || first.outcome.stdout.contains("main.ts:4"), || describe(&first))?;
+        wait_for_ahead(&sandbox)?;
+        let next = sandbox.run_request(ts(conversation, code));
+        let expected = first.outcome.stdout.replacen("built now", "ahead", 1);
+        check_eq(next.outcome.stdout.as_str(), expected.as_str(), &describe(&next))?;
+    }
+    Ok(())
 }
 
 /// The Nodes waiting in ahead sandboxes.

@@ -10,7 +10,7 @@
 //! Invariants: an ahead sandbox serves one run of its conversation and is never reused; it holds the conversation
 //! as a run does (a shared lock: neither removed nor its image unmounted meanwhile), and lets go when asked or
 //! when idle too long; it is used only for a run whose spec, built on the path, would equal its own but for the
-//! code and environment, and only while its `/data` is still the directory at the conversation's path.
+//! code (the same environment too), and only while its `/data` is still the directory at the conversation's path.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
@@ -51,7 +51,7 @@ pub struct Builder {
 pub struct Ahead {
     run: Run,
     pipes: super::init_process::InitPipes,
-    /// The spec its run must have, built on the path, but for the code, environment and resources (see [`shape`]).
+    /// The spec its run must have, built on the path, but for the code and resources (see [`shape`]).
     shape: JailSpec,
     /// The conversation's files directory, and its device and inode when the sandbox got it.
     workspace: PathBuf,
@@ -70,14 +70,9 @@ pub type Taken = std::result::Result<(Run, Result<Finished>, Option<OwnedFd>), (
 
 impl Builder {
     /// Whether a run of `job` by `runner` may be served by an ahead sandbox (and may leave one for its next run): a
-    /// stateless run on this Node in sandlot's layout, with no volumes, no network and no `NODE_*` variable of its
-    /// own (those change how Node starts).
+    /// stateless run on this Node in sandlot's layout, with no volumes and no network.
     pub fn fits(&self, job: &Job, runner: &HostRunner) -> bool {
-        runner.program == self.node
-            && job.layout == Layout::Data
-            && job.mounts.is_empty()
-            && job.network.is_none()
-            && !job.env.keys().any(|name| name.starts_with("NODE_"))
+        runner.program == self.node && job.layout == Layout::Data && job.mounts.is_empty() && job.network.is_none()
     }
 
     /// Builds the sandbox `job`'s conversation's next run of its kind would get, Node started in it; tells
@@ -104,10 +99,16 @@ impl Builder {
             join_netns: kept_netns.as_ref().map(NetnsPool::path_of),
             workspace_tree: Some(HeldLock { holder_pid, fd: tree.as_raw_fd() }),
         };
+        // Node starts with the run's environment (so with its `NODE_*` variables, which change how Node starts), the
+        // preload first among its options.
         let mut spec = spec::build(job, runner, resources);
         spec.code = PRELOAD.to_owned();
         spec.code_path = PathBuf::from(PRELOAD_PATH);
-        spec.env.push(("NODE_OPTIONS".into(), format!("--require {PRELOAD_PATH}")));
+        let preload = format!("--require {PRELOAD_PATH}");
+        match spec.env.iter_mut().find(|(name, _)| name == "NODE_OPTIONS") {
+            Some((_, options)) => *options = format!("{preload} {options}"),
+            None => spec.env.push(("NODE_OPTIONS".into(), preload)),
+        }
         let give_back = |kept_netns: Option<OwnedFd>| {
             if let (Some(pool), Some(netns)) = (&self.netns, kept_netns) {
                 pool.give_back(job.workspace.clone(), netns);
@@ -185,9 +186,10 @@ fn identity_of(tree: &OwnedFd) -> std::io::Result<(u64, u64)> {
     Ok((stat.dev(), stat.ino()))
 }
 
-/// What of a run's spec an ahead sandbox was built for: all but its code and environment (which its run sends).
+/// What of a run's spec an ahead sandbox was built for: all but its code (which its run sends). Its environment
+/// too: Node started with it, and reads some of it only then (`NODE_OPTIONS`, `NODE_PATH`, ...).
 fn shape(spec: &JailSpec) -> JailSpec {
-    JailSpec { code: String::new(), env: Vec::new(), ..spec.clone() }
+    JailSpec { code: String::new(), ..spec.clone() }
 }
 
 /// What the preload reads on fd 0 before the run's own input: a 10-digit length, then the run's main module

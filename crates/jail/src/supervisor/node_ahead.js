@@ -1,9 +1,9 @@
 // sandlot: the preload of a Node started ahead of its conversation's next run (see `ahead.rs`). Node loads it
 // through `NODE_OPTIONS=--require` before the main module, in a sandbox built and confined as the run's. It waits on
 // fd 0 for its run: a 10-digit length, then that many bytes of JSON (`file`, `code`, `env`: name and value pairs, in order); whatever follows is
-// the run's own input, left unread. It writes the code to the main module's path, takes the run's environment
-// (`NODE_OPTIONS` goes with the rest), removes itself and returns: Node then loads the main module exactly as
-// `node <file>` does. End of input before a run: the sandbox was let go unused.
+// the run's own input, left unread. It writes the code to the main module's path, takes the run's environment (the
+// one Node started with, but `NODE_OPTIONS` without this preload), removes itself and returns: Node then loads the
+// main module exactly as `node <file>` does. End of input before a run: the sandbox was let go unused.
 'use strict';
 const fs = require('fs');
 
