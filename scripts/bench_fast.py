@@ -12,36 +12,11 @@ import os
 import tempfile
 import time
 
-from benchlib import (Connection, free_port, print_latency_table, round_robin, spawn_and_wait, start_server,
-                      stop_servers, wait_for_templates)
+from benchlib import (Connection, descendants, free_port, print_latency_table, pss_kib, round_robin, spawn_and_wait,
+                      start_server, stop_servers, wait_for_templates)
 
 SCIENTIFIC = "/opt/sandlot/python/bin/python3"
 PANDAS = "import pandas; print(pandas.__version__)"
-
-
-def pss_kib(pid):
-    """Proportional set size of one process (its share of pages it shares with others)."""
-    with open(f"/proc/{pid}/smaps_rollup") as rollup:
-        return next(int(line.split()[1]) for line in rollup if line.startswith("Pss:"))
-
-
-def descendants(pid):
-    """Pids of every process below `pid`."""
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-            children.setdefault(parent, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def command_of(pid):

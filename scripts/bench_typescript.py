@@ -19,7 +19,7 @@ import os
 import shutil
 import tempfile
 
-from benchlib import (Connection, free_port, percentile, print_latency_table, round_robin,
+from benchlib import (Connection, descendants, free_port, percentile, print_latency_table, pss_kib, round_robin,
                       spawn_and_wait, start_server, stop_servers)
 
 NODE = "/usr/bin/node"
@@ -87,8 +87,24 @@ def main():
         print(f"TypeScript/JavaScript: p50 {percentile(ts, 50) / percentile(js, 50):.2f}, "
               f"p95 {percentile(ts, 95) / percentile(js, 95):.2f}")
         print(json.dumps({name: round(percentile(s, 50), 2) for name, s in samples.items()}))
+        print()
+        print_ahead_memory(servers[0].pid)
     finally:
         stop_servers(servers, work)
+
+
+def print_ahead_memory(server):
+    """The PSS of each sandbox waiting, Node started, for its conversation's next run: its Node (the process whose
+    /tmp still holds the preload), its pid 1 and its init (Node's parent and grandparent on the host)."""
+    def parent(pid):
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[1])
+    nodes = [pid for pid in descendants(server) if os.path.exists(f"/proc/{pid}/root/tmp/.sandlot-ahead.js")]
+    for node in nodes:
+        pid1 = parent(node)
+        jail = pss_kib(pid1) + pss_kib(parent(pid1))
+        print(f"a sandbox waiting ahead (PSS, KiB): Node {pss_kib(node)}, its init and pid 1 {jail}")
+    print(f"sandboxes waiting ahead: {len(nodes)}")
 
 
 if __name__ == "__main__":

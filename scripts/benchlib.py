@@ -155,3 +155,28 @@ def remove_work(path):
     for point in sorted(below, key=len, reverse=True):
         subprocess.run(["umount", "--lazy", point], capture_output=True)
     shutil.rmtree(path, ignore_errors=True)
+
+
+def pss_kib(pid):
+    """Proportional set size of one process (its share of pages it shares with others)."""
+    with open(f"/proc/{pid}/smaps_rollup") as rollup:
+        return next(int(line.split()[1]) for line in rollup if line.startswith("Pss:"))
+
+
+def descendants(pid):
+    """Pids of every process below `pid`."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found

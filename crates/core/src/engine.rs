@@ -115,6 +115,8 @@ pub struct Engine {
     readiness: ReadinessCache,
     uploads: Arc<crate::uploads::Uploads>,
     sessions: Arc<crate::Sessions>,
+    /// The TypeScript transform's helpers (`config.typescript_helper`'s).
+    typescript_helpers: Option<Arc<crate::typescript::Helpers>>,
 }
 
 impl Engine {
@@ -123,7 +125,8 @@ impl Engine {
         let admission = Admission::new(config.max_concurrent_runs, config.max_queued, config.queue_wait_limit);
         let (ledger, readiness, uploads) = (Ledger::new(None), ReadinessCache::default(), Default::default());
         let sessions = Arc::new(crate::Sessions::new(config.sessions.clone()));
-        Self { backend, workspaces, config, admission, ledger, readiness, uploads, sessions }
+        let typescript_helpers = config.typescript_helper.clone().map(crate::typescript::Helpers::new);
+        Self { backend, workspaces, config, admission, ledger, readiness, uploads, sessions, typescript_helpers }
     }
 
     /// The same engine, recording every run in `history`.
@@ -416,7 +419,7 @@ impl Engine {
         tracing::info!(run_id, conversation = %conversation, %language, "run started");
         entry.start();
         let (files_dir, mounts) = (workspace.clone(), request.mounts.clone());
-        let helper = self.config.typescript_helper.as_deref();
+        let helper = self.typescript_helpers.as_ref();
         let (job_language, code, es_module, env) = match (backend_language == language, request.session.is_live()) {
             (true, _) => (language, request.code, false, request.env),
             (false, false) => {
@@ -579,7 +582,7 @@ impl Engine {
 /// (`NODE_OPTIONS` with source maps when the code was transformed, not only stripped: see `typescript`). In the
 /// `helper` process when there is one, else off the async threads (a large program takes milliseconds).
 async fn stripped(
-    helper: Option<&std::path::Path>,
+    helper: Option<&Arc<crate::typescript::Helpers>>,
     code: String,
     mut env: std::collections::BTreeMap<String, String>,
 ) -> (String, bool, std::collections::BTreeMap<String, String>) {
@@ -595,7 +598,7 @@ async fn stripped(
 /// in the server when it is a script (no `import`, `export` or top-level `await`) that parses. Otherwise the
 /// TypeScript itself, which the driver converts with esbuild (module syntax to CommonJS, and its own error message),
 /// as it did before the server stripped anything.
-async fn session_code(helper: Option<&std::path::Path>, code: String) -> (Language, String) {
+async fn session_code(helper: Option<&Arc<crate::typescript::Helpers>>, code: String) -> (Language, String) {
     let javascript = transform(helper, code.clone()).await;
     match javascript.module || javascript.failed {
         true => (Language::TypeScript, code),
@@ -603,10 +606,10 @@ async fn session_code(helper: Option<&std::path::Path>, code: String) -> (Langua
     }
 }
 
-/// [`crate::typescript::to_javascript`] in the `helper` process when there is one, else off the async threads.
-async fn transform(helper: Option<&std::path::Path>, code: String) -> crate::typescript::JavaScript {
+/// [`crate::typescript::to_javascript`] in a `helper` process when there are helpers, else off the async threads.
+async fn transform(helper: Option<&Arc<crate::typescript::Helpers>>, code: String) -> crate::typescript::JavaScript {
     match helper {
-        Some(helper) => crate::typescript::to_javascript_in_helper(helper, code).await,
+        Some(helpers) => helpers.to_javascript(code).await,
         None => match tokio::task::spawn_blocking(move || crate::typescript::to_javascript(&code)).await {
             Ok(javascript) => javascript,
             // `to_javascript` catches the transformer's panics; a task that failed anyway is reported like them.

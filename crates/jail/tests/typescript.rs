@@ -25,6 +25,7 @@ fn main() {
         ("runtime_errors_name_the_typescript_line", runtime_errors_name_the_typescript_line),
         ("a_syntax_error_is_a_failed_run_with_its_line", a_syntax_error_is_a_failed_run_with_its_line),
         ("code_that_crashes_the_transform_fails_its_run_only", code_that_crashes_the_transform_fails_its_run_only),
+        ("a_helper_waits_for_each_transform_and_serves_one", a_helper_waits_for_each_transform_and_serves_one),
         ("session_cells_are_stripped_in_the_server", session_cells_are_stripped_in_the_server),
     ]);
 }
@@ -163,6 +164,48 @@ fn code_that_crashes_the_transform_fails_its_run_only() -> Result<(), Failed> {
     check_eq(report.outcome.termination.clone(), Termination::Exited { code: 1 }, &describe(&report))?;
     check(report.outcome.stderr.contains("could not be transformed"), || describe(&report))?;
     check_prints(&typescript(&sandbox, "const ok: string = 'still';\nconsole.log(ok);\n"), "still\n")
+}
+
+/// The helpers of this process waiting for their TypeScript (children of this test binary started as the helper).
+fn waiting_helpers() -> Vec<i32> {
+    let me = std::process::id().to_string();
+    let helper = sandlot_core::typescript::HELPER_SUBCOMMAND.as_bytes();
+    let is_helper = |pid: &str| {
+        let parent = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().nth(1)) == Some(&me));
+        parent
+            && std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|line| line.split(|b| *b == 0).any(|a| a == helper))
+    };
+    let pids = std::fs::read_dir("/proc").expect("/proc").flatten().map(|entry| entry.file_name());
+    pids.filter_map(|pid| pid.to_str().filter(|pid| is_helper(pid)).and_then(|pid| pid.parse().ok())).collect()
+}
+
+/// Waits until one helper waits (at most 10 s): its pid.
+fn one_waiting_helper() -> Result<i32, Failed> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let [helper] = waiting_helpers()[..] {
+            return Ok(helper);
+        }
+        check(std::time::Instant::now() < deadline, || format!("helpers waiting: {:?}", waiting_helpers()))?;
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// A transform takes the helper started ahead and the next one is started: each helper serves one transform (a
+/// program cannot find another's in it). A waiting helper that died is not used: the transform starts its own.
+fn a_helper_waits_for_each_transform_and_serves_one() -> Result<(), Failed> {
+    let sandbox = without_tsx();
+    check_prints(&typescript(&sandbox, "const a: number = 1;\nconsole.log(a);\n"), "1\n")?;
+    let first = one_waiting_helper()?;
+    check_prints(&typescript(&sandbox, "const b: number = 2;\nconsole.log(b);\n"), "2\n")?;
+    let second = one_waiting_helper()?;
+    check(second != first, || "the helper that served a transform waits again".into())?;
+    check(!std::path::Path::new(&format!("/proc/{first}/cmdline")).exists(), || "a served helper lives on".into())?;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(second), nix::sys::signal::Signal::SIGKILL)?;
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    check_prints(&typescript(&sandbox, "const c: number = 3;\nconsole.log(c);\n"), "3\n")
 }
 
 /// A live sandbox's TypeScript cells that are scripts are stripped in the server and reach the node driver as

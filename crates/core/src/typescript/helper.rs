@@ -6,10 +6,14 @@
 //! run and connection. In a helper it ends the helper, and the run fails with a message, as a syntax error does.
 //! The helper runs the transform on a thread with [`HELPER_STACK_BYTES`] of stack (reserved, touched only as deep as
 //! the code nests), so real programs never come near the limit; it is killed past [`HELPER_DEADLINE`].
+//!
+//! [`Helpers`] keeps one helper started ahead, waiting on its stdin, so a transform pays no process start: each
+//! helper still serves one transform and exits.
 
 use std::io::{Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -48,28 +52,74 @@ pub fn run_helper_if_asked() {
     std::process::exit(if written.is_ok() && flushed.is_ok() { 0 } else { 1 });
 }
 
-/// [`to_javascript`] in a helper process started from `program` (a binary whose `main` calls
-/// [`run_helper_if_asked`]). Never fails: a helper that crashed, took too long or could not start gives a program
-/// that reports it.
-pub async fn to_javascript_in_helper(program: &Path, code: String) -> JavaScript {
-    match in_helper(program, code).await {
-        Ok(javascript) => javascript,
-        Err(error) => {
-            tracing::warn!(%error, "the TypeScript transform's helper failed");
-            reporting(HELPER_FAILED)
+/// Helper processes of one program (a binary whose `main` calls [`run_helper_if_asked`]), one started ahead.
+pub struct Helpers {
+    program: PathBuf,
+    /// The helper started ahead, waiting for its TypeScript (none before the first transform: started from within
+    /// the runtime that will use it).
+    waiting: Mutex<Option<tokio::process::Child>>,
+}
+
+impl Helpers {
+    /// Helpers of `program`.
+    pub fn new(program: PathBuf) -> Arc<Self> {
+        Arc::new(Self { program, waiting: Mutex::new(None) })
+    }
+
+    /// [`to_javascript`] in the helper waiting (or in one started now if none is, or it died), and the next helper
+    /// started in the background. Never fails: a helper that crashed, took too long or could not start gives a
+    /// program that reports it.
+    pub async fn to_javascript(self: &Arc<Self>, code: String) -> JavaScript {
+        let waiting = self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        let alive = waiting.and_then(|mut child| matches!(child.try_wait(), Ok(None)).then_some(child));
+        let helper = alive.map_or_else(|| start(&self.program), Ok);
+        let helpers = Arc::clone(self);
+        tokio::spawn(async move { helpers.start_next() });
+        match helper {
+            Ok(child) => to_javascript_by(child, code).await,
+            Err(error) => failed(error),
+        }
+    }
+
+    /// Starts the helper the next transform takes, unless one waits.
+    fn start_next(&self) {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if waiting.is_none() {
+            match start(&self.program) {
+                Ok(child) => *waiting = Some(child),
+                Err(error) => tracing::warn!(%error, "cannot start a TypeScript transform's helper"),
+            }
         }
     }
 }
 
-async fn in_helper(program: &Path, code: String) -> std::io::Result<JavaScript> {
-    let mut child = tokio::process::Command::new(program)
+/// What a run shows when its helper failed.
+fn failed(error: std::io::Error) -> JavaScript {
+    tracing::warn!(%error, "the TypeScript transform's helper failed");
+    reporting(HELPER_FAILED)
+}
+
+/// A helper of `program`, waiting for its TypeScript on its stdin.
+fn start(program: &Path) -> std::io::Result<tokio::process::Child> {
+    tokio::process::Command::new(program)
         .arg(HELPER_SUBCOMMAND)
         .env_clear()
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)
-        .spawn()?;
+        .spawn()
+}
+
+/// [`to_javascript`] of `code` by the helper `child`.
+async fn to_javascript_by(child: tokio::process::Child, code: String) -> JavaScript {
+    match exchange(child, code).await {
+        Ok(javascript) => javascript,
+        Err(error) => failed(error),
+    }
+}
+
+async fn exchange(mut child: tokio::process::Child, code: String) -> std::io::Result<JavaScript> {
     let (mut stdin, mut stdout) = match (child.stdin.take(), child.stdout.take()) {
         (Some(stdin), Some(stdout)) => (stdin, stdout),
         _ => return Err(std::io::Error::other("the helper's pipes are missing")),

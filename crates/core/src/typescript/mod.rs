@@ -25,9 +25,7 @@ use swc_ecma_parser::StringInput;
 use swc_ts_fast_strip::{ErrorCode, Mode, Options, TransformOutput, TsError};
 
 use diagnostics::Diagnostics;
-pub use helper::{
-    HELPER_DEADLINE, HELPER_STACK_BYTES, HELPER_SUBCOMMAND, run_helper_if_asked, to_javascript_in_helper,
-};
+pub use helper::{HELPER_DEADLINE, HELPER_STACK_BYTES, HELPER_SUBCOMMAND, Helpers, run_helper_if_asked};
 pub use mode::TypeScriptMode;
 
 /// The name diagnostics and source maps give the user's code.
