@@ -2,7 +2,8 @@
 """TypeScript at JavaScript's speed (issue 32): tools/call of console.log(1) over HTTP in TypeScript and in
 JavaScript against bare `node -e`, interleaved round-robin, with the ratios TypeScript/JavaScript and
 JavaScript/bare. Each tools/call row has a conversation of its own, as an agent's calls do, so its runs after the
-first find their sandbox built ahead (SANDLOT_AHEAD_SANDBOXES); the last row is every conversation's first run.
+first find their sandbox built ahead (SANDLOT_AHEAD_SANDBOXES); the last row is a new conversation's first run each
+time (its directory made, no sandbox waiting).
 
 The server strips TypeScript itself (SANDLOT_TYPESCRIPT_MODE=strip, the default) and its TypeScript runner is
 pinned to a tsx that does not exist (SANDLOT_TYPESCRIPT=/nonexistent/tsx): a run that reached for tsx would fail, so
@@ -67,7 +68,7 @@ def main():
             ("JavaScript tools/call", lambda: connection.run_code_ms(JAVASCRIPT, "1\n", "javascript", "js")),
             ("TypeScript tools/call", lambda: connection.run_code_ms(TYPESCRIPT, "1\n", "typescript", "ts")),
             ("TypeScript enum (source map)", lambda: connection.run_code_ms(ENUM, "1\n", "typescript", "enum")),
-            ("JavaScript, first run", lambda: connection.run_code_ms(JAVASCRIPT, "1\n", "javascript", next(firsts))),
+            ("JavaScript, new conversation", lambda: connection.run_code_ms(JAVASCRIPT, "1\n", "javascript", next(firsts))),
         ]
         tsx = shutil.which("tsx", path="/usr/bin:/bin")
         if not args.no_tsx and tsx:
@@ -99,7 +100,14 @@ def print_ahead_memory(server):
     def parent(pid):
         with open(f"/proc/{pid}/stat") as stat:
             return int(stat.read().rsplit(")", 1)[1].split()[1])
-    nodes = [pid for pid in descendants(server) if os.path.exists(f"/proc/{pid}/root/tmp/.sandlot-ahead.js")]
+    def waiting_node(pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                node = cmdline.read().startswith(NODE.encode())
+        except OSError:
+            return False  # gone meanwhile
+        return node and os.path.exists(f"/proc/{pid}/root/tmp/.sandlot-ahead.js")
+    nodes = [pid for pid in descendants(server) if waiting_node(pid)]
     for node in nodes:
         pid1 = parent(node)
         jail = pss_kib(pid1) + pss_kib(parent(pid1))
