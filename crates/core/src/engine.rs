@@ -454,7 +454,11 @@ impl Engine {
             turn.release_conversation(); // its place in the pool stays held to the end of the run
         }
         let started_at = std::time::SystemTime::now();
+        let transformed = job.language != language;
         let (result, session) = self.execute(&conversation, pool_tenant, job, request.session, &entry.sink(sink)).await;
+        if let (true, Some(helpers)) = (transformed, &self.typescript_helpers) {
+            helpers.refill(); // the next TypeScript run's, started now that this one's run is over
+        }
         let mut outcome = match result {
             Ok(outcome) => outcome,
             Err(error) => {

@@ -62,7 +62,8 @@ pub fn run_helper_if_asked() {
     std::process::exit(if written.is_ok() && flushed.is_ok() { 0 } else { 1 });
 }
 
-/// Helper processes of one program (a binary whose `main` calls [`run_helper_if_asked`]), one started ahead.
+/// Helper processes of one program (a binary whose `main` calls [`run_helper_if_asked`]), one started ahead once
+/// the engine says so ([`Helpers::refill`]).
 pub struct Helpers {
     program: PathBuf,
     /// The helper started ahead, waiting for its TypeScript (none before the first transform: started from within
@@ -76,22 +77,25 @@ impl Helpers {
         Arc::new(Self { program, waiting: Mutex::new(None) })
     }
 
-    /// [`to_javascript`] in the helper waiting (or in one started now if none is, or it died), and the next helper
-    /// started in the background. Never fails: a helper that crashed, took too long or could not start gives a
-    /// program that reports it.
-    pub async fn to_javascript(self: &Arc<Self>, code: String) -> JavaScript {
+    /// [`to_javascript`] in the helper waiting (or in one started now if none is, or it died). Never fails: a helper
+    /// that crashed, took too long or could not start gives a program that reports it.
+    pub async fn to_javascript(&self, code: String) -> JavaScript {
         let waiting = self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
         let alive = waiting.and_then(|mut child| matches!(child.try_wait(), Ok(None)).then_some(child));
-        let helper = alive.map_or_else(|| start(&self.program), Ok);
-        let helpers = Arc::clone(self);
-        tokio::spawn(async move { helpers.start_next() });
-        match helper {
+        match alive.map_or_else(|| start(&self.program), Ok) {
             Ok(child) => to_javascript_by(child, code).await,
             Err(error) => failed(error),
         }
     }
 
-    /// Starts the helper the next transform takes, unless one waits.
+    /// Starts, in the background, the helper the next transform takes, unless one waits. Called once the run of the
+    /// last transform is over: a helper starting (and warming up) takes a core for a few milliseconds, which a run
+    /// going on would wait for.
+    pub fn refill(self: &Arc<Self>) {
+        let helpers = Arc::clone(self);
+        tokio::spawn(async move { helpers.start_next() });
+    }
+
     fn start_next(&self) {
         let mut waiting = self.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if waiting.is_none() {
