@@ -23,6 +23,10 @@ fn main() {
         ("an_ahead_run_is_the_run_a_built_one_is", an_ahead_run_is_the_run_a_built_one_is),
         ("an_ahead_run_is_confined_as_a_built_one", an_ahead_run_is_confined_as_a_built_one),
         ("an_ahead_sandbox_serves_its_own_conversation_only", an_ahead_sandbox_serves_its_own_conversation_only),
+        (
+            "a_waiting_sandbox_yields_the_cpu_and_its_run_does_not",
+            a_waiting_sandbox_yields_the_cpu_and_its_run_does_not,
+        ),
         ("a_run_of_another_shape_is_not_served_ahead", a_run_of_another_shape_is_not_served_ahead),
         ("typescript_is_served_ahead_too", typescript_is_served_ahead_too),
         ("an_ahead_sandbox_whose_node_died_is_never_used", an_ahead_sandbox_whose_node_died_is_never_used),
@@ -159,6 +163,40 @@ fn an_ahead_sandbox_serves_its_own_conversation_only() -> Result<(), Failed> {
     wait_for_ahead(&sandbox)?;
     check_eq(run_probed(&sandbox, js("own-a", look))?, (true, "mine.txt\n".into()), "conversation a's next run")?;
     check_eq(run_probed(&sandbox, js("own-b", look))?, (true, "-\n".into()), "conversation b's next run")
+}
+
+/// The CPU weight of the cgroup `pid` is in, on the host (`cpu.weight` on v2, `cpu.shares` on v1).
+fn cpu_weight_of(pid: i32) -> Option<u64> {
+    let groups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    groups.lines().find_map(|line| {
+        let (controllers, path) = line.split_once(':')?.1.split_once(':')?;
+        let (dir, file) = match controllers {
+            "" => (format!("/sys/fs/cgroup{path}"), "cpu.weight"),
+            c if c.split(',').any(|c| c == "cpu") => (format!("/sys/fs/cgroup/{c}{path}"), "cpu.shares"),
+            _ => return None,
+        };
+        std::fs::read_to_string(format!("{dir}/{file}")).ok()?.trim().parse().ok()
+    })
+}
+
+fn a_waiting_sandbox_yields_the_cpu_and_its_run_does_not() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let (built, _) = run_probed(&sandbox, js("weight", "console.log(1)"))?;
+    check(!built, || "a first run was served ahead".into())?;
+    wait_for_ahead(&sandbox)?;
+    let node = waiting_nodes();
+    check_eq(node.len(), 1, "one Node waiting")?;
+    let waiting = cpu_weight_of(node[0]);
+    check(matches!(waiting, Some(1 | 2)), || format!("a waiting sandbox's weight: {waiting:?}"))?;
+    // Its run holds on (a second) while its weight is read: a run's, as every run has.
+    let running = std::thread::scope(|scope| {
+        let run = scope.spawn(|| run_probed(&sandbox, js("weight", "setTimeout(() => console.log('done'), 1000);")));
+        std::thread::sleep(Duration::from_millis(500));
+        let weight = cpu_weight_of(node[0]);
+        (run.join().expect("the run's thread"), weight)
+    });
+    check_eq(running.0?, (true, "done\n".into()), "the run")?;
+    check(matches!(running.1, Some(100 | 1024)), || format!("its run's weight: {:?}", running.1))
 }
 
 fn a_run_of_another_shape_is_not_served_ahead() -> Result<(), Failed> {

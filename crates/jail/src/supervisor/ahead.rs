@@ -123,7 +123,12 @@ impl Builder {
         };
         let (mut run, mut pipes) = Run::new(init, cgroup, Some(uid));
         started(run.init_pid());
-        if let Err(e) = run.send_spec(&mut pipes, &spec).await {
+        // Node starts at the least CPU weight, so that its start yields to the runs going on (its run restores it).
+        let sent = match run.set_background(true) {
+            Ok(()) => run.send_spec(&mut pipes, &spec).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = sent {
             run.end().await;
             give_back(kept_netns);
             return Err(e);
@@ -167,6 +172,9 @@ impl Ahead {
         }
         if !self.run.is_alive() {
             return Err((self, "it died while it waited".into()));
+        }
+        if let Err(e) = self.run.set_background(false) {
+            return Err((self, e.to_string()));
         }
         let input = match run_input(&expected) {
             Ok(input) => input,

@@ -24,6 +24,10 @@ const CPU_PERIOD_US: u64 = 100_000;
 /// weighs what any other group or nice-0 task beside sandlot's parent does, and all runs weigh the same.
 const CPU_WEIGHT_V2: u32 = 100;
 const CPU_SHARES_V1: u32 = 1024;
+/// The weight of a sandbox built ahead of its run while it waits (see [`RunCgroup::set_background`]): the least
+/// there is, so its start yields to every run.
+const BACKGROUND_WEIGHT_V2: u32 = 1;
+const BACKGROUND_SHARES_V1: u32 = 2;
 /// Most runs with cgroups at once on one host.
 const MAX_SLOTS: usize = 1024;
 
@@ -347,6 +351,22 @@ impl RunCgroup {
             }
         }
         Ok(())
+    }
+
+    /// Gives the group the least CPU weight (`background`: a sandbox started ahead of its run, whose start must not
+    /// slow the runs going on) or a run's again.
+    pub fn set_background(&self, background: bool) -> std::io::Result<()> {
+        match self.dirs.as_slice() {
+            [dir] => {
+                let weight = if background { BACKGROUND_WEIGHT_V2 } else { CPU_WEIGHT_V2 };
+                write(dir, "cpu.weight", &weight.to_string())
+            }
+            [_, _, cpu_dir] => {
+                let shares = if background { BACKGROUND_SHARES_V1 } else { CPU_SHARES_V1 };
+                write(cpu_dir, "cpu.shares", &shares.to_string())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Raises the memory limit to `memory` bytes and the process limit to `pids` where they are below, never lowering

@@ -298,6 +298,14 @@ impl Run {
         Ok(ReadySandbox { stdin, events })
     }
 
+    /// Gives its cgroup the least CPU weight, or a run's again (see [`RunCgroup::set_background`]).
+    pub fn set_background(&self, background: bool) -> Result<()> {
+        match &self.cgroup {
+            Some(cgroup) => cgroup.set_background(background).map_err(|e| Error::io("set a sandbox's CPU weight", e)),
+            None => Ok(()),
+        }
+    }
+
     /// The init's pid on the host.
     pub fn init_pid(&self) -> i32 {
         self.process.pid().as_raw()
