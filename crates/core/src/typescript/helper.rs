@@ -44,26 +44,30 @@ pub fn run_helper_if_asked() {
     if std::env::args_os().nth(1).is_none_or(|arg| arg != HELPER_SUBCOMMAND) {
         return;
     }
-    // Warmed up at the least priority, so that it yields to the runs going on; then back to the server's (where
-    // that is allowed: as root), as its transform is a run's.
-    let _ = rustix::process::setpriority_process(None, 19);
-    to_javascript(WARM_UP);
-    to_javascript("const warm: number = 1;\n");
-    let _ = rustix::process::setpriority_process(None, 0);
-    let mut code = String::new();
-    if std::io::stdin().read_to_string(&mut code).is_err() {
-        std::process::exit(2);
-    }
-    let worker = std::thread::Builder::new().stack_size(HELPER_STACK_BYTES).spawn(move || to_javascript(&code));
-    let Ok(Ok(javascript)) = worker.map(|thread| thread.join()) else {
-        std::process::exit(1);
-    };
-    // One line (JSON escapes every newline inside strings): the server takes it as soon as it ends.
-    let mut out = std::io::stdout().lock();
-    let written =
-        serde_json::to_writer(&mut out, &javascript).map_err(std::io::Error::from).and_then(|()| out.write_all(b"\n"));
-    let flushed = out.flush();
-    std::process::exit(if written.is_ok() && flushed.is_ok() { 0 } else { 1 });
+    // All on the transform's thread, started before the code comes: the warm-up too, so that the thread's own
+    // memory (its stack, the allocator's heap of its own) is there when the code comes. Warmed up at the least
+    // priority, so that it yields to the runs going on; then back to the server's (where that is allowed: as root),
+    // as its transform is a run's.
+    // The answer is written from that thread too, before it and its stack are let go.
+    let worker = std::thread::Builder::new().stack_size(HELPER_STACK_BYTES).spawn(|| {
+        let _ = rustix::process::setpriority_process(None, 19);
+        to_javascript(WARM_UP);
+        to_javascript("const warm: number = 1;\n");
+        let _ = rustix::process::setpriority_process(None, 0);
+        let mut code = String::new();
+        if std::io::stdin().read_to_string(&mut code).is_err() {
+            return 2; // no code could be read
+        }
+        let javascript = to_javascript(&code);
+        // One line (JSON escapes every newline inside strings): the server takes it as soon as it ends.
+        let mut out = std::io::stdout().lock();
+        let written = serde_json::to_writer(&mut out, &javascript)
+            .map_err(std::io::Error::from)
+            .and_then(|()| out.write_all(b"\n"))
+            .and_then(|()| out.flush());
+        if written.is_ok() { 0 } else { 1 }
+    });
+    std::process::exit(worker.map_or(1, |thread| thread.join().unwrap_or(1)));
 }
 
 /// Helper processes of one program (a binary whose `main` calls [`run_helper_if_asked`]), one started ahead once
