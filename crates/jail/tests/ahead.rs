@@ -188,11 +188,14 @@ fn a_waiting_sandbox_yields_the_cpu_and_its_run_does_not() -> Result<(), Failed>
     check_eq(node.len(), 1, "one Node waiting")?;
     let waiting = cpu_weight_of(node[0]);
     check(matches!(waiting, Some(1 | 2)), || format!("a waiting sandbox's weight: {waiting:?}"))?;
-    // Its run holds on (a second) while its weight is read: a run's, as every run has.
+    // Its run holds on (two seconds) while its weight is read: a run's, as every run has, once the run has it.
     let running = std::thread::scope(|scope| {
-        let run = scope.spawn(|| run_probed(&sandbox, js("weight", "setTimeout(() => console.log('done'), 1000);")));
-        std::thread::sleep(Duration::from_millis(500));
-        let weight = cpu_weight_of(node[0]);
+        let run = scope.spawn(|| run_probed(&sandbox, js("weight", "setTimeout(() => console.log('done'), 2000);")));
+        let mut weight = cpu_weight_of(node[0]);
+        while !matches!(weight, Some(100 | 1024)) && !run.is_finished() {
+            std::thread::sleep(Duration::from_millis(10));
+            weight = cpu_weight_of(node[0]);
+        }
         (run.join().expect("the run's thread"), weight)
     });
     check_eq(running.0?, (true, "done\n".into()), "the run")?;
