@@ -105,10 +105,12 @@ console.log(Math.random());";
 
 fn an_ahead_run_is_the_run_a_built_one_is() -> Result<(), Failed> {
     let sandbox = Sandbox::new(|_| {});
-    // What a program can see of how it was started: its arguments, options, environment, main module, input.
+    // What a program can see of how it was started: its arguments, options, environment, main module, input, and
+    // its output streams' flags before it first writes (a Node started ahead has made its streams already).
     let code = "const fs = require('fs');
+const flags = [1, 2].map((fd) => fs.readFileSync(`/proc/self/fdinfo/${fd}`, 'utf8').split('\\n')[1]);
 console.log(JSON.stringify([process.argv, process.execArgv, process.env, require.main === module, __filename,
-  module.id, Object.keys(require.cache), process.cwd(), process.title]));
+  module.id, Object.keys(require.cache), process.cwd(), process.title, flags]));
 console.log(fs.readFileSync(0).toString('hex'));";
     let request = |conversation: &str| RunRequest {
         stdin: b"line one\nline two\0\xff\xfe".to_vec(),
