@@ -32,6 +32,7 @@ fn main() {
         ("an_ahead_sandbox_whose_node_died_is_never_used", an_ahead_sandbox_whose_node_died_is_never_used),
         ("deleting_the_conversation_lets_its_sandbox_go", deleting_the_conversation_lets_its_sandbox_go),
         ("an_idle_ahead_sandbox_ends", an_idle_ahead_sandbox_ends),
+        ("a_full_pool_lets_the_longest_waiting_go", a_full_pool_lets_the_longest_waiting_go),
         ("with_the_pool_off_runs_go_on_as_before", with_the_pool_off_runs_go_on_as_before),
     ]);
 }
@@ -298,6 +299,38 @@ fn an_idle_ahead_sandbox_ends() -> Result<(), Failed> {
         std::thread::sleep(Duration::from_millis(100));
     }
     check_eq(run_probed(&sandbox, js("idle", "console.log(2)"))?, (false, "2\n".into()), "the run after")
+}
+
+/// The conversations whose sandboxes wait, by the file each one's first run left in its `/data` (seen through the
+/// waiting Node's root).
+fn conversations_waiting() -> Vec<String> {
+    let mut names: Vec<String> = waiting_nodes()
+        .into_iter()
+        .filter_map(|pid| std::fs::read_dir(format!("/proc/{pid}/root/data")).ok())
+        .flat_map(|entries| entries.flatten().map(|entry| entry.file_name().to_string_lossy().into_owned()))
+        .collect();
+    names.sort();
+    names
+}
+
+fn a_full_pool_lets_the_longest_waiting_go() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {}); // the server's default: 4
+    let names = ["full-1", "full-2", "full-3", "full-4", "full-5"];
+    for (n, conversation) in names.into_iter().enumerate() {
+        let mark = format!("require('fs').writeFileSync('/data/{conversation}', ''); console.log(1);");
+        check_eq(run_probed(&sandbox, js(conversation, &mark))?, (false, "1\n".into()), conversation)?;
+        // Each waits for its sandbox, so the order they were built in is the order of the runs.
+        let expected: Vec<String> = names[n.saturating_sub(3)..=n].iter().map(|name| (*name).to_owned()).collect();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while conversations_waiting() != expected {
+            check(std::time::Instant::now() < deadline, || format!("waiting: {:?}", conversations_waiting()))?;
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    std::thread::sleep(SETTLE);
+    // The first conversation's went when the fifth's came; the others wait.
+    check_eq(run_probed(&sandbox, js("full-1", "console.log(2)"))?, (false, "2\n".into()), "the first conversation")?;
+    check_eq(run_probed(&sandbox, js("full-5", "console.log(2)"))?, (true, "2\n".into()), "the fifth conversation")
 }
 
 fn with_the_pool_off_runs_go_on_as_before() -> Result<(), Failed> {
