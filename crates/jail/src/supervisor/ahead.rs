@@ -12,7 +12,7 @@
 //! when idle too long; it is used only for a run whose spec, built on the path, would equal its own but for the
 //! code (the same environment too), and only while its `/data` is still the directory at the conversation's path.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,7 +28,7 @@ use super::runners::HostRunner;
 use super::spec::{self, Resources};
 use super::uids::UidLeases;
 use super::warm_pool::WarmPool;
-use crate::protocol::{HeldLock, JailSpec};
+use crate::protocol::JailSpec;
 use crate::sys::mount::clone_tree;
 
 /// The preload Node runs before its main module (see `node_ahead.js`).
@@ -92,13 +92,8 @@ impl Builder {
         let uid = self.uids.lease().map_err(io("lease a sandbox uid for an ahead sandbox"))?;
         let cgroup = self.cgroups.acquire(&job.limits).map_err(io("set up cgroups for an ahead sandbox"))?;
         let kept_netns = self.netns.as_ref().and_then(|pool| pool.take(&job.workspace));
-        let holder_pid = std::process::id();
-        let resources = Resources {
-            cgroup: cgroup.as_ref().map(|c| (c.procs_files(), HeldLock { holder_pid, fd: c.lock_fd() })),
-            uid: Some((uid.uid(), HeldLock { holder_pid, fd: uid.lock_fd() }, self.storage_uid)),
-            join_netns: kept_netns.as_ref().map(NetnsPool::path_of),
-            workspace_tree: Some(HeldLock { holder_pid, fd: tree.as_raw_fd() }),
-        };
+        let join_netns = kept_netns.as_ref().map(NetnsPool::path_of);
+        let resources = Resources::held(cgroup.as_ref(), Some((&uid, self.storage_uid)), join_netns, Some(&tree));
         // Node starts with the run's environment (so with its `NODE_*` variables, which change how Node starts), the
         // preload first among its options.
         let mut spec = spec::build(job, runner, resources);

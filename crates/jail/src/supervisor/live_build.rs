@@ -21,7 +21,6 @@ use super::python_template::PythonTemplates;
 use super::spec::{self, Resources};
 use super::uids::UidLeases;
 use super::warm_pool::WarmPool;
-use crate::protocol::HeldLock;
 
 /// What building a live sandbox takes.
 pub struct LiveMaker {
@@ -89,15 +88,13 @@ impl LiveMaker {
             (Some(wanted), false) => Some(super::leashed::leash(self.egress.as_ref(), wanted).await?),
             _ => None,
         };
-        let holder_pid = std::process::id();
-        let resources = Resources {
-            cgroup: cgroup.as_ref().map(|c| (c.procs_files(), HeldLock { holder_pid, fd: c.lock_fd() })),
-            uid: uid.as_ref().map(|u| (u.uid(), HeldLock { holder_pid, fd: u.lock_fd() }, self.storage_uid)),
-            join_netns: network.as_ref().map(|network| super::netns_pool::NetnsPool::path_of(network.netns())),
-            workspace_tree: workspace_tree
-                .as_ref()
-                .map(|tree| HeldLock { holder_pid, fd: std::os::fd::AsRawFd::as_raw_fd(tree) }),
-        };
+        let join_netns = network.as_ref().map(|network| super::netns_pool::NetnsPool::path_of(network.netns()));
+        let resources = Resources::held(
+            cgroup.as_ref(),
+            uid.as_ref().map(|u| (u, self.storage_uid)),
+            join_netns,
+            workspace_tree.as_ref(),
+        );
         let jail_spec = match prepared {
             true => spec::build_prepared_live(&live.limits, self.binds.clone(), resources),
             false => spec::build_live(&live, self.binds.clone(), resources),

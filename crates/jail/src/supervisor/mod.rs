@@ -56,7 +56,7 @@ pub use runners::{
 };
 pub use uids::{DEFAULT_UIDS, UidRange};
 
-use crate::protocol::{HeldLock, Identity, InitEvent, SkeletonRequest};
+use crate::protocol::{Identity, InitEvent, SkeletonRequest};
 use ahead_pool::AheadPool;
 pub use ahead_pool::IDLE as AHEAD_IDLE;
 use ending::{Evidence, Waited};
@@ -697,7 +697,6 @@ impl JailBackend {
             Some(_) => None,
             None => self.netns.as_ref().and_then(|pool| pool.take(&job.workspace)),
         };
-        let holder_pid = std::process::id();
         // As root, the workspace as this process sees it (a conversation's disk image is mounted in the server's
         // mount namespace, after the zygote made its own): held until the run ends, taken by the init.
         let workspace_tree = match self.root {
@@ -707,19 +706,13 @@ impl JailBackend {
             ),
             false => None,
         };
-        let resources = Resources {
-            cgroup: cgroup.as_ref().map(|c| (c.procs_files(), HeldLock { holder_pid, fd: c.lock_fd() })),
-            uid: uid
-                .as_ref()
-                .map(|u| (u.uid(), HeldLock { holder_pid, fd: u.lock_fd() }, self.config.sandbox_uids.storage())),
-            join_netns: match network {
-                Some(network) => Some(NetnsPool::path_of(network.netns())),
-                None => kept_netns.as_ref().map(NetnsPool::path_of),
-            },
-            workspace_tree: workspace_tree
-                .as_ref()
-                .map(|tree| HeldLock { holder_pid, fd: std::os::fd::AsRawFd::as_raw_fd(tree) }),
+        let join_netns = match network {
+            Some(network) => Some(NetnsPool::path_of(network.netns())),
+            None => kept_netns.as_ref().map(NetnsPool::path_of),
         };
+        let storage = self.config.sandbox_uids.storage();
+        let resources =
+            Resources::held(cgroup.as_ref(), uid.as_ref().map(|u| (u, storage)), join_netns, workspace_tree.as_ref());
         let mut spec = spec::build(job, runner, resources);
         if network.is_some()
             && let Some(dir) = self.config.egress.as_ref().and_then(|egress| egress.0.trust_dir())

@@ -30,7 +30,6 @@ use super::spec::{self, Resources};
 use super::template_child::{ChildSetup, Forked, job_json};
 use super::uids::UidLeases;
 use super::warm_pool::WarmPool;
-use crate::protocol::HeldLock;
 
 /// What building a prepared sandbox takes: the server's inits, uids, cgroups, templates and Python runner.
 pub struct Builder {
@@ -76,14 +75,8 @@ impl Builder {
         };
         let uid = self.uids.lease().map_err(io("lease a sandbox uid for a prepared sandbox"))?;
         let cgroup = self.cgroups.acquire(limits).map_err(io("set up cgroups for a prepared sandbox"))?;
-        let holder_pid = std::process::id();
         let cgroup_procs = cgroup.as_ref().map(|c| c.procs_files()).unwrap_or_default();
-        let resources = Resources {
-            cgroup: cgroup.as_ref().map(|c| (c.procs_files(), HeldLock { holder_pid, fd: c.lock_fd() })),
-            uid: Some((uid.uid(), HeldLock { holder_pid, fd: uid.lock_fd() }, self.storage_uid)),
-            join_netns: None,
-            workspace_tree: None,
-        };
+        let resources = Resources::held(cgroup.as_ref(), Some((&uid, self.storage_uid)), None, None);
         let run_uid = uid.uid();
         let spec = spec::build_prepared(&self.runner, limits, resources.clone());
         let (mut run, pipes) = Run::new(self.inits.take()?, cgroup, Some(uid));

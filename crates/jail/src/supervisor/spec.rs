@@ -3,11 +3,14 @@
 //! nothing here touches the host.
 
 use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 
 use sandlot_core::{Job, Layout, Limits, LiveSpec};
 
+use super::cgroup::RunCgroup;
 use super::runners::HostRunner;
+use super::uids::UidLease;
 use crate::protocol::{HeldLock, HomeMount, Identity, JailSpec, RlimitSpec, VolumeMount};
 
 /// What the supervisor holds for a run, as the spec names it.
@@ -21,6 +24,26 @@ pub struct Resources {
     pub join_netns: Option<PathBuf>,
     /// A detached copy of the workspace's mount tree, made in the supervisor's mount namespace (as root).
     pub workspace_tree: Option<HeldLock>,
+}
+
+impl Resources {
+    /// What this process holds for a sandbox, as its spec names it: the cgroup slot, the leased uid (with the
+    /// storage uid), the network namespace to join and the workspace's detached tree. The init takes references of
+    /// its own through these descriptors, so they must stay open until it has started.
+    pub fn held(
+        cgroup: Option<&RunCgroup>,
+        uid: Option<(&UidLease, u32)>,
+        join_netns: Option<PathBuf>,
+        workspace_tree: Option<&OwnedFd>,
+    ) -> Self {
+        let holder_pid = std::process::id();
+        Self {
+            cgroup: cgroup.map(|c| (c.procs_files(), HeldLock { holder_pid, fd: c.lock_fd() })),
+            uid: uid.map(|(u, storage)| (u.uid(), HeldLock { holder_pid, fd: u.lock_fd() }, storage)),
+            join_netns,
+            workspace_tree: workspace_tree.map(|tree| HeldLock { holder_pid, fd: tree.as_raw_fd() }),
+        }
+    }
 }
 
 /// The environment every program starts with, before the layout's and the job's own.
