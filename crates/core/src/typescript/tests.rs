@@ -1,5 +1,5 @@
 //! The transform on its own: what stripping keeps, what is transformed, and how a syntax error is reported. Runs
-//! through `node` are the jail's tests (`crates/jail/tests/typescript.rs`).
+//! through `node` are the jail's tests (`crates/jail/tests/integration/typescript.rs`).
 
 use super::*;
 

@@ -1,7 +1,7 @@
 //! Bearer authentication: `Authorization: Bearer <credential>`, checked by [`Credentials`] (a static token or
 //! JWTs), with a limit on wrong credentials per client address (governor's keyed GCRA limiter).
 //!
-//! Invariants, each tested by attack in `crates/server/tests/auth_limits.rs`:
+//! Invariants, each tested by attack in `crates/server/tests/integration/auth_limits.rs`:
 //! - The credential is checked first: a valid one is never refused, whatever the limiter says, so nobody sharing
 //!   an address with a client (a NAT, a proxy) can lock that client out.
 //! - Only a wrong bearer credential counts as a failure. A request without one (OAuth discovery, a header-less

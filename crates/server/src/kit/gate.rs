@@ -1,6 +1,6 @@
 //! The front door of every route that needs a credential: [`require_bearer`], a route layer over a [`Gate`].
 //!
-//! Invariants (the attacks are in `crates/server/tests/auth_first.rs` and `crates/cli/tests/serve.rs`):
+//! Invariants (the attacks are in `crates/server/tests/integration/auth_first.rs` and `crates/cli/tests/integration/serve.rs`):
 //! - The credential is checked from the request's headers before anything reads its body. A refusal is rendered
 //!   from the head alone, in the surface's shape ([`RenderDenial`]: the kit's 401/429 by default, open-sandbox's
 //!   HTTP 200 with a -32001 error), with `Connection: close`: the body is never read, and its connection ends.

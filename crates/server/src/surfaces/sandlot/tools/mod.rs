@@ -153,7 +153,7 @@ mod tests {
 
     /// Every tool's `outputSchema` is the one derived from the type its `structuredContent` is serialized from: a
     /// hand-written schema (or a tool without a typed result) fails here. That the results are valid against these
-    /// schemas is `tests/output_schemas.rs`.
+    /// schemas is `tests/integration/output_schemas.rs`.
     #[test]
     fn every_output_schema_is_derived_from_the_result_type() {
         for names in [ToolNames::Underscore, ToolNames::Dotted] {
