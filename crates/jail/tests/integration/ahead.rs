@@ -33,6 +33,7 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             ("deleting_the_conversation_lets_its_sandbox_go", deleting_the_conversation_lets_its_sandbox_go),
             ("an_idle_ahead_sandbox_ends", an_idle_ahead_sandbox_ends),
             ("a_full_pool_lets_the_longest_waiting_go", a_full_pool_lets_the_longest_waiting_go),
+            ("nothing_is_built_ahead_while_the_cores_are_busy", nothing_is_built_ahead_while_the_cores_are_busy),
             ("with_the_pool_off_runs_go_on_as_before", with_the_pool_off_runs_go_on_as_before),
         ],
     )
@@ -312,6 +313,25 @@ fn conversations_waiting() -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+/// Under load the cores are the limit: a Node run that ends while as many runs as cores are in flight leaves no
+/// sandbox built ahead; one that ends on an idle machine does.
+fn nothing_is_built_ahead_while_the_cores_are_busy() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let jail = sandbox.jail.as_ref().ok_or("a native backend")?;
+    let while_busy = common::while_the_cores_are_busy(&sandbox, || {
+        let ran = run_probed(&sandbox, js("busy", "console.log('ran')"));
+        // Long enough for a sandbox to be built ahead, had one been started.
+        std::thread::sleep(4 * SETTLE);
+        (ran, jail.ahead_ready())
+    })?;
+    let (ran, ready) = while_busy;
+    check_eq(ran?, (false, "ran\n".to_owned()), "the run while busy")?;
+    check_eq(ready, 0, "sandboxes built ahead while the cores were busy")?;
+    check_eq(run_probed(&sandbox, js("busy", "console.log('ran')"))?, (false, "ran\n".to_owned()), "the next run")?;
+    wait_for_ahead(&sandbox)?;
+    check_eq(jail.ahead_ready(), 1, "sandboxes built ahead once the cores were free")
 }
 
 fn a_full_pool_lets_the_longest_waiting_go() -> Result<(), Failed> {

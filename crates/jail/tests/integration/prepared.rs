@@ -21,6 +21,7 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             ("a_prepared_run_sees_its_conversation_and_no_other", a_prepared_run_sees_its_conversation_and_no_other),
             ("a_prepared_run_is_confined_as_an_execd_one", a_prepared_run_is_confined_as_an_execd_one),
             ("the_pool_refills_after_a_burst", the_pool_refills_after_a_burst),
+            ("the_pool_builds_nothing_while_the_cores_are_busy", the_pool_builds_nothing_while_the_cores_are_busy),
             ("a_prepared_sandbox_that_died_is_never_used", a_prepared_sandbox_that_died_is_never_used),
             ("with_the_pool_off_runs_go_on_as_before", with_the_pool_off_runs_go_on_as_before),
         ],
@@ -126,6 +127,38 @@ fn the_pool_refills_after_a_burst() -> Result<(), Failed> {
     }
     check(sandbox.wait_for_prepared(2), || "the pool did not refill after the burst".to_owned())?;
     check_eq(run_prepared(&sandbox, "after-burst", "print('ok')")?.as_str(), "ok\n", "a run after the burst")
+}
+
+/// Under load the cores are the limit and a prepared sandbox costs more CPU than one built on the run's path (a network
+/// namespace of its own): a take builds no replacement while as many runs as cores are in flight, and the pool fills
+/// up again once they end.
+fn the_pool_builds_nothing_while_the_cores_are_busy() -> Result<(), Failed> {
+    let sandbox = Sandbox::with_config(|config| config.prepared_live_sandboxes = 0, |_| {});
+    let jail = sandbox.jail.as_ref().ok_or("a native backend")?;
+    check(sandbox.wait_for_prepared(2), || "the pool did not fill".to_owned())?;
+    // Full: no build still under way (the loaded template's may finish after the bare one's).
+    let mut full = 0;
+    while full != jail.prepared_ready() {
+        full = jail.prepared_ready();
+        std::thread::sleep(2 * SETTLE);
+    }
+    let during = common::while_the_cores_are_busy(&sandbox, || {
+        let taken = run_prepared_now(&sandbox, "taken-while-busy");
+        // Long enough for a replacement to be built and ready, had one been started.
+        std::thread::sleep(4 * SETTLE);
+        (taken, jail.prepared_ready())
+    })?;
+    let (taken, while_busy) = during;
+    check_eq(taken?.as_str(), "prepared\n", "the run while busy took a prepared sandbox")?;
+    check_eq(while_busy, full - 1, "prepared sandboxes ready while the cores were busy")?;
+    check(sandbox.wait_for_prepared(full), || "the pool did not fill up again once the cores were free".to_owned())
+}
+
+/// Runs [`PREPARED`] in `conversation` now, without waiting for the pool; its output.
+fn run_prepared_now(sandbox: &Sandbox, conversation: &str) -> Result<String, Failed> {
+    let report = sandbox.run(conversation, Language::Python, PREPARED);
+    check(report.outcome.success(), || describe(&report))?;
+    Ok(report.outcome.stdout)
 }
 
 fn a_prepared_sandbox_that_died_is_never_used() -> Result<(), Failed> {

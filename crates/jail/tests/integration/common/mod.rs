@@ -442,6 +442,31 @@ pub fn wait_for(path: &std::path::Path) -> Result<(), Failed> {
     Ok(())
 }
 
+/// Runs `during` while as many runs are in flight as the machine has cores, what the prepared and ahead pools call
+/// busy: Bash runs, one conversation each, that wait for a file the host writes once `during` is done (each gives up
+/// after 20 s). Fails if a held run did not start or did not end well.
+pub fn while_the_cores_are_busy<T>(sandbox: &Sandbox, during: impl FnOnce() -> T) -> Result<T, Failed> {
+    let cores = std::thread::available_parallelism().map_or(2, |cores| cores.get());
+    let hold = "touch /data/started; for _ in $(seq 400); do [ -e /data/go ] && exit 0; sleep 0.05; done; exit 3";
+    let conversations: Vec<String> = (0..cores).map(|n| format!("held-{n}")).collect();
+    std::thread::scope(|scope| {
+        let held: Vec<_> = conversations
+            .iter()
+            .map(|conversation| scope.spawn(move || sandbox.run(conversation, Language::Bash, hold)))
+            .collect();
+        let started = conversations.iter().try_for_each(|c| wait_for(&sandbox.data_dir(c).join("started")));
+        let result = started.map(|()| during());
+        for conversation in &conversations {
+            let _ = std::fs::write(sandbox.data_dir(conversation).join("go"), "");
+        }
+        for run in held {
+            let report = run.join().map_err(|_| "a held run's thread panicked")?;
+            check(report.outcome.success(), || format!("a held run: {}", describe(&report)))?;
+        }
+        result
+    })
+}
+
 /// Fails the test with a message when `condition` is false.
 pub fn check(condition: bool, message: impl FnOnce() -> String) -> Result<(), Failed> {
     if condition { Ok(()) } else { Err(message().into()) }
