@@ -32,9 +32,21 @@ def slots_of_this_session():
     return [slot for slot in cgroup_slots() if slot_processes(slot) & ours]
 
 
+def identities(slots):
+    """Each slot directory with its inode: a slot removed and made again (by the restarted server) is another."""
+    return {slot: os.stat(slot).st_ino for slot in slots}
+
+
 def left_behind(slots):
-    """Of `slots`, those still there and empty (a slot another sandlot took again since holds its processes)."""
-    return [slot for slot in slots if os.path.isdir(slot) and not slot_processes(slot)]
+    """Of `slots` (see `identities`), those still there, the same directory and empty (a slot another sandlot took
+    again since holds its processes)."""
+    def same(slot, inode):
+        try:
+            return os.stat(slot).st_ino == inode
+        except OSError:
+            return False
+
+    return [slot for slot, inode in slots.items() if same(slot, inode) and not slot_processes(slot)]
 
 
 def test_a_run_killed_with_its_server_is_interrupted_and_cleaned_up(root):
@@ -52,7 +64,7 @@ def test_a_run_killed_with_its_server_is_interrupted_and_cleaned_up(root):
     [run] = runs.json()["runs"]
     assert run["state"] == "running"
     wait_until(slots_of_this_session, 30)
-    held = slots_of_this_session()
+    held = identities(slots_of_this_session())
     assert held, "the run should hold a cgroup slot"
 
     os.kill(server.process.pid, signal.SIGKILL)
@@ -66,6 +78,8 @@ def test_a_run_killed_with_its_server_is_interrupted_and_cleaned_up(root):
         assert record["error"] == "the server stopped while the run was in flight"
         wait_until(lambda: not sandbox_processes(), 20)
         assert sandbox_processes() == []
+        # The restarted server removes the slot once its processes are gone, which it polls for: a moment later.
+        wait_until(lambda: not left_behind(held), 15)
         assert left_behind(held) == [], "the crashed run's cgroup slot should have been removed at the restart"
         # The restarted server serves as usual.
         again = call(restarted, {"conversationId": "crash", "language": "bash", "code": "echo fine"})
