@@ -31,14 +31,15 @@ fi
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 # disk_free: what is left on the disk the target directory is on (a build that runs out of space fails obscurely).
 disk_free() { mkdir -p target && df -h --output=avail target | tail -1 | tr -d ' '; }
+# free_gb: the same, in whole GB, for a comparison.
+free_gb() { df -BG --output=avail target | tail -1 | tr -dc '0-9'; }
 printf '==> disk: %s free for target/ before setup\n' "$(disk_free)"
 scripts/setup.sh || { echo "test.sh: scripts/setup.sh failed: nothing was checked" >&2; exit 1; }
 printf '==> disk: %s free for target/ after setup\n' "$(disk_free)"
 # What the checks take after setup, measured on a fresh clone: about 8 GB (target/ 6 GB, of which the test binaries
 # are one per crate; then the container image's static build and Docker's layers).
-free_gb="$(df -BG --output=avail target | tail -1 | tr -dc '0-9')"
-if (( free_gb < 10 )); then
-    printf '==> warning: only %s GB free; the checks take about 8 GB, and a full disk fails them obscurely\n' "$free_gb"
+if (( $(free_gb) < 10 )); then
+    printf '==> warning: only %s GB free; the checks take about 8 GB, and a full disk fails them obscurely\n' "$(free_gb)"
 fi
 
 results=()   # "PASS|FAIL seconds name", in order
@@ -96,7 +97,7 @@ check "end-to-end: the playground and the MCP Apps views in headless Chromium (s
 
 # Last: it makes a second (static musl) build, the suite's biggest use of disk after the first. On a short disk the
 # first build goes before it: every check that needed it is done.
-if (( $(df -BG --output=avail target | tail -1 | tr -dc '0-9') < 4 )); then
+if (( $(free_gb) < 4 )); then
     step "disk: under 4 GB free; removing target/debug (the checks that used it are done)"
     rm -rf target/debug
 fi
