@@ -320,13 +320,12 @@ fn conversations_waiting() -> Vec<String> {
 fn nothing_is_built_ahead_while_the_cores_are_busy() -> Result<(), Failed> {
     let sandbox = Sandbox::new(|_| {});
     let jail = sandbox.jail.as_ref().ok_or("a native backend")?;
-    let while_busy = common::while_the_cores_are_busy(&sandbox, || {
+    let (ran, ready) = common::while_the_cores_are_busy(&sandbox, || {
         let ran = run_probed(&sandbox, js("busy", "console.log('ran')"));
         // Long enough for a sandbox to be built ahead, had one been started.
         std::thread::sleep(4 * SETTLE);
         (ran, jail.ahead_ready())
     })?;
-    let (ran, ready) = while_busy;
     check_eq(ran?, (false, "ran\n".to_owned()), "the run while busy")?;
     check_eq(ready, 0, "sandboxes built ahead while the cores were busy")?;
     check_eq(run_probed(&sandbox, js("busy", "console.log('ran')"))?, (false, "ran\n".to_owned()), "the next run")?;

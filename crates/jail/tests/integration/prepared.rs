@@ -32,11 +32,16 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
 fn run_prepared(sandbox: &Sandbox, conversation: &str, code: &str) -> Result<String, Failed> {
     check(sandbox.wait_for_prepared(2), || "the pool did not fill".to_owned())?;
     std::thread::sleep(SETTLE);
-    let report = sandbox.run(conversation, Language::Python, &format!("{PREPARED}\n{code}"));
-    check(report.outcome.success(), || describe(&report))?;
-    let out = report.outcome.stdout;
+    let out = run_probed(sandbox, conversation, code)?;
     check(out.starts_with("prepared\n"), || format!("the run was not prepared: {out}"))?;
     Ok(out["prepared\n".len()..].to_owned())
+}
+
+/// Runs `code` after [`PREPARED`] in `conversation` now, whatever the pool holds; its whole output.
+fn run_probed(sandbox: &Sandbox, conversation: &str, code: &str) -> Result<String, Failed> {
+    let report = sandbox.run(conversation, Language::Python, &format!("{PREPARED}\n{code}"));
+    check(report.outcome.success(), || describe(&report))?;
+    Ok(report.outcome.stdout)
 }
 
 fn a_prepared_run_is_a_fresh_sandbox() -> Result<(), Failed> {
@@ -142,23 +147,15 @@ fn the_pool_builds_nothing_while_the_cores_are_busy() -> Result<(), Failed> {
         full = jail.prepared_ready();
         std::thread::sleep(2 * SETTLE);
     }
-    let during = common::while_the_cores_are_busy(&sandbox, || {
-        let taken = run_prepared_now(&sandbox, "taken-while-busy");
+    let (taken, while_busy) = common::while_the_cores_are_busy(&sandbox, || {
+        let taken = run_probed(&sandbox, "taken-while-busy", "");
         // Long enough for a replacement to be built and ready, had one been started.
         std::thread::sleep(4 * SETTLE);
         (taken, jail.prepared_ready())
     })?;
-    let (taken, while_busy) = during;
     check_eq(taken?.as_str(), "prepared\n", "the run while busy took a prepared sandbox")?;
     check_eq(while_busy, full - 1, "prepared sandboxes ready while the cores were busy")?;
     check(sandbox.wait_for_prepared(full), || "the pool did not fill up again once the cores were free".to_owned())
-}
-
-/// Runs [`PREPARED`] in `conversation` now, without waiting for the pool; its output.
-fn run_prepared_now(sandbox: &Sandbox, conversation: &str) -> Result<String, Failed> {
-    let report = sandbox.run(conversation, Language::Python, PREPARED);
-    check(report.outcome.success(), || describe(&report))?;
-    Ok(report.outcome.stdout)
 }
 
 fn a_prepared_sandbox_that_died_is_never_used() -> Result<(), Failed> {
