@@ -2,6 +2,8 @@
 //! writer), `synchronous = NORMAL` (no fsync per commit: a run's row is small and written three times) and a busy
 //! timeout for the other servers sharing the root.
 
+use std::time::{Duration, Instant};
+
 use rusqlite::Connection;
 
 const SCHEMA: &str = "
@@ -44,8 +46,60 @@ CREATE TABLE IF NOT EXISTS run_connections (
 );
 ";
 
+/// How long a connection waits for another server's lock (SQLite's busy timeout, and the WAL switch's retries).
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Applies the connection's settings and creates what is missing of the tables.
 pub(super) fn set_up(connection: &Connection) -> rusqlite::Result<()> {
-    connection.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000;")?;
+    connection.busy_timeout(BUSY_TIMEOUT)?;
+    switch_to_wal(connection)?;
+    connection.execute_batch("PRAGMA synchronous = NORMAL;")?;
     connection.execute_batch(SCHEMA)
+}
+
+/// `PRAGMA journal_mode = WAL`, retried while another connection holds the database: switching a new database to WAL
+/// needs it alone, and SQLite answers "database is locked" at once there, without its busy timeout (servers sharing
+/// a root start at once). The mode is kept in the file, so only a new database's first connections meet this.
+fn switch_to_wal(connection: &Connection) -> rusqlite::Result<()> {
+    let deadline = Instant::now() + BUSY_TIMEOUT;
+    loop {
+        match connection.execute_batch("PRAGMA journal_mode = WAL;") {
+            Err(rusqlite::Error::SqliteFailure(error, _))
+                if error.code == rusqlite::ErrorCode::DatabaseBusy && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            result => return result,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Barrier};
+
+    /// Servers sharing a root start at once and each sets up the same new database: every one must succeed.
+    #[test]
+    fn servers_starting_at_once_on_one_new_database_all_set_it_up() {
+        const SERVERS: usize = 6;
+        for round in 0..30 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = Arc::new(dir.path().join("history.db"));
+            let barrier = Arc::new(Barrier::new(SERVERS));
+            let servers: Vec<_> = (0..SERVERS)
+                .map(|_| {
+                    let (path, barrier) = (Arc::clone(&path), Arc::clone(&barrier));
+                    std::thread::spawn(move || {
+                        let connection = rusqlite::Connection::open(path.as_path())?;
+                        barrier.wait();
+                        super::set_up(&connection)
+                    })
+                })
+                .collect();
+            for server in servers {
+                let result = server.join().unwrap();
+                assert!(result.is_ok(), "round {round}: {result:?}");
+            }
+        }
+    }
 }
