@@ -41,15 +41,15 @@ def run_threads(workers, total, once):
     return time.perf_counter() - start, latencies, errors
 
 
-async def run_clients(port, token, clients, total):
-    """`total` tools/call run_code print(1) from `clients` keep-alive connections (one conversation each), driven
-    by one asyncio loop so that the load generator itself costs little CPU; returns (wall seconds, [latency ms],
-    [errors])."""
+async def run_clients(port, token, clients, total, language="python", code="print(1)"):
+    """`total` tools/call run_code of `code` (print(1) unless said; it must print 1) from `clients` keep-alive
+    connections (one conversation each), driven by one asyncio loop so that the load generator itself costs little
+    CPU; returns (wall seconds, [latency ms], [errors])."""
     taken, latencies, errors = [0], [], []
 
     async def client(index):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        arguments = {**CALL["params"]["arguments"], "conversationId": f"load-{index}"}
+        arguments = {"language": language, "code": code, "conversationId": f"load-{index}"}
         body = json.dumps({**CALL, "params": {**CALL["params"], "arguments": arguments}}).encode()
         request = (f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
                    f"Content-Type: application/json\r\nAccept: application/json\r\n"
@@ -72,6 +72,23 @@ async def run_clients(port, token, clients, total):
     return time.perf_counter() - start, latencies, errors
 
 
+def start_load_server(sandlot, root, template="true"):
+    """`sandlot serve` as the load benchmarks run it, on `root`, its Python templates ready: (process, port, token).
+    Python is /usr/bin/python3; it asks for the cgroup tuning (SANDLOT_TUNE_CGROUPS), as an operator who benchmarks
+    would; `template`: SANDLOT_PYTHON_TEMPLATE."""
+    port, token = free_port(), "bench-" + os.urandom(8).hex()
+    env = dict(os.environ, MCP_API_TOKEN=token, SANDBOX_ROOT=root, MCP_HTTP_ADDR=f"127.0.0.1:{port}",
+               SANDLOT_LOG="warn", SANDLOT_TUNE_CGROUPS="true", SANDLOT_PYTHON_TEMPLATE=template,
+               SANDLOT_PYTHON=PYTHON)
+    server = start_server(sandlot, env, port)
+    try:
+        wait_for_templates(port, token)
+    except BaseException:
+        server.terminate()
+        raise
+    return server, port, token
+
+
 def peak_rss_mib(pid):
     with open(f"/proc/{pid}/status") as status:
         kib = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
@@ -89,8 +106,7 @@ def main():
     per_round = args.calls // args.rounds
 
     # Two servers: as shipped (Python runs forked from a template), and with every run starting its own interpreter
-    # (SANDLOT_PYTHON_TEMPLATE=false, as before issue 32). Both ask for the cgroup tuning (SANDLOT_TUNE_CGROUPS), as
-    # an operator who benchmarks would.
+    # (SANDLOT_PYTHON_TEMPLATE=false, as before issue 32).
     sides = {"bare": [0.0, [], []], "sandlot": [0.0, [], []], "exec": [0.0, [], []]}
     print(f"{args.calls} x {PYTHON} -c 'print(1)' 2 at a time, and {args.calls} tools/call run_code print(1) from "
           f"{args.clients} clients to each of two servers, in {args.rounds} alternating rounds ...", flush=True)
@@ -98,12 +114,8 @@ def main():
         servers = {}
         try:
             for name, template in (("sandlot", "true"), ("exec", "false")):
-                port, token = free_port(), "bench-" + os.urandom(8).hex()
-                env = dict(os.environ, MCP_API_TOKEN=token, SANDBOX_ROOT=os.path.join(root, name),
-                           MCP_HTTP_ADDR=f"127.0.0.1:{port}", SANDLOT_LOG="warn", SANDLOT_TUNE_CGROUPS="true",
-                           SANDLOT_PYTHON_TEMPLATE=template, SANDLOT_PYTHON=PYTHON)
-                servers[name] = (start_server(args.sandlot, env, port), port, token)
-                wait_for_templates(port, token)
+                servers[name] = start_load_server(args.sandlot, os.path.join(root, name), template)
+                _, port, token = servers[name]
                 asyncio.run(run_clients(port, token, 1, 20))  # warm-up
             # Alternating rounds, so that drift on the machine hits every side alike.
             for _ in range(args.rounds):

@@ -9,8 +9,7 @@ import os
 import subprocess
 import tempfile
 
-from bench_load import PYTHON, run_clients
-from benchlib import free_port, start_server, wait_for_templates
+from bench_load import run_clients, start_load_server
 
 FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 
@@ -26,23 +25,21 @@ def main():
     parser.add_argument("--calls", type=int, default=1500)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--perf", help="record a system-wide perf profile to this file")
+    parser.add_argument("--language", default="python", help="the runs' language (python unless said)")
+    parser.add_argument("--code", default="print(1)", help="the runs' code; it must print 1")
     args = parser.parse_args()
     tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
     with tempfile.TemporaryDirectory(prefix="sandlot-profile-load-") as root:
-        port, token = free_port(), "bench-" + os.urandom(8).hex()
-        env = dict(os.environ, MCP_API_TOKEN=token, SANDBOX_ROOT=os.path.join(root, "sandlot"),
-                   MCP_HTTP_ADDR=f"127.0.0.1:{port}", SANDLOT_LOG="warn", SANDLOT_TUNE_CGROUPS="true",
-                   SANDLOT_PYTHON=PYTHON)
-        server = start_server(args.sandlot, env, port)
+        server, port, token = start_load_server(args.sandlot, os.path.join(root, "sandlot"))
         try:
-            wait_for_templates(port, token)
-            asyncio.run(run_clients(port, token, args.clients, 200))  # warm-up: every conversation exists
+            # Warm-up: every conversation exists.
+            asyncio.run(run_clients(port, token, args.clients, 200, args.language, args.code))
             perf = None
             if args.perf:
                 perf = subprocess.Popen(["perf", "record", "-a", "-g", "-F", "999", "-o", args.perf],
                                         stderr=subprocess.DEVNULL)
             before = cpu_ticks()
-            took, _, errors = asyncio.run(run_clients(port, token, args.clients, args.calls))
+            took, _, errors = asyncio.run(run_clients(port, token, args.clients, args.calls, args.language, args.code))
             after = cpu_ticks()
             if perf:
                 perf.send_signal(2)
