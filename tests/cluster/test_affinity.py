@@ -14,6 +14,8 @@ real `sandlot serve` nodes on loopback (docs/scaling.md).
 - One root shared by the three nodes (the shared-storage layout): a node is killed (SIGKILL) under load. Its calls in
   flight fail with an error the client sees (recorded), every other call succeeds, and its conversations are then
   served by one other node each, which finds their files: their counts go on where they were.
+- Two nodes, one history in PostgreSQL: a node killed for good leaves a run in flight, which the other node ends as
+  interrupted once the dead node's lease runs out, leaving its own run alone.
 - Throughput through HAProxy with one node and with three, printed for docs/benchmarks.md. On this project's 2-core
   machine the nodes share the same two cores, so the figures show the proxy's and the nodes' overhead, not a
   speed-up; nothing is asserted on them.
@@ -482,6 +484,52 @@ def initialize(client, url):
                            json={"jsonrpc": "2.0", "method": "notifications/initialized"})
     assert response.status_code == 202 and response.headers["x-served-by"] == node, response.text
     return session, node
+
+
+def test_a_dead_nodes_runs_end_interrupted_once_its_lease_runs_out(cluster, history_url):
+    """Two nodes, one history: a node killed for good (SIGKILL, never restarted) leaves a run in flight. The other
+    node, which cannot see the dead one's processes, ends that run as interrupted once the dead node's lease in the
+    history runs out (30 s without a renewal, looked for every 5 s: docs/scaling.md), and leaves its own run alone."""
+    nodes, _ = cluster(2, shared=False, history_url=history_url)
+    dying, living = nodes
+
+    def start(node, conversation, code):
+        """Calls `code` on `node` from a thread of its own (the call lasts as long as the run, or the node)."""
+        # Past the default timeout (30 s), which would end the living node's run before the lease runs out.
+        arguments = {"conversationId": conversation, "language": "bash", "code": code, "timeoutSeconds": 600}
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "sandbox_run_code", "arguments": arguments}}
+        headers = {"Authorization": f"Bearer {TOKEN}", "Accept": "application/json, text/event-stream"}
+
+        def send():
+            try:
+                httpx.post(f"{node.base}/mcp", json=body, headers=headers, timeout=600)
+            except httpx.HTTPError:
+                pass  # the dying node's call ends with its node
+        threading.Thread(target=send, daemon=True).start()
+
+    def state(conversation):
+        runs = living.runs(conversation)
+        return (runs[0]["state"], runs[0].get("outcome"), runs[0].get("error")) if runs else None
+
+    start(dying, "lease-dying", "sleep 600")
+    start(living, "lease-living", "sleep 600")
+    assert wait_until(lambda: state("lease-dying") is not None and state("lease-dying")[0] == "running", 60), \
+        state("lease-dying")
+    assert wait_until(lambda: state("lease-living") is not None and state("lease-living")[0] == "running", 60), \
+        state("lease-living")
+    dying.process.send_signal(signal.SIGKILL)
+    dying.process.wait()
+    killed_at = time.monotonic()
+    # A dead node's runs are not taken at once: its lease still holds.
+    assert state("lease-dying")[0] == "running", state("lease-dying")
+    # Within the lease and a round (35 s); 90 s for a loaded machine, and a lease never acted on still fails.
+    assert wait_until(lambda: state("lease-dying")[0] == "finished", 90), state("lease-dying")
+    took = time.monotonic() - killed_at
+    _, outcome, error = state("lease-dying")
+    assert outcome == "interrupted" and "lease" in error, (outcome, error)
+    print(f"\nthe dead node's run was ended {took:.1f} s after the kill: {error}")
+    assert state("lease-living")[0] == "running", state("lease-living")
 
 
 def test_a_lost_nodes_conversations_move_with_their_files(cluster):

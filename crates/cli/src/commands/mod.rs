@@ -107,7 +107,8 @@ pub async fn backend(
 
 /// The state every server face shares: an engine over the chosen backend, with its queue and its history
 /// (`<root>/.sandlot/history.db`, or the PostgreSQL database of `SANDLOT_HISTORY_URL`), and the file-URL signer. What a crashed predecessor left behind is cleaned up first.
-/// Starts the retention task ([`sandlot_core::keep_tidy`]), which ends with the state's shutdown token.
+/// Starts the retention task ([`sandlot_core::keep_tidy`]) and, with a shared history, the node's lease
+/// ([`sandlot_core::hold_lease`]); both end with the state's shutdown token.
 pub async fn app_state(
     sandbox: &SandboxArgs,
     service: &ServiceArgs,
@@ -159,6 +160,7 @@ pub async fn app_state(
         scrub_secrets: service.scrub_secrets,
     };
     tokio::spawn(sandlot_core::keep_tidy(app.engine.clone(), service.retention(), app.shutdown.clone()));
+    tokio::spawn(sandlot_core::hold_lease(app.engine.clone(), app.shutdown.clone()));
     Ok(app)
 }
 

@@ -12,10 +12,11 @@
 //! `<SANDBOX_ROOT>/.sandlot/history.db`) or a PostgreSQL database many servers share (`postgres`,
 //! `SANDLOT_HISTORY_URL`). Each query has a form for each, side by side in the submodule of its table: `record` (the
 //! rows of runs), `outputs` (what runs printed), `connections` (a leashed run's audit trail), `retention` (what is
-//! forgotten when); `schema` is SQLite's tables, `postgres::migrations` PostgreSQL's. Here: opening either, and
-//! recovering after a crash.
+//! forgotten when), `nodes` (PostgreSQL only: the nodes' leases, which end a lost node's runs); `schema` is SQLite's
+//! tables, `postgres::migrations` PostgreSQL's. Here: opening either, and recovering after a crash.
 
 mod connections;
+mod nodes;
 mod outputs;
 mod owner;
 mod postgres;
@@ -35,6 +36,7 @@ use crate::Result;
 use owner::Owner;
 
 pub use connections::NetworkTrail;
+pub use nodes::{HEARTBEAT, NODE_LEASE, hold_lease};
 pub use outputs::{DEFAULT_OUTPUT_BUDGET, OutputLookup, RunOutput};
 pub use record::{Ending, MAX_LISTED_RUNS, NewRun, Outcome, RunRecord};
 
@@ -72,7 +74,10 @@ impl History {
     /// Connects to the PostgreSQL database `url` names (`postgres://user:password@host:port/dbname`, or
     /// `key=value` pairs) and brings its tables up to date; `store_code` keeps each run's source.
     pub fn connect(url: &str, store_code: bool) -> Result<Self> {
-        Self::with_store(Store::Postgres(postgres::Postgres::connect(url)?), store_code, true)
+        let history = Self::with_store(Store::Postgres(postgres::Postgres::connect(url)?), store_code, true)?;
+        // This node's lease, before it records any run (see `nodes`).
+        history.heartbeat()?;
+        Ok(history)
     }
 
     fn with_store(store: Store, store_code: bool, shared: bool) -> Result<Self> {
@@ -91,6 +96,11 @@ impl History {
     pub fn with_output_budget(mut self, bytes: u64) -> Self {
         self.output_budget = bytes;
         self
+    }
+
+    /// Whether many machines share this history (PostgreSQL), so that each node holds a lease (see `nodes`).
+    pub fn is_shared(&self) -> bool {
+        matches!(self.store, Store::Postgres(_))
     }
 
     /// Where the history is: its file, or its PostgreSQL database (without credentials).

@@ -15,9 +15,10 @@ use super::Session;
 const LOCK: i64 = 0x73_61_6e_64_6c_6f_74;
 
 /// Each version's statements, in order.
-const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    "
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        "
 CREATE TABLE runs (
     seq BIGSERIAL NOT NULL UNIQUE,
     id TEXT PRIMARY KEY,
@@ -59,7 +60,17 @@ CREATE TABLE run_connections (
     trail TEXT NOT NULL
 );
 ",
-)];
+    ),
+    (
+        2,
+        "
+CREATE TABLE nodes (
+    name TEXT PRIMARY KEY,
+    seen_at BIGINT NOT NULL
+);
+",
+    ),
+];
 
 /// The last version this sandlot knows.
 pub(super) fn latest() -> i64 {
