@@ -112,9 +112,9 @@ pub async fn hold_lease(engine: Arc<Engine>, stop: CancellationToken) {
 mod tests {
     use super::*;
     use crate::ConversationId;
+    use crate::history::Outcome;
     use crate::history::test_stores::{self, TestStore};
-    use crate::history::tests::new_run;
-    use crate::history::{Ending, Outcome};
+    use crate::history::tests::{finish, new_run};
 
     /// Runs `ids` of `owner`, unfinished, in `history`.
     fn unfinished(history: &History, owner: &str, ids: &[&str]) {
@@ -171,16 +171,7 @@ mod tests {
         assert_eq!(other.recover_lost_nodes(NODE_LEASE).unwrap(), ["cut-off"]);
         this.heartbeat().unwrap();
         assert_eq!(other.recover_lost_nodes(NODE_LEASE).unwrap(), Vec::<String>::new());
-        let ending = Ending {
-            outcome: Outcome::Ok,
-            exit_code: Some(0),
-            error: None,
-            duration: None,
-            stdout_bytes: 0,
-            stderr_bytes: 0,
-            truncated: false,
-        };
-        this.finished("cut-off", &ending).unwrap();
+        finish(&this, "cut-off");
         assert_eq!(outcome(&this, "cut-off"), Some(Outcome::Ok));
         assert_eq!(this.number("SELECT COUNT(*) FROM nodes"), 1);
     }
