@@ -1,9 +1,9 @@
 //! The server's prepared sandboxes (see `prepared`): up to `size` per Python template, for the sandbox limits (memory,
 //! CPU, processes, `/tmp`: what is set before the run comes) of the latest Python run. A server's runs mostly share
 //! the operator's defaults, which the pool prepares for from the start; the first run of other limits is not
-//! prepared for, and the pool prepares for those from then on. Each take starts building its
-//! replacement in the background, off the run's path, so a burst of at most `size` runs per template finds every
-//! sandbox ready. Under load (as many runs in flight as the machine has cores) it builds none: the cores are the limit
+//! prepared for, and the pool prepares for those from then on. A taken sandbox's replacement is built when the run
+//! that took it ends (`JailBackend::run` refills), not beside it: on a small machine a build beside the run slows it
+//! down. So a burst of at most `size` runs per template finds every sandbox ready. Under load (as many runs in flight as the machine has cores) it builds none: the cores are the limit
 //! then, and a run built on its path costs less CPU than a prepared one (it joins its conversation's kept network
 //! namespace where a prepared sandbox makes and tears down one of its own). A build that fails stops the refills for
 //! a while.
@@ -99,7 +99,7 @@ impl PreparedPool {
     }
 
     /// A prepared sandbox for a run of `limits` whose child is forked from the template of `choice`, if one is
-    /// waiting; refills in the background (for `limits` from now on).
+    /// waiting; the pool prepares for `limits` from now on, refilled once the run ends (`refill`).
     pub fn take(self: &Arc<Self>, choice: Choice, limits: &Limits) -> Option<Prepared> {
         if self.size == 0 {
             return None;
@@ -128,7 +128,6 @@ impl PreparedPool {
             (taken, let_go)
         };
         let_go.into_iter().for_each(Prepared::discard);
-        self.refill();
         taken
     }
 

@@ -1,7 +1,7 @@
 //! Python runs in prepared sandboxes (built before their run, the template's child already waiting in them): each is
 //! still a fresh sandbox with nothing of an earlier run, sees its own conversation at `/data` and only it, is
 //! confined as an exec'd run is (Landlock binding to the conversation mounted late), the pool refills after a burst,
-//! a prepared sandbox that died is never used, and with the pool off runs go on as before. The harness keeps the
+//! a replacement is built after its run and not beside it, a prepared sandbox that died is never used, and with the pool off runs go on as before. The harness keeps the
 //! server's default pool (`common::Sandbox::with_engine_config`), so the jail's other tests run their Python through
 //! it too, whenever one is ready.
 
@@ -22,6 +22,7 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             ("a_prepared_run_is_confined_as_an_execd_one", a_prepared_run_is_confined_as_an_execd_one),
             ("the_pool_refills_after_a_burst", the_pool_refills_after_a_burst),
             ("the_pool_builds_nothing_while_the_cores_are_busy", the_pool_builds_nothing_while_the_cores_are_busy),
+            ("a_replacement_is_built_after_its_run_not_beside_it", a_replacement_is_built_after_its_run_not_beside_it),
             ("a_prepared_sandbox_that_died_is_never_used", a_prepared_sandbox_that_died_is_never_used),
             ("with_the_pool_off_runs_go_on_as_before", with_the_pool_off_runs_go_on_as_before),
         ],
@@ -140,13 +141,7 @@ fn the_pool_refills_after_a_burst() -> Result<(), Failed> {
 fn the_pool_builds_nothing_while_the_cores_are_busy() -> Result<(), Failed> {
     let sandbox = Sandbox::with_config(|config| config.prepared_live_sandboxes = 0, |_| {});
     let jail = sandbox.jail.as_ref().ok_or("a native backend")?;
-    check(sandbox.wait_for_prepared(2), || "the pool did not fill".to_owned())?;
-    // Full: no build still under way (the loaded template's may finish after the bare one's).
-    let mut full = 0;
-    while full != jail.prepared_ready() {
-        full = jail.prepared_ready();
-        std::thread::sleep(2 * SETTLE);
-    }
+    let full = full_pool(&sandbox)?;
     let (taken, while_busy) = common::while_the_cores_are_busy(&sandbox, || {
         let taken = run_probed(&sandbox, "taken-while-busy", "");
         // Long enough for a replacement to be built and ready, had one been started.
@@ -156,6 +151,41 @@ fn the_pool_builds_nothing_while_the_cores_are_busy() -> Result<(), Failed> {
     check_eq(taken?.as_str(), "prepared\n", "the run while busy took a prepared sandbox")?;
     check_eq(while_busy, full - 1, "prepared sandboxes ready while the cores were busy")?;
     check(sandbox.wait_for_prepared(full), || "the pool did not fill up again once the cores were free".to_owned())
+}
+
+/// The pool full and settled: no build still under way (the loaded template's may finish after the bare one's). How
+/// many sandboxes wait then.
+fn full_pool(sandbox: &Sandbox) -> Result<usize, Failed> {
+    let jail = sandbox.jail.as_ref().ok_or("a native backend")?;
+    check(sandbox.wait_for_prepared(2), || "the pool did not fill".to_owned())?;
+    let mut full = 0;
+    while full != jail.prepared_ready() {
+        full = jail.prepared_ready();
+        std::thread::sleep(2 * SETTLE);
+    }
+    Ok(full)
+}
+
+/// A build beside a run slows it down on a small machine: a taken sandbox's replacement is built once its run ends,
+/// even on idle cores.
+fn a_replacement_is_built_after_its_run_not_beside_it() -> Result<(), Failed> {
+    let sandbox = Sandbox::with_config(|config| config.prepared_live_sandboxes = 0, |_| {});
+    let jail = sandbox.jail.as_ref().ok_or("a native backend")?;
+    let full = full_pool(&sandbox)?;
+    let (taken, during) = std::thread::scope(|scope| {
+        let run = scope.spawn(|| run_probed(&sandbox, "long-run", "import time\ntime.sleep(6)"));
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while jail.prepared_ready() == full && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Long enough for a replacement to be built and ready, had one been started with the take.
+        std::thread::sleep(4 * SETTLE);
+        let during = (jail.prepared_ready(), run.is_finished());
+        (run.join().expect("the run's thread"), during)
+    });
+    check_eq(taken?.as_str(), "prepared\n", "the long run took a prepared sandbox")?;
+    check_eq(during, (full - 1, false), "(sandboxes ready, the run ended) while the run went on")?;
+    check(sandbox.wait_for_prepared(full), || "the pool did not fill up again once the run ended".to_owned())
 }
 
 fn a_prepared_sandbox_that_died_is_never_used() -> Result<(), Failed> {
