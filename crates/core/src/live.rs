@@ -131,4 +131,8 @@ pub trait LiveSandbox: Send + Sync {
 pub trait LiveBackend: Send + Sync {
     /// Starts a sandbox for a conversation. Errors are the backend's faults (no cgroup, no image...).
     async fn start(&self, spec: LiveSpec) -> Result<Arc<dyn LiveSandbox>>;
+
+    /// The first call in a sandbox [`LiveBackend::start`] gave has ended (however it ended): a backend that builds
+    /// sandboxes ahead builds the next one now, not beside that call, whose cores it would take. Nothing by default.
+    fn first_call_ended(&self) {}
 }

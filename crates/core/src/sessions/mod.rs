@@ -123,20 +123,21 @@ impl Sessions {
     }
 
     /// The conversation's live sandbox, started when it has none (or its own has ended); with the notice of lost
-    /// state when an earlier one existed.
+    /// state when an earlier one existed, and whether it was started now (its first call is the caller's: see
+    /// [`LiveBackend::first_call_ended`]).
     async fn live(
         self: &Arc<Self>,
         backend: &dyn LiveBackend,
         conversation: &ConversationId,
         parts: SandboxParts,
-    ) -> Result<(Arc<Live>, Option<String>)> {
+    ) -> Result<(Arc<Live>, Option<String>, bool)> {
         self.start_reaper();
         let slot = self.slot(conversation);
         let mut slot = slot.lock().await;
         if let Some(live) = slot.as_ref() {
             if live.is_usable(&self.config) {
                 live.check_network(parts.network.as_ref())?;
-                return Ok((live.clone(), None));
+                return Ok((live.clone(), None, false));
             }
             let reason = live.end_reason(&self.config);
             live.close(&reason).await;
@@ -147,7 +148,7 @@ impl Sessions {
         let live = Arc::new(Live::start(backend, conversation, parts, &self.boot).await?);
         *slot = Some(live.clone());
         metrics::gauge!(crate::run_metrics::LIVE_SANDBOXES).increment(1.0);
-        Ok((live, notice))
+        Ok((live, notice, true))
     }
 
     fn slot(&self, conversation: &ConversationId) -> Slot {
@@ -222,15 +223,19 @@ impl Sessions {
         sink: &dyn OutputSink,
     ) -> Result<(RunOutcome, SessionReport)> {
         let conversation = parts.conversation.clone();
-        let (live, sandbox_notice) = self.live(backend, &conversation, parts).await?;
+        let (live, sandbox_notice, started) = self.live(backend, &conversation, parts).await?;
         let egress = live.sandbox_egress();
         if let Some(network) = &egress {
             network.set_run(Some(job.run_id.clone()));
         }
-        let (mut outcome, mut report) = match how {
-            crate::SessionUse::Process => live.run_process(job, sink).await?,
-            _ => live.call(job, sink).await?,
+        let called = match how {
+            crate::SessionUse::Process => live.run_process(job, sink).await,
+            _ => live.call(job, sink).await,
         };
+        if started {
+            backend.first_call_ended();
+        }
+        let (mut outcome, mut report) = called?;
         if let Some(network) = &egress {
             // What the call opened and has closed (a connection closed as the call ended is recorded within a
             // moment); one its background processes keep open is recorded when it closes, with the call that
@@ -261,8 +266,11 @@ impl Sessions {
         action: crate::BrowserAction,
     ) -> Result<crate::BrowserResult> {
         let conversation = parts.conversation.clone();
-        let (live, _) = self.live(backend, &conversation, parts).await?;
+        let (live, _, started) = self.live(backend, &conversation, parts).await?;
         let result = live.browser(action).await;
+        if started {
+            backend.first_call_ended();
+        }
         if !live.is_usable(&self.config) {
             self.end(&live, &live.end_reason(&self.config)).await;
         }

@@ -27,7 +27,20 @@ use super::live_sandbox::LiveJail;
 impl LiveBackend for JailBackend {
     async fn start(&self, live: LiveSpec) -> sandlot_core::Result<Arc<dyn LiveSandbox>> {
         tracing::debug!(sandbox = live.sandbox_id, "live sandbox requested");
-        Ok(Arc::new(self.start_live(live).await?))
+        let started = self.start_live(live).await;
+        if started.is_err()
+            && let Some(pool) = &self.live_pool
+        {
+            pool.refill(); // no first call will come to refill what a take may have left short
+        }
+        Ok(Arc::new(started?))
+    }
+
+    /// The live pool builds a taken sandbox's replacement now (see `live_pool`).
+    fn first_call_ended(&self) {
+        if let Some(pool) = &self.live_pool {
+            pool.refill();
+        }
     }
 }
 

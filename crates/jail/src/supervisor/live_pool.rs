@@ -3,8 +3,9 @@
 //! with its Python session driver forked ahead and waiting (see `live_waiting`). A conversation's first `session`
 //! call whose sandbox they fit takes one: the supervisor attaches the conversation's idmapped tree (see
 //! `LiveJail::attach`; pid 1 enters Landlock only then) and the call goes on as in a sandbox built on its path, but
-//! without the build and the driver's fork. Each take starts building its replacement in the background, off the
-//! call's path; a build that fails stops the refills for a while.
+//! without the build and the driver's fork. A taken sandbox's replacement is built once the conversation's first
+//! call has ended (`LiveBackend::first_call_ended`), not beside it: on a small machine the build (a fork of the
+//! preloaded interpreter among the rest) slows that call down. A build that fails stops the refills for a while.
 //!
 //! Invariants: a prepared live sandbox serves one conversation and is never reused; it holds nothing of any
 //! conversation until it is attached; `ready` plus those being built never exceed `size`; one that died while it
@@ -90,7 +91,7 @@ impl LivePool {
     }
 
     /// A prepared sandbox for `live` if one waits and fits it (sandlot's layout, no volumes, the limits it was built
-    /// with); refills in the background.
+    /// with). Its replacement comes with [`LivePool::refill`], once its first call has ended.
     pub fn take(self: &Arc<Self>, live: &LiveSpec) -> Option<PreparedLive> {
         if self.size == 0 || live.layout != Layout::Data || !live.mounts.is_empty() {
             return None;
@@ -113,7 +114,6 @@ impl LivePool {
             (taken, let_go)
         };
         drop(let_go); // dropping a sandbox kills it; its events task releases what it held
-        self.refill();
         taken
     }
 

@@ -24,6 +24,10 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             ("a_prepared_session_is_confined_as_one_built_now", a_prepared_session_is_confined_as_one_built_now),
             ("the_live_pool_refills_after_a_take", the_live_pool_refills_after_a_take),
             (
+                "a_replacement_is_built_after_the_first_call_not_beside_it",
+                a_replacement_is_built_after_the_first_call_not_beside_it,
+            ),
+            (
                 "a_first_call_of_another_language_lets_the_driver_go",
                 a_first_call_of_another_language_lets_the_driver_go,
             ),
@@ -134,6 +138,29 @@ fn the_live_pool_refills_after_a_take() -> Result<(), Failed> {
         check_eq(out.as_str(), "ran\n", "a prepared first call")?;
     }
     check(sandbox.wait_for_prepared_live(1), || "the live pool did not refill".to_owned())
+}
+
+/// A build beside a conversation's first call slows it down on a small machine: the taken sandbox's replacement is
+/// built once that call has ended.
+fn a_replacement_is_built_after_the_first_call_not_beside_it() -> Result<(), Failed> {
+    let sandbox = Sandbox::new(|_| {});
+    let jail = sandbox.jail.as_ref().ok_or("a native backend")?;
+    check(sandbox.wait_for_prepared_live(1), || "the live pool did not fill".to_owned())?;
+    let (out, during) = std::thread::scope(|scope| {
+        let call =
+            scope.spawn(|| first_call(&sandbox, "long-first", "import time\ntime.sleep(6)\nprint('ran')", "prepared"));
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while jail.prepared_live_ready() == 1 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Long enough for a replacement to be built and ready, had one been started with the take.
+        std::thread::sleep(4 * SETTLE);
+        let during = (jail.prepared_live_ready(), jail.prepared_live_inits().len(), call.is_finished());
+        (call.join().expect("the call's thread"), during)
+    });
+    check_eq(out?.as_str(), "ran\n", "the long first call")?;
+    check_eq(during, (0, 0, false), "(ready, being built, the call ended) while the first call went on")?;
+    check(sandbox.wait_for_prepared_live(1), || "the live pool did not refill after the first call".to_owned())
 }
 
 fn a_first_call_of_another_language_lets_the_driver_go() -> Result<(), Failed> {
