@@ -356,11 +356,14 @@ _age = _time.clock_gettime(_time.CLOCK_BOOTTIME) - int(open('/proc/self/stat').r
 print('prepared' if _age > 0.2 else 'built now')";
 
 /// Pids of host processes running as one of this test process's sandbox uids, but those of sandboxes prepared for
-/// runs to come (see [`prepared_processes`]).
+/// runs to come (see [`prepared_processes`]). The prepared ones are found after the scan: a pool refills as runs end,
+/// so a sandbox may be built while a test looks, and its processes must not pass for a run's. (Found before the scan,
+/// a child forked in between was in the scan and not among them.)
 pub fn sandbox_processes() -> Vec<i32> {
     let uids = sandbox_uids();
+    let running = processes_where(|uid| uids.contains(uid));
     let prepared = prepared_processes();
-    processes_where(|uid| uids.contains(uid)).into_iter().filter(|pid| !prepared.contains(pid)).collect()
+    running.into_iter().filter(|pid| !prepared.contains(pid)).collect()
 }
 
 /// The native backends this test process's sandboxes made (see [`prepared_processes`]).
