@@ -84,11 +84,11 @@ pub async fn hold_lease(engine: Arc<Engine>, stop: CancellationToken) {
     }
     loop {
         let round = engine.clone();
+        // A node that cannot renew its own lease (the database unreachable) does not judge others' either: one warning
+        // per round, not two.
         let ended = tokio::task::spawn_blocking(move || {
             let Some(history) = round.history() else { return Ok(Vec::new()) };
-            if let Err(error) = history.heartbeat() {
-                tracing::warn!(%error, "cannot renew this node's lease in the run history");
-            }
+            history.heartbeat()?;
             history.recover_lost_nodes(NODE_LEASE)
         })
         .await;
@@ -98,7 +98,7 @@ pub async fn hold_lease(engine: Arc<Engine>, stop: CancellationToken) {
                     tracing::warn!(run_id, "run interrupted: the node running it lost its lease");
                 }
             }
-            Ok(Err(error)) => tracing::warn!(%error, "cannot look for lost nodes in the run history"),
+            Ok(Err(error)) => tracing::warn!(%error, "cannot hold this node's lease in the run history"),
             Err(error) => tracing::warn!(%error, "the lease's round failed"),
         }
         tokio::select! {

@@ -1,9 +1,9 @@
 //! Python runs in prepared sandboxes (built before their run, the template's child already waiting in them): each is
 //! still a fresh sandbox with nothing of an earlier run, sees its own conversation at `/data` and only it, is
 //! confined as an exec'd run is (Landlock binding to the conversation mounted late), the pool refills after a burst,
-//! a replacement is built after its run and not beside it, a prepared sandbox that died is never used, and with the pool off runs go on as before. The harness keeps the
-//! server's default pool (`common::Sandbox::with_engine_config`), so the jail's other tests run their Python through
-//! it too, whenever one is ready.
+//! a replacement is built after its run and not beside it, a prepared sandbox that died is never used, and with the
+//! pool off runs go on as before. The harness keeps the server's default pool (`common::Sandbox::with_engine_config`),
+//! so the jail's other tests run their Python through it too, whenever one is ready.
 
 use crate::common;
 
