@@ -25,7 +25,7 @@ pub fn trials() -> Vec<libtest_mimic::Trial> {
             ("runtime_errors_name_the_typescript_line", runtime_errors_name_the_typescript_line),
             ("a_syntax_error_is_a_failed_run_with_its_line", a_syntax_error_is_a_failed_run_with_its_line),
             ("code_that_crashes_the_transform_fails_its_run_only", code_that_crashes_the_transform_fails_its_run_only),
-            ("a_helper_waits_for_each_transform_and_serves_one", a_helper_waits_for_each_transform_and_serves_one),
+            ("a_helper_serves_transforms_one_after_another", a_helper_serves_transforms_one_after_another),
             ("session_cells_are_stripped_in_the_server", session_cells_are_stripped_in_the_server),
         ],
     )
@@ -194,9 +194,10 @@ fn one_waiting_helper() -> Result<i32, Failed> {
     }
 }
 
-/// A transform takes the helper started ahead and the next one is started: each helper serves one transform (a
-/// program cannot find another's in it). A waiting helper that died is not used: the transform starts its own.
-fn a_helper_waits_for_each_transform_and_serves_one() -> Result<(), Failed> {
+/// A transform takes the helper started ahead, which then waits for the next program: one helper serves one
+/// transform after another (a transform runs no code, so a program finds nothing of another's in it). After a large
+/// program it is let go and another is started. A waiting helper that died is not used: the transform starts its own.
+fn a_helper_serves_transforms_one_after_another() -> Result<(), Failed> {
     let sandbox = without_tsx();
     check_prints(&typescript(&sandbox, "const a: number = 1;\nconsole.log(a);\n"), "1\n")?;
     let first = one_waiting_helper()?;
@@ -212,12 +213,21 @@ fn a_helper_waits_for_each_transform_and_serves_one() -> Result<(), Failed> {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     check_prints(&typescript(&sandbox, "const b: number = 2;\nconsole.log(b);\n"), "2\n")?;
+    check_eq(one_waiting_helper()?, first, "the helper that served a transform waits for the next")?;
+    // A program past 64 KiB (a long comment): its helper is let go after it.
+    let large = format!("// {}\nconst c: number = 3;\nconsole.log(c);\n", "x".repeat(70 * 1024));
+    check_prints(&typescript(&sandbox, &large), "3\n")?;
     let second = one_waiting_helper()?;
-    check(second != first, || "the helper that served a transform waits again".into())?;
-    check(!std::path::Path::new(&format!("/proc/{first}/cmdline")).exists(), || "a served helper lives on".into())?;
+    check(second != first, || "the helper of a large program waits again".into())?;
+    // Killed when let go, and reaped soon after.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::path::Path::new(&format!("/proc/{first}")).exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    check(!std::path::Path::new(&format!("/proc/{first}")).exists(), || "a let-go helper lives on".into())?;
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(second), nix::sys::signal::Signal::SIGKILL)?;
     std::thread::sleep(std::time::Duration::from_millis(100));
-    check_prints(&typescript(&sandbox, "const c: number = 3;\nconsole.log(c);\n"), "3\n")
+    check_prints(&typescript(&sandbox, "const d: number = 4;\nconsole.log(d);\n"), "4\n")
 }
 
 /// A live sandbox's TypeScript cells that are scripts are stripped in the server and reach the node driver as
