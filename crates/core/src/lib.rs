@@ -54,8 +54,8 @@ pub use engine::{DEFAULT_RESULT_TEXT_BYTES, Deletion, Engine, EngineConfig, MAX_
 pub use error::{Error, Result};
 pub use events::{EVENT_BUFFER, RunEvent};
 pub use history::{
-    DEFAULT_OUTPUT_BUDGET, HEARTBEAT, History, MAX_LISTED_RUNS, NODE_LEASE, NetworkTrail, Outcome, OutputLookup,
-    RunOutput, RunRecord, hold_lease,
+    DEFAULT_OUTPUT_BUDGET, History, MAX_LISTED_RUNS, NetworkTrail, Outcome, OutputLookup, RunOutput, RunRecord,
+    hold_lease,
 };
 pub use language::Language;
 pub use layout::Layout;

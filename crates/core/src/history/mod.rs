@@ -36,7 +36,7 @@ use crate::Result;
 use owner::Owner;
 
 pub use connections::NetworkTrail;
-pub use nodes::{HEARTBEAT, NODE_LEASE, hold_lease};
+pub use nodes::hold_lease;
 pub use outputs::{DEFAULT_OUTPUT_BUDGET, OutputLookup, RunOutput};
 pub use record::{Ending, MAX_LISTED_RUNS, NewRun, Outcome, RunRecord};
 
