@@ -13,6 +13,9 @@
 //! (as nginx drains reusable connections), so idle sockets can never keep a client with a real request out. Only
 //! when every connection has a request in flight is a new one refused (closed at once). Connections with requests
 //! in flight are never closed by the tracker: they need a credential (or a signed URL) and end with their request.
+//! The cap counts descriptors, not intentions: a connection is registered by the accept loop before its task runs
+//! and released only after its socket is closed, so a connection being closed still counts, and a burst of new
+//! connections waits in the kernel's queue until the ones evicted for it are gone.
 //!
 //! Closing an idle connection races with a request arriving on it, as with any keep-alive server: the close is
 //! graceful (hyper finishes a request it has already read; an unauthenticated one gets a second), and a client may
@@ -97,6 +100,8 @@ impl Connection {
 #[derive(Default)]
 struct Tracker {
     table: Mutex<Table>,
+    /// Signalled each time a connection's socket has been closed and its registration released.
+    released: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -138,11 +143,38 @@ impl Tracker {
         if table.connections.remove(&id).is_some_and(|c| !c.closing()) {
             table.open -= 1;
         }
+        drop(table);
+        self.released.notify_one();
     }
 
     /// Connections open and not being closed.
+    #[cfg(test)]
     fn open_count(&self) -> usize {
         self.table().open
+    }
+
+    /// Sockets held: connections open or being closed, each a descriptor until its task has dropped it.
+    fn held(&self) -> usize {
+        self.table().connections.len()
+    }
+
+    /// Whether some connection is being closed (its descriptor is about to be released).
+    fn any_closing(&self) -> bool {
+        self.table().connections.values().any(Connection::closing)
+    }
+
+    /// Waits until the server holds fewer than `max` sockets, closing the oldest idle connections to get there:
+    /// one at first, another each `patience` that none has been released (a client dribbling its headers is given
+    /// a second to finish them). Returns at once, with the cap still reached, when every connection is busy.
+    async fn make_room(&self, max: usize, patience: Duration) {
+        while self.held() >= max {
+            if !self.any_closing() && !self.evict_oldest_idle() {
+                return;
+            }
+            if tokio::time::timeout(patience, self.released.notified()).await.is_err() {
+                self.evict_oldest_idle();
+            }
+        }
     }
 
     fn begin(self: &Arc<Self>, id: u64) -> InFlight {
@@ -268,7 +300,10 @@ pub async fn serve(
     let builder = hyper::server::conn::http1::Builder::new();
     loop {
         let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
+            accepted = async {
+                tracker.make_room(limits.max_connections, Duration::from_millis(50)).await;
+                listener.accept().await
+            } => accepted,
             () = stop.cancelled() => break,
         };
         let (stream, peer) = match accepted {
@@ -283,13 +318,14 @@ pub async fn serve(
                 continue;
             }
         };
-        if tracker.open_count() >= limits.max_connections && !tracker.evict_oldest_idle() {
+        if tracker.held() >= limits.max_connections {
             tracing::warn!(%peer, max = limits.max_connections, "connection refused: every connection is busy");
             drop(stream);
             continue;
         }
         let _ = stream.set_nodelay(true);
-        tasks.spawn(connection(stream, peer, router.clone(), builder.clone(), tracker.clone(), stop.clone()));
+        let registered = Registered::new(tracker.clone());
+        tasks.spawn(connection(stream, peer, router.clone(), builder.clone(), registered, stop.clone()));
     }
     drop(listener);
     tasks.close();
@@ -316,16 +352,37 @@ async fn sweep(tracker: Arc<Tracker>, timeout: Duration, stop: CancellationToken
     }
 }
 
+/// A connection's place in the tracker, from its accept until it is dropped: after the connection's socket, since
+/// it is declared before it in [`connection`].
+struct Registered {
+    tracker: Arc<Tracker>,
+    id: u64,
+    close: CancellationToken,
+}
+
+impl Registered {
+    fn new(tracker: Arc<Tracker>) -> Self {
+        let (id, close) = tracker.open();
+        Self { tracker, id, close }
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.tracker.remove(self.id);
+    }
+}
+
 /// Serves one connection until it ends, the tracker closes it, or the server stops.
 async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
     router: Router,
     builder: hyper::server::conn::http1::Builder,
-    tracker: Arc<Tracker>,
+    registered: Registered,
     stop: CancellationToken,
 ) {
-    let (id, close) = tracker.open();
+    let (tracker, id, close) = (registered.tracker.clone(), registered.id, registered.close.clone());
     let service = hyper::service::service_fn({
         let tracker = tracker.clone();
         move |mut request: hyper::Request<Incoming>| {
@@ -359,7 +416,6 @@ async fn connection(
         if let Err(error) = result {
             tracing::debug!(%peer, %error, "connection ended with an error");
         }
-        tracker.remove(id);
         return;
     }
     // Closing: hyper ends an idle connection at once and finishes a request it has already read. A connection that
@@ -375,7 +431,6 @@ async fn connection(
             }
         }
     }
-    tracker.remove(id);
 }
 
 #[cfg(test)]
@@ -430,6 +485,31 @@ mod tests {
         kept.admit();
         assert!(!tracker.busy(authenticated));
         InFlightSlot::default().admit(); // a request not served by `serve`: nothing to count
+    }
+
+    /// A burst of connections once took every descriptor: the accept loop ran ahead of the connections' tasks,
+    /// which registered themselves, and evicted connections counted as gone before their sockets were closed.
+    #[tokio::test]
+    async fn room_is_made_only_once_an_evicted_connection_has_released_its_socket() {
+        let tracker = Arc::new(Tracker::default());
+        let idle = Registered::new(tracker.clone());
+        let busy = Registered::new(tracker.clone());
+        let _in_flight = tracker.begin(busy.id);
+        let room = tokio::spawn({
+            let tracker = tracker.clone();
+            async move { tracker.make_room(2, Duration::from_secs(60)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(idle.close.is_cancelled() && !busy.close.is_cancelled(), "the idle connection is the one closed");
+        assert!(!room.is_finished(), "no room while the closed connection still holds its socket");
+        assert_eq!(tracker.held(), 2);
+        drop(idle);
+        tokio::time::timeout(Duration::from_secs(10), room).await.expect("room once it is released").unwrap();
+        assert_eq!(tracker.held(), 1);
+        // Every connection busy: no wait, the cap is still reached and the accept loop refuses the next one.
+        tokio::time::timeout(Duration::from_secs(1), tracker.make_room(1, Duration::from_secs(60)))
+            .await
+            .expect("make_room returns at once when nothing can be closed");
     }
 
     #[test]
