@@ -151,9 +151,15 @@ impl Engine {
         self.ledger.in_flight()
     }
 
-    /// A live feed of run events from now on.
+    /// A live feed of this node's run events from now on: for following a run this node runs.
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<RunEvent> {
         self.ledger.subscribe()
+    }
+
+    /// A live feed of every node's run events (this node's alone without a shared history), each with its
+    /// conversation's owner: for listeners who hear what their tenant owns.
+    pub fn subscribe_owned(&self) -> tokio::sync::broadcast::Receiver<crate::OwnedEvent> {
+        self.ledger.subscribe_owned()
     }
 
     /// The conversation directories.
@@ -358,21 +364,27 @@ impl Engine {
         if !self.backend.runners().iter().any(|r| r.language == backend_language) {
             return Err(Error::no_runner(language, self.runners().iter().map(|r| r.language)));
         }
-        if let Some(tenant) = tenant {
-            self.workspaces.claim_owner(&conversation, tenant)?;
-            if request.caller.is_empty() {
-                request.caller = tenant.name().to_owned();
+        // Whose the run's events are: its tenant's (an admin's run: the conversation's owner); no tenant, no one's.
+        let owner = match tenant {
+            Some(tenant) => {
+                let owner = self.workspaces.claim_owner(&conversation, tenant)?;
+                if request.caller.is_empty() {
+                    request.caller = tenant.name().to_owned();
+                }
+                Some(owner)
             }
-        }
+            None => None,
+        };
         let run_id = uuid::Uuid::new_v4().simple().to_string();
-        let mut entry = self.ledger.accept(NewRun {
+        let new_run = NewRun {
             id: &run_id,
             conversation: &conversation,
             caller: &request.caller,
             language,
             code: &request.code,
             metadata: request.metadata.as_ref(),
-        });
+        };
+        let mut entry = self.ledger.accept(new_run, owner);
         let queued_at = std::time::Instant::now();
         let pool_tenant = tenant.map_or("", Tenant::name);
         let waited = self.admission.wait_turn(&conversation, pool_tenant, request.alongside, &request.cancel).await;
@@ -654,7 +666,7 @@ impl Engine {
     /// For a face that writes into a conversation outside a run (an upload, a profile's workspace), before it
     /// writes; [`Engine::run_as`] does it itself.
     pub fn claim_conversation(&self, tenant: &Tenant, id: &ConversationId) -> Result<()> {
-        self.workspaces.claim_owner(id, tenant)
+        self.workspaces.claim_owner(id, tenant).map(drop)
     }
 
     /// Checks that `tenant` may see the conversation: for a face that reads, lists, downloads or deletes, before it

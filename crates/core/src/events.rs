@@ -9,7 +9,7 @@ use crate::{Language, RunOutcome, Stream, Termination};
 pub const EVENT_BUFFER: usize = 1024;
 
 /// Something that happened to a run.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum RunEvent {
     /// The run got its turn and its sandbox is being started.

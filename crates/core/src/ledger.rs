@@ -1,36 +1,66 @@
-//! The engine's account of runs: the table of runs executing now, the live event feed (`/mcp/events`) and the
-//! history database, and the run metrics (`run_metrics`). A [`RunEntry`] follows one run from acceptance to its end
-//! and writes each step to all of them;
+//! The engine's account of runs: the table of runs executing now, the live event feeds and the history database,
+//! and the run metrics (`run_metrics`). A [`RunEntry`] follows one run from acceptance to its end and writes each
+//! step to all of them;
 //! if it is dropped before the run ended (its caller went away, or cancelled it), it records the run as cancelled,
 //! so no run is ever left unaccounted for.
+//!
+//! Two feeds: this node's runs' events (for those who follow a run they started), and every node's, each with its
+//! conversation's owner (for the listeners of `/mcp/events` and subscriptions, who hear what their tenant owns).
+//! With a shared (PostgreSQL) history, the second also carries the other nodes' runs, through the history's relay.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
 
-use crate::history::{Ending, NewRun, Outcome};
+use crate::history::{Ending, NewRun, Outcome, Relay, Relayed};
 use crate::{
     ConversationId, EVENT_BUFFER, Error, History, Language, OutputChunk, OutputSink, RunEvent, RunOutcome, Stream,
     Termination,
 };
 
+/// A run event with the owner of its conversation (the tenant whose name it is; `None` for a conversation made
+/// without tenants), from this node or, with a shared history, another.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OwnedEvent {
+    pub owner: Option<Arc<str>>,
+    pub event: RunEvent,
+}
+
 /// Where runs are accounted for; owned by the engine.
 pub struct Ledger {
     history: Option<History>,
-    /// The live feed, made for its first listener: its buffer of [`EVENT_BUFFER`] events is no small allocation,
-    /// and most engines (`sandlot run`'s, say) never have a listener.
+    /// This node's runs' events. Each feed is made for its first listener: its buffer of [`EVENT_BUFFER`] events is
+    /// no small allocation, and most engines (`sandlot run`'s, say) never have a listener.
     events: OnceLock<broadcast::Sender<RunEvent>>,
+    /// Every node's runs' events, with their owners (shared with the relay's listening thread).
+    owned_events: Arc<OnceLock<broadcast::Sender<OwnedEvent>>>,
+    /// This node's end of the relay, with a shared history.
+    relay: Option<Relay>,
     /// Runs executing now: run id → (conversation, language).
     in_flight: Mutex<HashMap<String, (ConversationId, Language)>>,
 }
 
 impl Ledger {
-    /// A ledger writing to `history` when there is one.
+    /// A ledger writing to `history` when there is one (and relaying events through it when it is shared).
     pub fn new(history: Option<History>) -> Self {
-        Self { history, events: OnceLock::new(), in_flight: Mutex::default() }
+        let owned_events: Arc<OnceLock<broadcast::Sender<OwnedEvent>>> = Arc::default();
+        let feed = Arc::downgrade(&owned_events);
+        let deliver = Box::new(move |relayed: Relayed| {
+            if let Some(events) = feed.upgrade().as_deref().and_then(OnceLock::get) {
+                let _ = events.send(OwnedEvent { owner: relayed.owner.map(Arc::from), event: relayed.event });
+            }
+        });
+        let relay = history.as_ref().and_then(|history| match history.relay(deliver) {
+            Ok(relay) => relay,
+            Err(error) => {
+                tracing::error!(%error, "cannot relay run events between nodes: each node's listeners hear its runs");
+                None
+            }
+        });
+        Self { history, events: OnceLock::new(), owned_events, relay, in_flight: Mutex::default() }
     }
 
     /// The history database, if this engine keeps one.
@@ -38,9 +68,14 @@ impl Ledger {
         self.history.as_ref()
     }
 
-    /// A live feed of run events from now on.
+    /// A live feed of this node's run events from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<RunEvent> {
         self.events.get_or_init(|| broadcast::channel(EVENT_BUFFER).0).subscribe()
+    }
+
+    /// A live feed of every node's run events, with their owners, from now on.
+    pub fn subscribe_owned(&self) -> broadcast::Receiver<OwnedEvent> {
+        self.owned_events.get_or_init(|| broadcast::channel(EVENT_BUFFER).0).subscribe()
     }
 
     fn in_flight_table(&self) -> std::sync::MutexGuard<'_, HashMap<String, (ConversationId, Language)>> {
@@ -58,24 +93,34 @@ impl Ledger {
         self.in_flight_table().len()
     }
 
-    fn announce(&self, event: RunEvent) {
+    /// Sends `event` of a conversation `owner` owns to both feeds and the other nodes (nobody listening is fine).
+    fn announce(&self, owner: Option<&Arc<str>>, event: RunEvent) {
+        if let Some(relay) = &self.relay {
+            relay.publish(owner.map(|owner| &**owner), &event);
+        }
+        if let Some(events) = self.owned_events.get().filter(|events| events.receiver_count() > 0) {
+            let _ = events.send(OwnedEvent { owner: owner.cloned(), event: event.clone() });
+        }
         if let Some(events) = self.events.get() {
-            let _ = events.send(event); // nobody listening is fine
+            let _ = events.send(event);
         }
     }
 
-    /// Whether anyone listens to the live feed now.
+    /// Whether anyone may hear an event now: a listener of either feed, or another node.
     fn has_listeners(&self) -> bool {
-        self.events.get().is_some_and(|events| events.receiver_count() > 0)
+        self.relay.is_some()
+            || self.events.get().is_some_and(|events| events.receiver_count() > 0)
+            || self.owned_events.get().is_some_and(|events| events.receiver_count() > 0)
     }
 
-    /// Opens the entry of a run just accepted (recorded as queued).
-    pub fn accept<'a>(&'a self, run: NewRun<'_>) -> RunEntry<'a> {
+    /// Opens the entry of a run just accepted (recorded as queued) in a conversation `owner` owns.
+    pub fn accept<'a>(&'a self, run: NewRun<'_>, owner: Option<String>) -> RunEntry<'a> {
         if let Some(history) = &self.history {
             log_failure(history.queued(&run));
         }
         RunEntry {
             ledger: self,
+            owner: owner.map(Arc::from),
             run_id: run.id.to_owned(),
             conversation: run.conversation.clone(),
             language: run.language,
@@ -97,6 +142,7 @@ fn log_failure(result: crate::Result<()>) {
 /// One run's entry in the ledger, from acceptance to its end.
 pub struct RunEntry<'a> {
     ledger: &'a Ledger,
+    owner: Option<Arc<str>>,
     run_id: String,
     conversation: ConversationId,
     language: Language,
@@ -116,11 +162,14 @@ impl RunEntry<'_> {
             log_failure(history.started(&self.run_id));
         }
         self.ledger.in_flight_table().insert(self.run_id.clone(), (self.conversation.clone(), self.language));
-        self.ledger.announce(RunEvent::Started {
-            run_id: self.run_id.clone(),
-            conversation_id: self.conversation.to_string(),
-            language: self.language,
-        });
+        self.ledger.announce(
+            self.owner.as_ref(),
+            RunEvent::Started {
+                run_id: self.run_id.clone(),
+                conversation_id: self.conversation.to_string(),
+                language: self.language,
+            },
+        );
     }
 
     /// A sink that passes output on to `caller` and to event listeners, counting it for the history.
@@ -132,13 +181,16 @@ impl RunEntry<'_> {
             };
             counter.fetch_add(chunk.data.len() as u64, Ordering::Relaxed);
             if self.ledger.has_listeners() {
-                self.ledger.announce(RunEvent::Output {
-                    run_id: self.run_id.clone(),
-                    conversation_id: self.conversation.to_string(),
-                    stream: chunk.stream,
-                    seq: self.seq.fetch_add(1, Ordering::Relaxed),
-                    data: String::from_utf8_lossy(&chunk.data).into_owned(),
-                });
+                self.ledger.announce(
+                    self.owner.as_ref(),
+                    RunEvent::Output {
+                        run_id: self.run_id.clone(),
+                        conversation_id: self.conversation.to_string(),
+                        stream: chunk.stream,
+                        seq: self.seq.fetch_add(1, Ordering::Relaxed),
+                        data: String::from_utf8_lossy(&chunk.data).into_owned(),
+                    },
+                );
             }
             caller.output(chunk);
         }
@@ -176,18 +228,21 @@ impl RunEntry<'_> {
         }
         self.end(&ending);
         let event = RunEvent::finished(&self.run_id, self.conversation.as_str(), self.language, outcome);
-        self.ledger.announce(event);
+        self.ledger.announce(self.owner.as_ref(), event);
     }
 
     /// sandlot could not run it.
     pub fn fail(mut self, error: &Error) {
         self.end(&self.ending(Outcome::Internal, None, Some(error.to_string()), false));
-        self.ledger.announce(RunEvent::Failed {
-            run_id: self.run_id.clone(),
-            conversation_id: self.conversation.to_string(),
-            language: self.language,
-            error: error.to_string(),
-        });
+        self.ledger.announce(
+            self.owner.as_ref(),
+            RunEvent::Failed {
+                run_id: self.run_id.clone(),
+                conversation_id: self.conversation.to_string(),
+                language: self.language,
+                error: error.to_string(),
+            },
+        );
     }
 
     /// It never got its turn: the server was busy.
@@ -209,7 +264,112 @@ impl Drop for RunEntry<'_> {
         if self.started.is_some() {
             let outcome = RunOutcome::empty(Termination::Cancelled, ending.duration.unwrap_or(Duration::ZERO));
             let event = RunEvent::finished(&self.run_id, self.conversation.as_str(), self.language, &outcome);
-            self.ledger.announce(event);
+            self.ledger.announce(self.owner.as_ref(), event);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+    use crate::history::test_stores::{TestStore, stores};
+
+    fn new_run<'a>(id: &'a str, conversation: &'a ConversationId) -> NewRun<'a> {
+        NewRun { id, conversation, caller: "alice", language: Language::Bash, code: "echo", metadata: None }
+    }
+
+    /// Runs `id` in `conversation` of `owner` on `ledger`: started, printing `output`, finished.
+    fn run(ledger: &Ledger, id: &str, conversation: &str, owner: &str, output: &str) {
+        let conversation = ConversationId::parse(conversation).unwrap();
+        let mut entry = ledger.accept(new_run(id, &conversation), Some(owner.to_owned()));
+        entry.start();
+        entry.sink(&()).output(OutputChunk { stream: Stream::Stdout, data: output.as_bytes().to_vec() });
+        entry.finish(&RunOutcome::empty(Termination::Exited { code: 0 }, Duration::from_millis(5)));
+    }
+
+    /// What `events` has heard of run `id`, in order, until its end or `seconds`: (owner, event).
+    fn heard(events: &mut broadcast::Receiver<OwnedEvent>, id: &str, seconds: u64) -> Vec<OwnedEvent> {
+        let deadline = Instant::now() + Duration::from_secs(seconds);
+        let mut heard = Vec::new();
+        while Instant::now() < deadline {
+            match events.try_recv() {
+                Ok(owned) if owned.event.run_id() == id => {
+                    let end = matches!(owned.event, RunEvent::Finished { .. });
+                    heard.push(owned);
+                    if end {
+                        break;
+                    }
+                }
+                Ok(_) => {}
+                Err(broadcast::error::TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(10)),
+                Err(error) => panic!("{error}"),
+            }
+        }
+        heard
+    }
+
+    fn output_of(events: &[OwnedEvent]) -> String {
+        let pieces = events.iter().filter_map(|owned| match &owned.event {
+            RunEvent::Output { data, .. } => Some(data.as_str()),
+            _ => None,
+        });
+        pieces.collect()
+    }
+
+    #[test]
+    fn this_nodes_runs_reach_the_owned_feed_with_their_owner() {
+        for store in stores() {
+            let ledger = Ledger::new(Some(store.open(false)));
+            let mut events = ledger.subscribe_owned();
+            run(&ledger, "r1", "c1", "alice", "hello\n");
+            let heard = heard(&mut events, "r1", 20);
+            let kinds: Vec<&str> = heard.iter().map(|owned| owned.event.method()).collect();
+            let expected = ["run_started", "run_output", "run_finished"].map(|m| format!("notifications/sandlot/{m}"));
+            assert_eq!(kinds, expected, "{}", store.name());
+            assert!(heard.iter().all(|owned| owned.owner.as_deref() == Some("alice")), "{}", store.name());
+            assert_eq!(output_of(&heard), "hello\n", "{}", store.name());
+            // Its own runs come once: the relay does not hand a node its own notifications back.
+            std::thread::sleep(Duration::from_millis(500));
+            assert!(events.try_recv().is_err(), "{}: heard twice", store.name());
+        }
+    }
+
+    /// Two nodes on one PostgreSQL history: each hears the other's runs, with their owners and all their output
+    /// (a chunk larger than a notification arrives in pieces).
+    #[test]
+    fn a_shared_history_relays_each_nodes_runs_to_the_other() {
+        let Some(store) = TestStore::postgres_only() else { return };
+        let (one, two) = (Ledger::new(Some(store.open(false))), Ledger::new(Some(store.open(false))));
+        let (mut heard_by_one, mut heard_by_two) = (one.subscribe_owned(), two.subscribe_owned());
+        // The listeners connect as their ledgers are made: until a run of one reaches two, two may not listen yet.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            assert!(attempt <= 20, "no run of one ever reached two");
+            let id = format!("warm{attempt}");
+            run(&one, &id, "warm", "alice", "");
+            if !heard(&mut heard_by_two, &id, 1).is_empty() {
+                break;
+            }
+        }
+        let large = "\u{1}x".repeat(10_000);
+        run(&one, "from-one", "c1", "alice", &large);
+        run(&two, "from-two", "c2", "bob", "two\n");
+        let at_two = heard(&mut heard_by_two, "from-one", 20);
+        assert_eq!(at_two.last().map(|owned| owned.event.method()), Some("notifications/sandlot/run_finished"));
+        assert!(at_two.iter().all(|owned| owned.owner.as_deref() == Some("alice")));
+        assert!(at_two.iter().filter(|owned| owned.event.method().ends_with("run_output")).count() > 1, "one piece");
+        let relayed = output_of(&at_two);
+        assert!(relayed == large, "{} bytes relayed of {}", relayed.len(), large.len());
+        let at_one = heard(&mut heard_by_one, "from-two", 20);
+        assert_eq!(at_one.len(), 3, "{at_one:?}");
+        assert!(at_one.iter().all(|owned| owned.owner.as_deref() == Some("bob")));
+        // This node's feed of its own runs hears none of the other's.
+        let mut own = two.subscribe();
+        run(&one, "later", "c1", "alice", "");
+        assert!(!heard(&mut heard_by_two, "later", 20).is_empty());
+        assert!(own.try_recv().is_err(), "another node's run on this node's own feed");
     }
 }

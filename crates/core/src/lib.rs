@@ -59,6 +59,7 @@ pub use history::{
 };
 pub use language::Language;
 pub use layout::Layout;
+pub use ledger::OwnedEvent;
 pub use limits::{Limits, MIN_TIMEOUT, timeout_from_secs};
 pub use live::{LiveBackend, LiveProcess, LiveSandbox, LiveSpec, ProcessHandle, SandboxProcess, SandboxUsage, Spawn};
 pub use log_text::Escaped;

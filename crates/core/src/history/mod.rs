@@ -38,6 +38,7 @@ use owner::Owner;
 pub use connections::NetworkTrail;
 pub use nodes::hold_lease;
 pub use outputs::{DEFAULT_OUTPUT_BUDGET, OutputLookup, RunOutput};
+pub use postgres::relay::{Deliver, Relay, Relayed};
 pub use record::{Ending, MAX_LISTED_RUNS, NewRun, Outcome, RunRecord};
 
 /// Where the history is kept.
@@ -101,6 +102,15 @@ impl History {
     /// Whether many machines share this history (PostgreSQL), so that each node holds a lease (see `nodes`).
     pub fn is_shared(&self) -> bool {
         matches!(self.store, Store::Postgres(_))
+    }
+
+    /// Starts relaying run events to and from the other nodes of a shared history (see `postgres::relay`); `None`
+    /// for SQLite, which no other node shares. `deliver` receives the other nodes' events.
+    pub fn relay(&self, deliver: Deliver) -> Result<Option<Relay>> {
+        match &self.store {
+            Store::Sqlite(_) => Ok(None),
+            Store::Postgres(db) => db.relay(self.server.clone(), deliver).map(Some),
+        }
     }
 
     /// Where the history is: its file, or its PostgreSQL database (without credentials).

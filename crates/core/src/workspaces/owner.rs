@@ -44,7 +44,8 @@ impl Workspaces {
     /// checks it may use the conversation when it has one: its own, or any for an admin; else
     /// [`Error::ConversationTaken`]. Of concurrent claims of a conversation without an owner, exactly one records its
     /// tenant; the others then find that owner. The file is on disk (file and directory synced) before this returns.
-    pub fn claim_owner(&self, id: &ConversationId, tenant: &Tenant) -> Result<()> {
+    /// Returns the owner (the tenant, or for an admin the owner it found).
+    pub fn claim_owner(&self, id: &ConversationId, tenant: &Tenant) -> Result<String> {
         if tenant.name().len() > MAX_OWNER_BYTES {
             return Err(Error::invalid("tenant", format!("its name is longer than {MAX_OWNER_BYTES} bytes")));
         }
@@ -55,13 +56,13 @@ impl Workspaces {
             // Removed between its creation and here: start over.
             let Some(dir) = open_conversation_dir(&conversation)? else { continue };
             if let Some(owner) = read_owner(&dir, &conversation)? {
-                return if tenant.may_use(&owner) { Ok(()) } else { Err(taken()) };
+                return if tenant.may_use(&owner) { Ok(owner) } else { Err(taken()) };
             }
             // Not linked: another claim's owner is there now, read on the next round. Linked into a directory that
             // was removed meanwhile: the conversation at the path is a new one, claimed on the next round.
             if link_owner(&dir, &conversation, tenant.name())? && still_at(&dir, &conversation)? {
                 self.budget_owner(id, tenant);
-                return Ok(());
+                return Ok(tenant.name().to_owned());
             }
         }
         Err(Error::io(
@@ -214,7 +215,7 @@ mod tests {
                 claims.into_iter().map(|claim| claim.join().unwrap()).collect()
             });
             let owner = ws.owner(&id).unwrap().unwrap();
-            let expected = |name: &str| if name == owner { Ok(()) } else { Err(taken(&id)) };
+            let expected = |name: &str| if name == owner { Ok(owner.clone()) } else { Err(taken(&id)) };
             assert_eq!(results, [expected("alice"), expected("bob")], "round {round}");
         }
     }

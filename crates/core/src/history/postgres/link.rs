@@ -57,18 +57,28 @@ pub(super) struct Link {
     lost: bool,
 }
 
+/// `config` with sandlot's defaults where the URL sets nothing: short timeouts, the application's name.
+pub(super) fn with_defaults(mut config: Config) -> Config {
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(TCP_USER_TIMEOUT);
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("sandlot");
+    }
+    config
+}
+
+/// What makes the history's TLS connections (see the module's documentation).
+pub(super) fn tls() -> Result<MakeRustlsConnect> {
+    Ok(MakeRustlsConnect::new(tls_config()?))
+}
+
 impl Link {
-    pub(super) fn new(mut config: Config, location: String) -> Result<Self> {
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
-        }
-        if config.get_tcp_user_timeout().is_none() {
-            config.tcp_user_timeout(TCP_USER_TIMEOUT);
-        }
-        if config.get_application_name().is_none() {
-            config.application_name("sandlot");
-        }
-        let tls = MakeRustlsConnect::new(tls_config()?);
+    pub(super) fn new(config: Config, location: String) -> Result<Self> {
+        let (config, tls) = (with_defaults(config), tls()?);
         Ok(Self { config, tls, location, client: None, next_attempt: None, backoff: FIRST_BACKOFF, lost: false })
     }
 

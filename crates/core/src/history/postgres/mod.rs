@@ -15,6 +15,7 @@
 
 mod link;
 mod migrations;
+pub(crate) mod relay;
 mod session;
 
 use std::sync::mpsc;
@@ -31,6 +32,8 @@ pub(super) struct Postgres {
     jobs: mpsc::Sender<Job>,
     /// Where the database is, without credentials: for messages.
     location: String,
+    /// How to connect, for the connections of the event relay.
+    config: postgres::Config,
 }
 
 impl Postgres {
@@ -47,7 +50,7 @@ impl Postgres {
     pub(super) fn connect_with(config: postgres::Config) -> Result<Self> {
         let location = link::describe(&config);
         let (jobs, queue) = mpsc::channel::<Job>();
-        let mut link = Link::new(config, location.clone())?;
+        let mut link = Link::new(config.clone(), location.clone())?;
         std::thread::Builder::new()
             .name("sandlot-history".into())
             .spawn(move || {
@@ -56,7 +59,7 @@ impl Postgres {
                 }
             })
             .map_err(|e| Error::History { message: format!("cannot start the history's thread: {e}") })?;
-        let database = Self { jobs, location };
+        let database = Self { jobs, location, config };
         let applied = database.call("set up", migrations::apply)?.map_err(|message| Error::History { message })?;
         if !applied.is_empty() {
             tracing::info!(database = %database.location, ?applied, "history database migrated");
@@ -84,6 +87,11 @@ impl Postgres {
     /// Where the database is, without credentials.
     pub(super) fn location(&self) -> &str {
         &self.location
+    }
+
+    /// Starts relaying run events between the nodes of this database (see [`relay`]).
+    pub(super) fn relay(&self, node: String, deliver: relay::Deliver) -> Result<relay::Relay> {
+        relay::Relay::start(self.config.clone(), self.location.clone(), node, deliver)
     }
 }
 

@@ -5,7 +5,7 @@
 //! and gets `notifications/resources/updated` for that URI on each of the run's events (start, output, end), with
 //! the event itself in `_meta["sandlot/runEvent"]` as `/mcp/events` sends it (`{"method", "params"}`).
 //! `resourcesListChanged` is sent when a run starts (the run history, listed by `resources/list`, has one more).
-//! Other URIs and notification types are left out of the acknowledgment, as the revision asks. A tenant hears of
+//! With a shared (PostgreSQL) history, every node's runs are heard (relayed between the nodes). Other URIs and notification types are left out of the acknowledgment, as the revision asks. A tenant hears of
 //! its own conversations' runs only (an administrator, of all). A listener too slow to keep up loses the oldest
 //! events; runs never wait for it.
 //!
@@ -22,7 +22,7 @@ use sandlot_core::RunEvent;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
-use super::events::Visible;
+use super::events::hears;
 use crate::AppState;
 use crate::kit::Caller;
 
@@ -92,20 +92,20 @@ where
     S: FnMut(RunEvent) -> F,
     F: Future<Output = Result<(), ()>>,
 {
-    let visible = Visible::new(caller.tenant(), state.engine.clone());
-    let mut events = state.engine.subscribe();
+    let tenant = caller.tenant();
+    let mut events = state.engine.subscribe_owned();
     loop {
         let event = tokio::select! {
             () = ended.cancelled() => return,
             () = state.shutdown.cancelled() => return,
             event = events.recv() => event,
         };
-        let event = match event {
-            Ok(event) => event,
+        let owned = match event {
+            Ok(owned) => owned,
             Err(RecvError::Lagged(_)) => continue,
             Err(RecvError::Closed) => return,
         };
-        if visible.allows(event.conversation_id()) && send(event).await.is_err() {
+        if hears(&tenant, &owned) && send(owned.event).await.is_err() {
             return;
         }
     }
