@@ -80,7 +80,7 @@ def wait_until(condition, seconds, interval=0.05):
 
 
 class Node:
-    def __init__(self, index, root, log_dir, shared, history_url=None):
+    def __init__(self, index, root, log_dir, shared, history_url=None, extra_env=None):
         self.name = f"node{index + 1}"
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
@@ -93,6 +93,7 @@ class Node:
                    SANDLOT_TRUSTED_PROXIES="127.0.0.1")
         if history_url:
             env["SANDLOT_HISTORY_URL"] = history_url
+        env.update(extra_env or {})
         self.log = open(log_dir / f"{self.name}.log", "wb")
         self.process = subprocess.Popen([binary(), "serve"], env=env, stdout=subprocess.DEVNULL, stderr=self.log)
 
@@ -168,14 +169,14 @@ class HAProxy:
 
 @pytest.fixture
 def cluster(tmp_path):
-    """cluster(count, shared, history_url=None): `count` nodes behind HAProxy, on one shared root or a root each,
-    with the run history in PostgreSQL at `history_url` when given."""
+    """cluster(count, shared, history_url=None, env=None): `count` nodes behind HAProxy, on one shared root or a
+    root each, with the run history in PostgreSQL at `history_url` when given, and `env` added to their environment."""
     assert os.geteuid() == 0, "the nodes start sandboxes and need root"
     assert shutil.which("haproxy"), "haproxy is missing (scripts/setup.sh installs it)"
     started = []
 
-    def start(count, shared, history_url=None):
-        nodes = [Node(i, tmp_path / ("root" if shared else f"root{i + 1}"), tmp_path, shared, history_url)
+    def start(count, shared, history_url=None, env=None):
+        nodes = [Node(i, tmp_path / ("root" if shared else f"root{i + 1}"), tmp_path, shared, history_url, env)
                  for i in range(count)]
         proxy = HAProxy(nodes, tmp_path)
         started.extend([*nodes, proxy])
@@ -530,6 +531,87 @@ def test_a_dead_nodes_runs_end_interrupted_once_its_lease_runs_out(cluster, hist
     assert outcome == "interrupted" and "lease" in error, (outcome, error)
     print(f"\nthe dead node's run was ended {took:.1f} s after the kill: {error}")
     assert state("lease-living")[0] == "running", state("lease-living")
+
+
+class EventStream:
+    """A `GET /mcp/events` stream on `node` with `token`, read by a thread of its own into `events`."""
+
+    def __init__(self, node, token):
+        self.events = []
+        self.open = threading.Event()
+        threading.Thread(target=self.read, args=(node, token), daemon=True).start()
+        assert self.open.wait(30), "the event stream did not open"
+
+    def read(self, node, token):
+        headers = {"Authorization": f"Bearer {token}", "Accept": "text/event-stream"}
+        try:
+            with httpx.stream("GET", f"{node.base}/mcp/events", headers=headers, timeout=None) as response:
+                assert response.status_code == 200, response.status_code
+                self.open.set()
+                for line in response.iter_lines():
+                    if line.startswith("data:"):
+                        self.events.append(json.loads(line[5:]))
+        except httpx.HTTPError:
+            pass  # the node stopped
+
+    def of(self, conversation):
+        return [e for e in list(self.events) if e["params"]["conversationId"] == conversation]
+
+    def output(self, conversation):
+        return "".join(e["params"]["data"] for e in self.of(conversation) if e["method"].endswith("run_output"))
+
+    def finished(self, conversation):
+        return any(e["method"].endswith("run_finished") for e in self.of(conversation))
+
+
+def run_on(node, token, conversation, code):
+    """A stateless `tools/call sandbox_run_code` straight to `node`; returns its stdout."""
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "sandbox_run_code", "arguments": {
+        "conversationId": conversation, "language": "bash", "code": code}}}
+    response = httpx.post(f"{node.base}/mcp", json=body, headers=headers, timeout=120)
+    assert response.status_code == 200, response.text
+    text = response.text
+    if text.startswith("event:") or text.startswith("data:"):
+        text = next(line[5:] for line in text.splitlines() if line.startswith("data:"))
+    return json.loads(text)["result"]["structuredContent"]["stdout"]
+
+
+def test_event_streams_hear_every_nodes_runs_and_only_their_tenants(cluster, history_url):
+    """Two nodes, one history in PostgreSQL, two tenants and an administrator: a `GET /mcp/events` stream on one
+    node hears the runs of the other, relayed through the database (docs/scaling.md), with all their output (one
+    line larger than a notification can carry, in pieces); a tenant's stream hears only its own conversations'
+    runs, whichever node ran them, and the administrator's all."""
+    alice, bob = "alice-token-" + os.urandom(8).hex(), "bob-token-" + os.urandom(8).hex()
+    env = {"MCP_API_TOKENS": f"alice:{alice},bob:{bob}", "SANDLOT_ADMINS": "api-token"}
+    nodes, _ = cluster(2, shared=False, history_url=history_url, env=env)
+    here, there = nodes
+    streams = {name: EventStream(here, token) for name, token in
+               [("alice", alice), ("bob", bob), ("admin", TOKEN)]}
+    # Each node starts listening as it starts: runs until one reaches the other (a second or two at most).
+    warmed = False
+    for attempt in range(20):
+        run_on(there, TOKEN, f"warm-{attempt}", "true")
+        if wait_until(lambda: streams["admin"].finished(f"warm-{attempt}"), 1):
+            warmed = True
+            break
+    assert warmed, "no run of one node ever reached the other's event stream"
+    large = "y" * 20_000
+    # The result shows a head and a tail of it (within its text budget); the events carry all of it.
+    assert run_on(there, alice, "ev-alice", f"echo from-there; printf {large}").startswith("from-there\n")
+    assert run_on(there, bob, "ev-bob", "echo bobs") == "bobs\n"
+    assert run_on(here, bob, "ev-bob-here", "echo bobs here") == "bobs here\n"
+    for name, conversations in [("alice", ["ev-alice"]), ("bob", ["ev-bob", "ev-bob-here"]),
+                                ("admin", ["ev-alice", "ev-bob", "ev-bob-here"])]:
+        stream = streams[name]
+        assert wait_until(lambda: all(stream.finished(c) for c in conversations), 30), (name, stream.events[-5:])
+    assert streams["alice"].output("ev-alice") == f"from-there\n{large}"
+    assert streams["admin"].output("ev-alice") == f"from-there\n{large}"
+    methods = [e["method"].rsplit("/", 1)[1] for e in streams["bob"].of("ev-bob")]
+    assert methods == ["run_started", "run_output", "run_finished"], methods
+    # Only their own: nothing of bob's for alice, nothing of alice's for bob.
+    assert {e["params"]["conversationId"] for e in streams["alice"].events} == {"ev-alice"}
+    assert {e["params"]["conversationId"] for e in streams["bob"].events} == {"ev-bob", "ev-bob-here"}
 
 
 def test_a_lost_nodes_conversations_move_with_their_files(cluster):
