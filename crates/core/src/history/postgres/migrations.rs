@@ -1,7 +1,10 @@
 //! The PostgreSQL history's schema, versioned: [`MIGRATIONS`] in order, each applied once, recorded in
 //! `schema_migrations (version, applied_at)`. A server applies what its database lacks when it connects, in one
 //! transaction holding an advisory lock, so nodes starting at once wait for each other instead of applying a
-//! migration twice; a database already past this sandlot's last version is refused (a newer sandlot migrated it).
+//! migration twice. Each migration also records the oldest schema version whose sandlot still works on the database
+//! after it (`compatible_from`: its own version when older code would break, earlier when it only adds what older
+//! code ignores), so a database a newer sandlot migrated is used as long as every migration past this sandlot's last
+//! allows it (a rolling upgrade: an old node restarting after a new one migrated), and refused otherwise.
 //! A migration, once released, never changes: a change to the schema is a new one at the end.
 //!
 //! The tables are SQLite's (`schema.rs`) with PostgreSQL's types: times are milliseconds since the epoch (BIGINT, as
@@ -14,11 +17,19 @@ use super::Session;
 /// The advisory lock held while migrating ("sandlot" in ASCII).
 const LOCK: i64 = 0x73_61_6e_64_6c_6f_74;
 
-/// Each version's statements, in order.
-const MIGRATIONS: &[(i64, &str)] = &[
-    (
-        1,
-        "
+/// A version of the schema: its number, the oldest version whose sandlot works on it, and its statements.
+struct Migration {
+    version: i64,
+    compatible_from: i64,
+    statements: &'static str,
+}
+
+/// Each version, in order.
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        compatible_from: 1,
+        statements: "
 CREATE TABLE runs (
     seq BIGSERIAL NOT NULL UNIQUE,
     id TEXT PRIMARY KEY,
@@ -60,46 +71,63 @@ CREATE TABLE run_connections (
     trail TEXT NOT NULL
 );
 ",
-    ),
-    (
-        2,
-        "
+    },
+    // A table version 1 never reads.
+    Migration {
+        version: 2,
+        compatible_from: 1,
+        statements: "
 CREATE TABLE nodes (
     name TEXT PRIMARY KEY,
     seen_at BIGINT NOT NULL
 );
 ",
-    ),
+    },
 ];
 
 /// The last version this sandlot knows.
 pub(super) fn latest() -> i64 {
-    MIGRATIONS.last().map_or(0, |&(version, _)| version)
+    MIGRATIONS.last().map_or(0, |migration| migration.version)
 }
 
-/// Applies the migrations the database lacks; `Err(message)` inside when the database is newer than this sandlot.
+/// Applies the migrations the database lacks; `Err(message)` inside when a newer sandlot migrated the database past
+/// what this one works with.
 pub(super) fn apply(client: &mut Session) -> Result<Result<Vec<i64>, String>, postgres::Error> {
     let mut transaction = client.transaction()?;
     transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK])?;
+    // `compatible_from` came with schema version 2's sandlot; a row without one (older) allows only its own version.
     transaction.batch_execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations (
              version BIGINT PRIMARY KEY,
              applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
-         )",
+         );
+         ALTER TABLE schema_migrations ADD COLUMN IF NOT EXISTS compatible_from BIGINT",
     )?;
-    let current: i64 =
-        transaction.query_one("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", &[])?.try_get(0)?;
-    if current > latest() {
-        return Ok(Err(format!(
-            "the history database is at schema version {current}, newer than this sandlot's {}: upgrade sandlot",
-            latest()
-        )));
+    let newer = transaction.query_one(
+        "SELECT COALESCE(MAX(version), 0), MAX(COALESCE(compatible_from, version)) FILTER (WHERE version > $1)
+         FROM schema_migrations",
+        &[&latest()],
+    )?;
+    let (current, needs): (i64, Option<i64>) = (newer.try_get(0)?, newer.try_get(1)?);
+    if let Some(needs) = needs {
+        if needs > latest() {
+            return Ok(Err(format!(
+                "the history database is at schema version {current}, which needs a sandlot of schema version {needs} \
+                 or later; this sandlot's is {}: upgrade sandlot",
+                latest()
+            )));
+        }
+        tracing::info!(current, latest = latest(), "the history database is newer than this sandlot, and allows it");
+        return Ok(Ok(Vec::new()));
     }
     let mut applied = Vec::new();
-    for &(version, statements) in MIGRATIONS.iter().filter(|&&(version, _)| version > current) {
-        transaction.batch_execute(statements)?;
-        transaction.execute("INSERT INTO schema_migrations (version) VALUES ($1)", &[&version])?;
-        applied.push(version);
+    for migration in MIGRATIONS.iter().filter(|migration| migration.version > current) {
+        transaction.batch_execute(migration.statements)?;
+        transaction.execute(
+            "INSERT INTO schema_migrations (version, compatible_from) VALUES ($1, $2)",
+            &[&migration.version, &migration.compatible_from],
+        )?;
+        applied.push(migration.version);
     }
     transaction.commit()?;
     Ok(Ok(applied))

@@ -185,13 +185,29 @@ mod tests {
         let history = store.open(false);
         assert_eq!(history.number("SELECT COUNT(*) FROM schema_migrations"), super::migrations::latest());
         assert_eq!(history.number("SELECT MAX(version) FROM schema_migrations"), super::migrations::latest());
-        // A database a newer sandlot migrated is refused, saying why.
-        history.execute("INSERT INTO schema_migrations (version) VALUES (1000000)");
-        let error = store.try_open(false).unwrap_err().to_string();
-        let newer = format!(
-            "schema version 1000000, newer than this sandlot's {}: upgrade sandlot",
-            super::migrations::latest()
+        assert_eq!(
+            history.number("SELECT COUNT(*) FROM schema_migrations WHERE compatible_from IS NULL"),
+            0,
+            "each migration records what it is compatible with"
         );
-        assert!(error.contains(&newer), "{error}");
+        // A newer sandlot's migration that older sandlots work with (a table they never read): used as it is.
+        let latest = super::migrations::latest();
+        history.execute(&format!("INSERT INTO schema_migrations (version, compatible_from) VALUES (999999, {latest})"));
+        let reopened = store.open(false);
+        reopened.queued(&new_run("after-a-newer-migration", &ConversationId::parse("c").unwrap(), "x")).unwrap();
+        assert_eq!(reopened.number("SELECT MAX(version) FROM schema_migrations"), 999_999, "nothing applied again");
+        // One that needs a newer sandlot (or says nothing, as rows from before `compatible_from`) is refused.
+        for compatible_from in ["1000000", "NULL"] {
+            history.execute("DELETE FROM schema_migrations WHERE version = 1000000");
+            history.execute(&format!(
+                "INSERT INTO schema_migrations (version, compatible_from) VALUES (1000000, {compatible_from})"
+            ));
+            let error = store.try_open(false).unwrap_err().to_string();
+            let newer = format!(
+                "schema version 1000000, which needs a sandlot of schema version 1000000 or later; this sandlot's is \
+                 {latest}: upgrade sandlot"
+            );
+            assert!(error.contains(&newer), "{error}");
+        }
     }
 }
