@@ -421,11 +421,15 @@ impl Engine {
         let (workspace, _claim) = self.claim(&conversation).await?;
         // Again with the conversation held, so it is the one the run gets: it may have been removed and made again
         // (by another tenant) while the run waited.
-        if let Some(tenant) = tenant
-            && let Err(error) = self.workspaces.claim_owner(&conversation, tenant)
-        {
-            entry.fail(&error);
-            return Err(error);
+        if let Some(tenant) = tenant {
+            match self.workspaces.claim_owner(&conversation, tenant) {
+                // An admin's run goes to whoever owns the conversation now, and so do its events.
+                Ok(owner) => entry.set_owner(owner),
+                Err(error) => {
+                    entry.fail(&error);
+                    return Err(error);
+                }
+            }
         }
         crate::marks::mark("c.workspace");
         tracing::info!(run_id, conversation = %conversation, %language, "run started");

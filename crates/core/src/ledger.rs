@@ -154,6 +154,11 @@ pub struct RunEntry<'a> {
 }
 
 impl RunEntry<'_> {
+    /// The conversation's owner, as found once the run holds the conversation (before it starts).
+    pub fn set_owner(&mut self, owner: String) {
+        self.owner = Some(Arc::from(owner));
+    }
+
     /// The run got its turn: it is executing from now on.
     pub fn start(&mut self) {
         self.started = Some(Instant::now());

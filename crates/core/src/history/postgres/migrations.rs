@@ -1,10 +1,11 @@
 //! The PostgreSQL history's schema, versioned: [`MIGRATIONS`] in order, each applied once, recorded in
-//! `schema_migrations (version, applied_at)`. A server applies what its database lacks when it connects, in one
-//! transaction holding an advisory lock, so nodes starting at once wait for each other instead of applying a
-//! migration twice. Each migration also records the oldest schema version whose sandlot still works on the database
-//! after it (`compatible_from`: its own version when older code would break, earlier when it only adds what older
-//! code ignores), so a database a newer sandlot migrated is used as long as every migration past this sandlot's last
-//! allows it (a rolling upgrade: an old node restarting after a new one migrated), and refused otherwise.
+//! `schema_migrations (version, applied_at, compatible_from)`. A server applies what its database lacks when it
+//! connects, in one transaction holding an advisory lock, so nodes starting at once wait for each other instead of
+//! applying a migration twice. Each migration also records the oldest schema version whose sandlot still works on
+//! the database after it (`compatible_from`: its own version when older code would break, earlier when it only adds
+//! what older code ignores), so a database a newer sandlot migrated is used as long as every migration past this
+//! sandlot's last allows it (a rolling upgrade: an old node restarting after a new one migrated), and refused
+//! otherwise.
 //! A migration, once released, never changes: a change to the schema is a new one at the end.
 //!
 //! The tables are SQLite's (`schema.rs`) with PostgreSQL's types: times are milliseconds since the epoch (BIGINT, as
@@ -95,14 +96,22 @@ pub(super) fn latest() -> i64 {
 pub(super) fn apply(client: &mut Session) -> Result<Result<Vec<i64>, String>, postgres::Error> {
     let mut transaction = client.transaction()?;
     transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK])?;
-    // `compatible_from` came with schema version 2's sandlot; a row without one (older) allows only its own version.
     transaction.batch_execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations (
              version BIGINT PRIMARY KEY,
-             applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
-         );
-         ALTER TABLE schema_migrations ADD COLUMN IF NOT EXISTS compatible_from BIGINT",
+             applied_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+             compatible_from BIGINT
+         )",
     )?;
+    // `compatible_from` came after schema version 2 was released; a row without one allows only its own version.
+    // Added once, by the first sandlot that knows it (altering a table needs its owner, which a later start may not
+    // be).
+    let has_column = "SELECT EXISTS (SELECT 1 FROM information_schema.columns
+                      WHERE table_name = 'schema_migrations' AND column_name = 'compatible_from'
+                      AND table_schema = current_schema())";
+    if !transaction.query_one(has_column, &[])?.try_get::<_, bool>(0)? {
+        transaction.batch_execute("ALTER TABLE schema_migrations ADD COLUMN compatible_from BIGINT")?;
+    }
     let newer = transaction.query_one(
         "SELECT COALESCE(MAX(version), 0), MAX(COALESCE(compatible_from, version)) FILTER (WHERE version > $1)
          FROM schema_migrations",

@@ -190,6 +190,10 @@ mod tests {
             0,
             "each migration records what it is compatible with"
         );
+        // A database of a sandlot from before `compatible_from`: the column is added at the next start.
+        history.execute("ALTER TABLE schema_migrations DROP COLUMN compatible_from");
+        drop(store.open(false));
+        assert_eq!(history.number("SELECT COUNT(*) FROM schema_migrations"), super::migrations::latest());
         // A newer sandlot's migration that older sandlots work with (a table they never read): used as it is.
         let latest = super::migrations::latest();
         history.execute(&format!("INSERT INTO schema_migrations (version, compatible_from) VALUES (999999, {latest})"));

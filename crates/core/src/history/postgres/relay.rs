@@ -7,7 +7,9 @@
 //! rather than slow its runs down, and a listener misses what was sent while it was connecting again. Each event
 //! travels with its conversation's owner, which is what decides who may hear it on the other side (a conversation
 //! id names different conversations on nodes that do not share a root). A notification carries less than 8000
-//! bytes: a larger output chunk is relayed as several `Output` events with the same `seq`, in order.
+//! bytes: a larger output chunk is relayed as several `Output` events with the same `seq`, in order. A batch whose
+//! connection was lost as it was sent is sent again on a new one (as every query of the history is), so an event may
+//! rarely be heard twice.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,6 +31,8 @@ const BATCH: usize = 256;
 const MAX_PAYLOAD: usize = 7900;
 /// How often the listener looks up from the connection (to notice that its relay was dropped).
 const POLL: Duration = Duration::from_millis(500);
+/// The first wait before the listener connects again.
+const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 /// The longest wait between attempts to connect the listener again.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// A listening connection is probed after this long without traffic, so that a lost one is noticed.
@@ -60,15 +64,25 @@ struct Envelope {
 /// This node's end of the relay; dropping it stops both threads.
 pub struct Relay {
     origin: String,
-    outbox: mpsc::SyncSender<String>,
+    /// Each event's notifications, queued together: an event goes whole or not at all.
+    outbox: mpsc::SyncSender<Vec<String>>,
     stop: Arc<AtomicBool>,
 }
 
 impl Relay {
     /// Starts publishing and listening on the database `config` names (`location` for the log).
-    pub(super) fn start(config: postgres::Config, location: String, node: String, deliver: Deliver) -> Result<Self> {
+    pub(super) fn start(
+        mut config: postgres::Config,
+        location: String,
+        node: String,
+        deliver: Deliver,
+    ) -> Result<Self> {
+        // Told apart from the history's connection in `pg_stat_activity`, unless the URL names them all.
+        if config.get_application_name().is_none() {
+            config.application_name("sandlot-relay");
+        }
         let origin = format!("{node}/{}", uuid::Uuid::new_v4().simple());
-        let (outbox, queue) = mpsc::sync_channel::<String>(QUEUE);
+        let (outbox, queue) = mpsc::sync_channel::<Vec<String>>(QUEUE);
         let stop = Arc::new(AtomicBool::new(false));
         let mut listening = link::with_defaults(config.clone());
         listening.keepalives(true).keepalives_idle(KEEPALIVE_IDLE);
@@ -90,11 +104,9 @@ impl Relay {
 
     /// Queues `event` for the other nodes (dropped when the queue is full).
     pub fn publish(&self, owner: Option<&str>, event: &RunEvent) {
-        for payload in payloads(&self.origin, owner, event) {
-            if self.outbox.try_send(payload).is_err() {
-                metrics::counter!("sandlot_event_relay_dropped_total").increment(1);
-                return;
-            }
+        let payloads = payloads(&self.origin, owner, event);
+        if payloads.is_empty() || self.outbox.try_send(payloads).is_err() {
+            metrics::counter!("sandlot_event_relay_dropped_total").increment(1);
         }
     }
 }
@@ -105,7 +117,8 @@ impl Drop for Relay {
     }
 }
 
-/// The notifications that carry `event`: one, or for a large output chunk, one per piece of it.
+/// The notifications that carry `event`: one, or for a large output chunk, one per piece of it; none (logged) for
+/// an event that cannot fit (an owner's name of kilobytes).
 fn payloads(origin: &str, owner: Option<&str>, event: &RunEvent) -> Vec<String> {
     let envelope = |event: RunEvent, piece: usize| {
         let relayed = Relayed { owner: owner.map(str::to_owned), event };
@@ -115,34 +128,46 @@ fn payloads(origin: &str, owner: Option<&str>, event: &RunEvent) -> Vec<String> 
     if whole.len() < MAX_PAYLOAD {
         return vec![whole];
     }
-    let RunEvent::Output { run_id, conversation_id, stream, seq, data } = event else {
+    let too_large = || {
         tracing::warn!(run_id = event.run_id(), bytes = whole.len(), "a run event too large to relay");
-        return Vec::new();
+        Vec::new()
     };
-    // Escaping can make a byte of output six in JSON: pieces small enough for the worst case (and room for the
-    // piece's number).
-    let room = MAX_PAYLOAD.saturating_sub(whole.len() - serde_json::to_string(data).unwrap_or_default().len() + 32);
-    let piece = (room / 6).max(64);
-    let mut pieces = Vec::new();
-    let mut rest = data.as_str();
-    while !rest.is_empty() {
-        let mut end = piece.min(rest.len());
-        while !rest.is_char_boundary(end) {
-            end -= 1;
-        }
-        let (head, tail) = rest.split_at(end);
-        let data = head.to_owned();
+    let RunEvent::Output { run_id, conversation_id, stream, seq, data } = event else { return too_large() };
+    let piece_of = |data: &str, piece: usize| {
         let event = RunEvent::Output {
             run_id: run_id.clone(),
             conversation_id: conversation_id.clone(),
             stream: *stream,
             seq: *seq,
-            data,
+            data: data.to_owned(),
         };
-        pieces.push(envelope(event, pieces.len()));
-        rest = tail;
+        envelope(event, piece)
+    };
+    // Room for a piece's data as JSON writes it, beside the rest of the envelope (with a piece number of 20 digits).
+    let Some(room) = MAX_PAYLOAD.checked_sub(piece_of("", usize::MAX).len()).filter(|room| *room >= 64) else {
+        return too_large();
+    };
+    let mut pieces = Vec::new();
+    let (mut start, mut used) = (0, 0);
+    for (at, c) in data.char_indices() {
+        let escaped = escaped_len(c);
+        if used + escaped > room {
+            pieces.push(piece_of(&data[start..at], pieces.len()));
+            (start, used) = (at, 0);
+        }
+        used += escaped;
     }
+    pieces.push(piece_of(&data[start..], pieces.len()));
     pieces
+}
+
+/// The bytes `c` takes in a JSON string as serde_json writes it.
+fn escaped_len(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+        c if (c as u32) < 0x20 => 6,
+        c => c.len_utf8(),
+    }
 }
 
 fn is_zero(piece: &usize) -> bool {
@@ -150,13 +175,13 @@ fn is_zero(piece: &usize) -> bool {
 }
 
 /// Sends queued notifications, many per statement, until the relay is dropped.
-fn publish(mut link: Link, queue: mpsc::Receiver<String>) {
+fn publish(mut link: Link, queue: mpsc::Receiver<Vec<String>>) {
     let sql = format!("SELECT pg_notify('{CHANNEL}', payload) FROM unnest($1::text[]) AS payload");
     while let Ok(first) = queue.recv() {
-        let mut batch = vec![first];
+        let mut batch = first;
         while batch.len() < BATCH {
             match queue.try_recv() {
-                Ok(payload) => batch.push(payload),
+                Ok(payloads) => batch.extend(payloads),
                 Err(_) => break,
             }
         }
@@ -179,12 +204,21 @@ struct Listener {
 
 impl Listener {
     fn run(self) {
-        let mut backoff = Duration::from_millis(200);
+        let mut backoff = FIRST_BACKOFF;
+        let mut lost = false;
         while !self.stop.load(Ordering::Relaxed) {
-            match self.listen() {
+            let mut connected = false;
+            match self.listen(&mut connected) {
                 Ok(()) => return,
                 Err(error) => {
-                    tracing::debug!(database = %self.location, %error, "the event relay's listener reconnects");
+                    if connected {
+                        backoff = FIRST_BACKOFF;
+                    }
+                    if !lost || connected {
+                        tracing::warn!(database = %self.location, %error, "the event relay lost its listening \
+                            connection: other nodes' run events are not heard until it is made again");
+                    }
+                    lost = true;
                     std::thread::sleep(backoff);
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
@@ -192,10 +226,12 @@ impl Listener {
         }
     }
 
-    /// Listens until the relay is dropped (`Ok`) or the connection fails.
-    fn listen(&self) -> std::result::Result<(), postgres::Error> {
+    /// Listens until the relay is dropped (`Ok`) or the connection fails; `connected` says whether it listened.
+    fn listen(&self, connected: &mut bool) -> std::result::Result<(), postgres::Error> {
         let mut client = self.config.connect(self.tls.clone())?;
         client.batch_execute(&format!("LISTEN {CHANNEL}"))?;
+        *connected = true;
+        tracing::debug!(database = %self.location, "the event relay listens");
         loop {
             if self.stop.load(Ordering::Relaxed) {
                 return Ok(());
@@ -256,5 +292,21 @@ mod tests {
             joined.push_str(&data);
         }
         assert_eq!(joined, data);
+    }
+
+    #[test]
+    fn pieces_are_as_large_as_a_notification_allows_and_an_event_that_cannot_fit_is_dropped() {
+        // 64 KiB of plain text: nine pieces of under 7,900 bytes, not the fifty a worst-case size would make.
+        let sent = payloads("node/1", Some("alice"), &output(&"z".repeat(65_536)));
+        assert!(sent.len() <= 10, "{:?}", sent.iter().map(String::len).collect::<Vec<_>>());
+        assert!(sent.iter().all(|payload| payload.len() < MAX_PAYLOAD));
+        // Every escape serde_json writes, counted as written.
+        let escapes: String =
+            ['"', '\\', '\n', '\r', '\t', '\u{8}', '\u{c}', '\u{1}', '\u{1f}', 'é', '€', '😀'].iter().collect();
+        for c in escapes.chars() {
+            assert_eq!(escaped_len(c), serde_json::to_string(&c.to_string()).unwrap().len() - 2, "{c:?}");
+        }
+        // An owner's name of kilobytes leaves no room: not relayed, and nothing sent that PostgreSQL would refuse.
+        assert!(payloads("node/1", Some(&"o".repeat(8000)), &output("x")).is_empty());
     }
 }

@@ -5,9 +5,9 @@
 //! and gets `notifications/resources/updated` for that URI on each of the run's events (start, output, end), with
 //! the event itself in `_meta["sandlot/runEvent"]` as `/mcp/events` sends it (`{"method", "params"}`).
 //! `resourcesListChanged` is sent when a run starts (the run history, listed by `resources/list`, has one more).
-//! With a shared (PostgreSQL) history, every node's runs are heard (relayed between the nodes). Other URIs and notification types are left out of the acknowledgment, as the revision asks. A tenant hears of
-//! its own conversations' runs only (an administrator, of all). A listener too slow to keep up loses the oldest
-//! events; runs never wait for it.
+//! Other URIs and notification types are left out of the acknowledgment, as the revision asks. A tenant hears of its
+//! own conversations' runs only (an administrator, of all); with a shared (PostgreSQL) history, those of every node
+//! (relayed between the nodes). A listener too slow to keep up loses the oldest events; runs never wait for it.
 //!
 //! Sessions of the earlier revisions get the same updates with `resources/subscribe` (the capability both share),
 //! on the session's stream, until `resources/unsubscribe` or the session's end ([`LegacySubscriptions`]).
