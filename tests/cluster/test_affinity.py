@@ -588,11 +588,12 @@ def test_event_streams_hear_every_nodes_runs_and_only_their_tenants(cluster, his
     here, there = nodes
     streams = {name: EventStream(here, token) for name, token in
                [("alice", alice), ("bob", bob), ("admin", TOKEN)]}
-    # Each node starts listening as it starts: runs until one reaches the other (a second or two at most).
+    # Each node starts listening as it starts, and relays output once it has heard that another node has listeners
+    # (the streams just opened): runs until one's output reaches the other (a second or two at most).
     warmed = False
     for attempt in range(20):
-        run_on(there, TOKEN, f"warm-{attempt}", "true")
-        if wait_until(lambda: streams["admin"].finished(f"warm-{attempt}"), 1):
+        run_on(there, TOKEN, f"warm-{attempt}", "echo warm")
+        if wait_until(lambda: streams["admin"].output(f"warm-{attempt}") == "warm\n", 1):
             warmed = True
             break
     assert warmed, "no run of one node ever reached the other's event stream"

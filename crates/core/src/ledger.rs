@@ -53,7 +53,11 @@ impl Ledger {
                 let _ = events.send(OwnedEvent { owner: relayed.owner.map(Arc::from), event: relayed.event });
             }
         });
-        let relay = history.as_ref().and_then(|history| match history.relay(deliver) {
+        let feed = Arc::downgrade(&owned_events);
+        let listening = Box::new(move || {
+            feed.upgrade().as_deref().and_then(OnceLock::get).is_some_and(|events| events.receiver_count() > 0)
+        });
+        let relay = history.as_ref().and_then(|history| match history.relay(deliver, listening) {
             Ok(relay) => relay,
             Err(error) => {
                 tracing::error!(%error, "cannot relay run events between nodes: each node's listeners hear its runs");
@@ -75,7 +79,11 @@ impl Ledger {
 
     /// A live feed of every node's run events, with their owners, from now on.
     pub fn subscribe_owned(&self) -> broadcast::Receiver<OwnedEvent> {
-        self.owned_events.get_or_init(|| broadcast::channel(EVENT_BUFFER).0).subscribe()
+        let events = self.owned_events.get_or_init(|| broadcast::channel(EVENT_BUFFER).0).subscribe();
+        if let Some(relay) = &self.relay {
+            relay.say_listening(); // the other nodes relay their runs' output from now on
+        }
+        events
     }
 
     fn in_flight_table(&self) -> std::sync::MutexGuard<'_, HashMap<String, (ConversationId, Language)>> {
@@ -106,9 +114,9 @@ impl Ledger {
         }
     }
 
-    /// Whether anyone may hear an event now: a listener of either feed, or another node.
+    /// Whether anyone may hear an event's output now: a listener of either feed, or another node's.
     fn has_listeners(&self) -> bool {
-        self.relay.is_some()
+        self.relay.as_ref().is_some_and(Relay::others_listen)
             || self.events.get().is_some_and(|events| events.receiver_count() > 0)
             || self.owned_events.get().is_some_and(|events| events.receiver_count() > 0)
     }
@@ -348,17 +356,10 @@ mod tests {
         let Some(store) = TestStore::postgres_only() else { return };
         let (one, two) = (Ledger::new(Some(store.open(false))), Ledger::new(Some(store.open(false))));
         let (mut heard_by_one, mut heard_by_two) = (one.subscribe_owned(), two.subscribe_owned());
-        // The listeners connect as their ledgers are made: until a run of one reaches two, two may not listen yet.
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            assert!(attempt <= 20, "no run of one ever reached two");
-            let id = format!("warm{attempt}");
-            run(&one, &id, "warm", "alice", "");
-            if !heard(&mut heard_by_two, &id, 1).is_empty() {
-                break;
-            }
-        }
+        // The listeners connect as their ledgers are made, and each node says it has listeners once connected:
+        // until a run's output reaches the other node, it may not have.
+        warm_up(&one, &mut heard_by_two);
+        warm_up(&two, &mut heard_by_one);
         let large = "\u{1}x".repeat(10_000);
         run(&one, "from-one", "c1", "alice", &large);
         run(&two, "from-two", "c2", "bob", "two\n");
@@ -376,5 +377,80 @@ mod tests {
         run(&one, "later", "c1", "alice", "");
         assert!(!heard(&mut heard_by_two, "later", 20).is_empty());
         assert!(own.try_recv().is_err(), "another node's run on this node's own feed");
+    }
+
+    /// Runs on `from` until one's output reaches `to`, for at most 20 s: a node that connected after the other said
+    /// it has listeners hears so again within `HELLO_EVERY` (5 s).
+    fn warm_up(from: &Ledger, to: &mut broadcast::Receiver<OwnedEvent>) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let id = format!("warm{}", uuid::Uuid::new_v4().simple());
+            run(from, &id, "warm", "alice", "warm\n");
+            if output_of(&heard(to, &id, 1)) == "warm\n" {
+                return;
+            }
+            assert!(Instant::now() < deadline, "no run's output ever reached the other node");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Everything sent on the relay's channel, heard by a connection of the test's own.
+    struct Channel {
+        heard: Arc<Mutex<Vec<String>>>,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Channel {
+        fn listen(store: &TestStore) -> Self {
+            let config: postgres::Config = store.url().unwrap().parse().unwrap();
+            let (heard, stop) = (Arc::new(Mutex::new(Vec::new())), Arc::new(std::sync::atomic::AtomicBool::new(false)));
+            let (listening, ready) = std::sync::mpsc::channel();
+            let (into, stopped) = (heard.clone(), stop.clone());
+            std::thread::spawn(move || {
+                use postgres::fallible_iterator::FallibleIterator;
+                let mut client = config.connect(postgres::NoTls).unwrap();
+                client.batch_execute("LISTEN sandlot_run_events").unwrap();
+                listening.send(()).unwrap();
+                while !stopped.load(Ordering::Relaxed) {
+                    let mut notifications = client.notifications();
+                    if let Ok(Some(notification)) = notifications.timeout_iter(Duration::from_millis(100)).next() {
+                        into.lock().unwrap().push(notification.payload().to_owned());
+                    }
+                }
+            });
+            ready.recv().unwrap();
+            Self { heard, stop }
+        }
+
+        fn any(&self, needle: &str) -> bool {
+            self.heard.lock().unwrap().iter().any(|payload| payload.contains(needle))
+        }
+    }
+
+    impl Drop for Channel {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// A run's output goes to the database only while another node has listeners; its start and end always do.
+    #[test]
+    fn output_is_relayed_only_while_another_node_listens() {
+        let Some(store) = TestStore::postgres_only() else { return };
+        let (one, two) = (Ledger::new(Some(store.open(false))), Ledger::new(Some(store.open(false))));
+        let channel = Channel::listen(&store);
+        run(&one, "quiet", "c1", "alice", "nobody-hears-this\n");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !channel.any(r#""runId":"quiet""#) || !channel.any(r#""event":"finished""#) {
+            assert!(Instant::now() < deadline, "the run's start and end were not relayed");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!channel.any("nobody-hears-this"), "output relayed with no listener on any other node");
+        // A listener on two: one relays its runs' output from now on (once two's word has reached it).
+        let mut heard_by_two = two.subscribe_owned();
+        warm_up(&one, &mut heard_by_two);
+        run(&one, "loud", "c1", "alice", "someone-hears-this\n");
+        assert_eq!(output_of(&heard(&mut heard_by_two, "loud", 20)), "someone-hears-this\n");
+        assert!(channel.any("someone-hears-this"));
     }
 }

@@ -64,13 +64,13 @@ def test_a_run_made_on_one_node_is_listed_on_the_other(tmp_path, history_url):
         assert (output["runId"], output["stdout"], output["stderr"]) == (on_a["runId"], "from a\n", "")
 
         # The database ends both servers' connections (as a restart of PostgreSQL does): the next run and listing
-        # connect again, at once. Each server has one for the history, and its event relay's (a listener, and a
-        # publisher once it has published: a's run did) are named apart.
+        # connect again, at once. Each server has one for the history, and its event relay's two (a listener, and a
+        # publisher, which announces the listener as it connects) are named apart.
         database = urllib.parse.urlsplit(history_url).path.lstrip("/")
         ended = psql(TEST_POSTGRES_URL, "SELECT application_name || ' ' || count(pg_terminate_backend(pid)) "
                      f"FROM pg_stat_activity WHERE datname = '{database}' "
                      "GROUP BY application_name ORDER BY application_name")
-        assert ended.splitlines() == ["sandlot 2", "sandlot-relay 3"], ended
+        assert ended.splitlines() == ["sandlot 2", "sandlot-relay 4"], ended
 
         # And the other way: both nodes list both runs, newest first.
         on_b = call(b, {"conversationId": "shared", "language": "bash", "code": "echo from b"})

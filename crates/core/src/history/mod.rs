@@ -38,7 +38,7 @@ use owner::Owner;
 pub use connections::NetworkTrail;
 pub use nodes::hold_lease;
 pub use outputs::{DEFAULT_OUTPUT_BUDGET, OutputLookup, RunOutput};
-pub use postgres::relay::{Deliver, Relay, Relayed};
+pub use postgres::relay::{Deliver, Listening, Relay, Relayed};
 pub use record::{Ending, MAX_LISTED_RUNS, NewRun, Outcome, RunRecord};
 
 /// Where the history is kept.
@@ -105,11 +105,12 @@ impl History {
     }
 
     /// Starts relaying run events to and from the other nodes of a shared history (see `postgres::relay`); `None`
-    /// for SQLite, which no other node shares. `deliver` receives the other nodes' events.
-    pub fn relay(&self, deliver: Deliver) -> Result<Option<Relay>> {
+    /// for SQLite, which no other node shares. `deliver` receives the other nodes' events; `listening` says whether
+    /// anyone here listens to them.
+    pub fn relay(&self, deliver: Deliver, listening: Listening) -> Result<Option<Relay>> {
         match &self.store {
             Store::Sqlite(_) => Ok(None),
-            Store::Postgres(db) => db.relay(self.server.clone(), deliver).map(Some),
+            Store::Postgres(db) => db.relay(self.server.clone(), deliver, listening).map(Some),
         }
     }
 

@@ -90,8 +90,13 @@ impl Postgres {
     }
 
     /// Starts relaying run events between the nodes of this database (see [`relay`]).
-    pub(super) fn relay(&self, node: String, deliver: relay::Deliver) -> Result<relay::Relay> {
-        relay::Relay::start(self.config.clone(), self.location.clone(), node, deliver)
+    pub(super) fn relay(
+        &self,
+        node: String,
+        deliver: relay::Deliver,
+        listening: relay::Listening,
+    ) -> Result<relay::Relay> {
+        relay::Relay::start(self.config.clone(), self.location.clone(), node, deliver, listening)
     }
 }
 

@@ -10,11 +10,15 @@
 //! bytes: a larger output chunk is relayed as several `Output` events with the same `seq`, in order. A batch whose
 //! connection was lost as it was sent is sent again on a new one (as every query of the history is), so an event may
 //! rarely be heard twice.
+//!
+//! Output is relayed only while some other node has listeners: a node with listeners says so on the channel (see
+//! [`Hello`]), and the others publish their runs' output for [`HELLO_TTL`] after they last heard it. Starts and ends are always relayed (a run's two
+//! events, small), so a stream opened on one node sees the other nodes' runs start and end at once, and their output
+//! once its node's first message has reached them (milliseconds).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
 
 use postgres::fallible_iterator::FallibleIterator;
 
@@ -37,6 +41,10 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// A listening connection is probed after this long without traffic, so that a lost one is noticed.
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
+/// How often a node with listeners says so again.
+pub const HELLO_EVERY: Duration = Duration::from_secs(5);
+/// How long a node's `listening` message makes the others relay output.
+pub const HELLO_TTL: Duration = Duration::from_secs(12);
 
 /// An event of another node, with its conversation's owner there.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -47,6 +55,8 @@ pub struct Relayed {
 
 /// What receives the other nodes' events.
 pub type Deliver = Box<dyn Fn(Relayed) + Send>;
+/// Whether this node has listeners of other nodes' events now.
+pub type Listening = Box<dyn Fn() -> bool + Send>;
 
 /// What goes over the channel.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -61,11 +71,24 @@ struct Envelope {
     relayed: Relayed,
 }
 
+/// What a node says of its listeners: when one comes and every [`HELLO_EVERY`] while any does (`listening`), and
+/// whenever its listening connection is made (`joined`), which nodes with listeners answer at once, so that a node
+/// that joins late need not wait for their next word.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Hello {
+    origin: String,
+    listening: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    joined: bool,
+}
+
 /// This node's end of the relay; dropping it stops both threads.
 pub struct Relay {
     origin: String,
     /// Each event's notifications, queued together: an event goes whole or not at all.
     outbox: mpsc::SyncSender<Vec<String>>,
+    /// Until when another node is known to have listeners.
+    others_listen_until: Arc<Mutex<Option<Instant>>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -76,6 +99,7 @@ impl Relay {
         location: String,
         node: String,
         deliver: Deliver,
+        listening: Listening,
     ) -> Result<Self> {
         // Told apart from the history's connection in `pg_stat_activity`, unless the URL names them all.
         if config.get_application_name().is_none() {
@@ -84,14 +108,18 @@ impl Relay {
         let origin = format!("{node}/{}", uuid::Uuid::new_v4().simple());
         let (outbox, queue) = mpsc::sync_channel::<Vec<String>>(QUEUE);
         let stop = Arc::new(AtomicBool::new(false));
-        let mut listening = link::with_defaults(config.clone());
-        listening.keepalives(true).keepalives_idle(KEEPALIVE_IDLE);
+        let others_listen_until = Arc::new(Mutex::new(None));
+        let mut listener_config = link::with_defaults(config.clone());
+        listener_config.keepalives(true).keepalives_idle(KEEPALIVE_IDLE);
         let listener = Listener {
-            config: listening,
+            config: listener_config,
             tls: link::tls()?,
             location: location.clone(),
             origin: origin.clone(),
             deliver,
+            listening,
+            outbox: outbox.clone(),
+            others_listen_until: others_listen_until.clone(),
             stop: stop.clone(),
         };
         let publisher = Link::new(config, location)?;
@@ -99,16 +127,40 @@ impl Relay {
         let cannot = |e: std::io::Error| Error::History { message: format!("cannot start the event relay: {e}") };
         thread("sandlot-relay-out").spawn(move || publish(publisher, queue)).map_err(cannot)?;
         thread("sandlot-relay-in").spawn(move || listener.run()).map_err(cannot)?;
-        Ok(Self { origin, outbox, stop })
+        Ok(Self { origin, outbox, others_listen_until, stop })
     }
 
-    /// Queues `event` for the other nodes (dropped when the queue is full).
+    /// Queues `event` for the other nodes (dropped when the queue is full); output only while one of them listens.
     pub fn publish(&self, owner: Option<&str>, event: &RunEvent) {
+        if matches!(event, RunEvent::Output { .. }) && !self.others_listen() {
+            return;
+        }
         let payloads = payloads(&self.origin, owner, event);
         if payloads.is_empty() || self.outbox.try_send(payloads).is_err() {
             metrics::counter!("sandlot_event_relay_dropped_total").increment(1);
         }
     }
+}
+
+impl Relay {
+    /// Tells the other nodes that this one has listeners, now (a listener just came).
+    pub fn say_listening(&self) {
+        let _ = self.outbox.try_send(vec![hello(&self.origin)]);
+    }
+
+    /// Whether another node is known to have listeners.
+    pub fn others_listen(&self) -> bool {
+        lock(&self.others_listen_until).is_some_and(|until| Instant::now() < until)
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The payload of a `listening` message of `origin`.
+fn hello(origin: &str) -> String {
+    serde_json::to_string(&Hello { origin: origin.to_owned(), listening: true, joined: false }).unwrap_or_default()
 }
 
 impl Drop for Relay {
@@ -199,6 +251,9 @@ struct Listener {
     location: String,
     origin: String,
     deliver: Deliver,
+    listening: Listening,
+    outbox: mpsc::SyncSender<Vec<String>>,
+    others_listen_until: Arc<Mutex<Option<Instant>>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -232,18 +287,42 @@ impl Listener {
         client.batch_execute(&format!("LISTEN {CHANNEL}"))?;
         *connected = true;
         tracing::debug!(database = %self.location, "the event relay listens");
+        let listening = (self.listening)();
+        let joined = Hello { origin: self.origin.clone(), listening, joined: true };
+        let _ = self.outbox.try_send(vec![serde_json::to_string(&joined).unwrap_or_default()]);
+        let mut said_hello = listening.then(Instant::now);
         loop {
             if self.stop.load(Ordering::Relaxed) {
                 return Ok(());
             }
+            if (self.listening)() && said_hello.is_none_or(|at| at.elapsed() >= HELLO_EVERY) {
+                let _ = self.outbox.try_send(vec![hello(&self.origin)]);
+                said_hello = Some(Instant::now());
+            }
             let mut notifications = client.notifications();
             let mut waiting = notifications.timeout_iter(POLL);
             let Some(notification) = waiting.next()? else { continue };
-            match serde_json::from_str::<Envelope>(notification.payload()) {
-                Ok(envelope) if envelope.origin != self.origin => (self.deliver)(envelope.relayed),
+            self.heard(notification.payload());
+        }
+    }
+
+    /// Hands on another node's event, or notes that another node listens.
+    fn heard(&self, payload: &str) {
+        match serde_json::from_str::<Envelope>(payload) {
+            Ok(envelope) if envelope.origin != self.origin => (self.deliver)(envelope.relayed),
+            Ok(_) => {}
+            Err(_) => match serde_json::from_str::<Hello>(payload) {
+                Ok(word) if word.origin != self.origin => {
+                    if word.listening {
+                        *lock(&self.others_listen_until) = Some(Instant::now() + HELLO_TTL);
+                    }
+                    if word.joined && (self.listening)() {
+                        let _ = self.outbox.try_send(vec![hello(&self.origin)]);
+                    }
+                }
                 Ok(_) => {}
-                Err(error) => tracing::debug!(%error, "an event on the relay's channel that is not one"),
-            }
+                Err(error) => tracing::debug!(%error, "a message on the relay's channel that is not one"),
+            },
         }
     }
 }
