@@ -141,6 +141,44 @@ test("the run view shows a call's live output, then its result, image and CSV pr
   await page.screenshot({ path: join(artifacts, "apps-run-dark.png"), fullPage: true });
 });
 
+test("the run view follows its own call's run, not another client's queued after it in the conversation", async () => {
+  // The view's first look at the conversation's runs is held until another client's run of the same conversation
+  // is queued behind the call's: the newest unfinished run is then that one, and only the call's code tells them apart.
+  await page.evaluate(() => { window.host.holdRuns = new Promise((release) => { window.host.releaseRuns = release; }); });
+  const conversation = "apps-two";
+  const calling = page.evaluate((args) => window.runInView("sandbox_run_code", args),
+    { conversationId: conversation, language: "python", code: SLOW_CODE });
+  await until(async () => (await runsOf(conversation)).some((run) => run.state === "running"));
+  const other = callTool("sandbox_run_code", { conversationId: conversation, language: "bash", code: "echo other" });
+  await until(async () => (await runsOf(conversation)).length === 2);
+  await page.evaluate(() => window.host.releaseRuns());
+
+  const view = page.frameLocator("iframe#view");
+  await view.locator("#output").filter({ hasText: "line 1" }).waitFor({ timeout: 30_000 });
+  assert.equal(await page.evaluate(() => window.host.callDone), false, "line 1 showed before the result came");
+  await calling;
+  await view.locator("#status.ok").waitFor();
+  assert.equal((await other).structuredContent.stdout, "other\n");
+  await page.evaluate(() => { window.host.holdRuns = null; });
+  assert.deepEqual(errors, []);
+});
+
+/** The conversation's runs, newest first, from the REST API. */
+async function runsOf(conversation) {
+  const response = await fetch(`${sandlot.base}/v1/runs?conversationId=${conversation}`,
+    { headers: { authorization: `Bearer ${token}` } });
+  return (await response.json()).runs;
+}
+
+/** Waits until `condition` holds, for at most 30 s. */
+async function until(condition) {
+  const deadline = Date.now() + 30_000;
+  while (!(await condition())) {
+    assert.ok(Date.now() < deadline, "timed out");
+    await new Promise((done) => setTimeout(done, 50));
+  }
+}
+
 /** A tools/call straight to sandlot (as the model's side of the host would make it): the result. */
 async function callTool(name, args) {
   const response = await fetch(`${sandlot.base}/mcp`, {
