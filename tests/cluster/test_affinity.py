@@ -15,7 +15,10 @@ real `sandlot serve` nodes on loopback (docs/scaling.md).
   flight fail with an error the client sees (recorded), every other call succeeds, and its conversations are then
   served by one other node each, which finds their files: their counts go on where they were.
 - Two nodes, one history in PostgreSQL: a node killed for good leaves a run in flight, which the other node ends as
-  interrupted once the dead node's lease runs out, leaving its own run alone.
+  interrupted once the dead node's lease runs out, leaving its own run alone. And event streams on one node hear
+  the other's runs, only their tenant's.
+- Two HAProxy instances sharing the sessions' stick table (the shipped peers section filled in): a session
+  initialized through one keeps its node through the other.
 - Throughput through HAProxy with one node and with three, printed for docs/benchmarks.md. On this project's 2-core
   machine the nodes share the same two cores, so the figures show the proxy's and the nodes' overhead, not a
   speed-up; nothing is asserted on them.
@@ -121,10 +124,12 @@ class Node:
 
 
 class HAProxy:
-    """The shipped configuration, its listener and servers replaced by this test's, with a stats socket."""
+    """The shipped configuration, its listener and servers replaced by this test's, with a stats socket; with
+    `peers` ([(name, port)]) its peers section filled in as its comment says, this instance being `local`."""
 
-    def __init__(self, nodes, directory):
+    def __init__(self, nodes, directory, peers=None, local=None):
         text = CONFIG.read_text()
+        local_args = ["-L", local] if local else []
         self.port = free_port()
         self.directory = directory
         self.socket = directory / "haproxy.sock"
@@ -133,12 +138,19 @@ class HAProxy:
         servers = "".join(f"    server {n.name} 127.0.0.1:{n.port} id {i + 1}\n" for i, n in enumerate(nodes))
         text, count = re.subn(r"(    server node\d .*\n)+", servers, text)
         assert count == 1, "the shipped haproxy.cfg no longer lists its servers as the test expects"
+        if peers:
+            section = "peers sandlot_lbs\n" + "".join(f"    peer {name} 127.0.0.1:{port}\n" for name, port in peers)
+            text, count = re.subn(r"# peers sandlot_lbs\n(#     peer .*\n)+", section, text)
+            assert count == 1, "the shipped haproxy.cfg no longer has its peers section's template"
+            text, count = re.subn(r"(\n    stick-table type string [^\n]*)", r"\1 peers sandlot_lbs", text)
+            assert count == 1, "the shipped haproxy.cfg no longer has its sessions' stick table"
         path = directory / "haproxy.cfg"
         path.write_text(text)
-        checked = subprocess.run(["haproxy", "-c", "-f", str(path)], capture_output=True, text=True)
+        checked = subprocess.run(["haproxy", "-c", *local_args, "-f", str(path)], capture_output=True, text=True)
         assert checked.returncode == 0, checked.stdout + checked.stderr
         self.log = open(directory / "haproxy.log", "wb")
-        self.process = subprocess.Popen(["haproxy", "-db", "-f", str(path)], stdout=self.log, stderr=self.log)
+        self.process = subprocess.Popen(["haproxy", "-db", *local_args, "-f", str(path)], stdout=self.log,
+                                        stderr=self.log)
         self.url = f"http://127.0.0.1:{self.port}/mcp"
 
     def command(self, line):
@@ -613,6 +625,32 @@ def test_event_streams_hear_every_nodes_runs_and_only_their_tenants(cluster, his
     # Only their own: nothing of bob's for alice, nothing of alice's for bob.
     assert {e["params"]["conversationId"] for e in streams["alice"].events} == {"ev-alice"}
     assert {e["params"]["conversationId"] for e in streams["bob"].events} == {"ev-bob", "ev-bob-here"}
+
+
+def test_sessions_hold_through_either_of_two_load_balancers_sharing_their_table(cluster, tmp_path):
+    """Two HAProxy instances in front of the same two nodes, the shipped configuration's peers section filled in
+    (docs/scaling.md): a session initialized through one is served by its node through the other, every call. Without
+    the shared table the other would find no entry and spread the session's calls over both nodes (round robin), so
+    six calls in a row on one node fail unless the table reached it."""
+    nodes, _ = cluster(2, shared=False)
+    ports = [("lb1", free_port()), ("lb2", free_port())]
+    balancers = []
+    try:
+        for name, _ in ports:
+            (tmp_path / name).mkdir()
+            balancers.append(HAProxy(nodes, tmp_path / name, peers=ports, local=name))
+        first, second = balancers
+        assert wait_until(lambda: all(set(b.status().values()) == {"UP"} for b in balancers), 30)
+        with httpx.Client() as client:
+            session, node = initialize(client, first.url)
+            # The peers protocol pushes each new entry to the other instance at once; a second is far above it.
+            assert wait_until(lambda: session in second.command("show table sandlot"), 10), \
+                second.command("show table sandlot")
+            served = [call(client, second.url, f"lb-{i}", False, session=session) for i in range(6)]
+        assert [(status, at, error) for status, _, at, error in served] == [(200, node, None)] * 6, served
+    finally:
+        for balancer in balancers:
+            balancer.stop()
 
 
 def test_a_lost_nodes_conversations_move_with_their_files(cluster):
