@@ -54,9 +54,7 @@ impl Ledger {
             }
         });
         let feed = Arc::downgrade(&owned_events);
-        let listening = Box::new(move || {
-            feed.upgrade().as_deref().and_then(OnceLock::get).is_some_and(|events| events.receiver_count() > 0)
-        });
+        let listening = Box::new(move || feed.upgrade().is_some_and(|events| listened(&events).is_some()));
         let relay = history.as_ref().and_then(|history| match history.relay(deliver, listening) {
             Ok(relay) => relay,
             Err(error) => {
@@ -106,7 +104,7 @@ impl Ledger {
         if let Some(relay) = &self.relay {
             relay.publish(owner.map(|owner| &**owner), &event);
         }
-        if let Some(events) = self.owned_events.get().filter(|events| events.receiver_count() > 0) {
+        if let Some(events) = listened(&self.owned_events) {
             let _ = events.send(OwnedEvent { owner: owner.cloned(), event: event.clone() });
         }
         if let Some(events) = self.events.get() {
@@ -117,8 +115,8 @@ impl Ledger {
     /// Whether anyone may hear an event's output now: a listener of either feed, or another node's.
     fn has_listeners(&self) -> bool {
         self.relay.as_ref().is_some_and(Relay::others_listen)
-            || self.events.get().is_some_and(|events| events.receiver_count() > 0)
-            || self.owned_events.get().is_some_and(|events| events.receiver_count() > 0)
+            || listened(&self.events).is_some()
+            || listened(&self.owned_events).is_some()
     }
 
     /// Opens the entry of a run just accepted (recorded as queued) in a conversation `owner` owns.
@@ -139,6 +137,11 @@ impl Ledger {
             ended: false,
         }
     }
+}
+
+/// The feed's sender, when the feed was made and someone listens to it now.
+fn listened<T>(feed: &OnceLock<broadcast::Sender<T>>) -> Option<&broadcast::Sender<T>> {
+    feed.get().filter(|events| events.receiver_count() > 0)
 }
 
 fn log_failure(result: crate::Result<()>) {
